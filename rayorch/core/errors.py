@@ -1,0 +1,50 @@
+"""The one error root of rayorch and the errors raised by the pure core.
+
+Every error a user can see derives from :class:`RayorchError`. Errors that cross
+Ray process boundaries must stay picklable: keep constructor arguments equal to
+``args`` (plain ``Exception`` behaviour) or define ``__reduce__``.
+"""
+
+from __future__ import annotations
+
+
+class RayorchError(Exception):
+    """Root of every error raised by rayorch."""
+
+
+class CompileError(RayorchError):
+    """A pipeline program is invalid; raised before anything runs.
+
+    The message names the file and line of ``forward`` and says how to fix it.
+    """
+
+
+class TraceError(CompileError):
+    """A symbolic Port was used as a concrete value (``bool``, ``iter``, ``len``)."""
+
+
+class KernelError(RayorchError):
+    """The lineage kernel was asked to do something its rules forbid."""
+
+
+class InvalidTransition(KernelError):
+    """A fact does not fit the current state; carries the object's story."""
+
+    def __init__(self, message: str, story: tuple[object, ...] = ()) -> None:
+        super().__init__(message, story)
+        self.message = message
+        self.story = story
+
+    def __str__(self) -> str:
+        if not self.story:
+            return self.message
+        lines = "\n".join(f"  {fact!r}" for fact in self.story)
+        return f"{self.message}\nstory:\n{lines}"
+
+
+class NoProgressError(KernelError):
+    """Nothing can progress although the run is not finished (a would-be hang)."""
+
+
+class StoreError(RayorchError):
+    """The lineage store failed; subclasses say why in plain words."""

@@ -1,0 +1,251 @@
+"""Lineage facts: the append-only events every run is made of, and their codec.
+
+Facts are frozen dataclasses named in the past tense. A run's state is the fold
+of its facts (see :mod:`rayorch.core.state`). Only *primary* facts are needed to
+rebuild state; *announcements* (``ExpansionClosed``, ``OutputEmitted``,
+``RunCompleted``) are derived by the kernel and written for readers and auditors.
+
+The codec is msgpack with an explicit version field (never pickle), so a run
+can be read back without importing user code. Tuples and numpy arrays survive a
+round trip through msgpack extension types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import msgpack
+
+from rayorch.core.errors import RayorchError
+from rayorch.core.ids import CallId, DomainId, Path
+
+CODEC_VERSION = 1
+
+# Outcomes a worker may report for one Grain.
+REPORT_PRESENT = "present"
+REPORT_RECORD_FAILURE = "record_failure"
+REPORT_GROUP_FAILURE = "group_failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Base of all facts. ``ts`` is the writer's wall-clock time (the kernel ignores it)."""
+
+    tag: ClassVar[str] = ""
+    ts: float = field(default=0.0, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceAdmitted(Fact):
+    """Root Entity ``(index,)`` exists; ``values`` holds one value per forward argument."""
+
+    tag: ClassVar[str] = "source_admitted"
+    index: int
+    values: tuple[Any, ...]
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GrainDispatched(Fact):
+    """Grain ``(call, path)`` was sent to an actor as attempt ``generation``."""
+
+    tag: ClassVar[str] = "grain_dispatched"
+    call: CallId
+    path: Path
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrainCommitted(Fact):
+    """An attempt's report passed the commit gate; the Grain is sealed.
+
+    ``outcome`` is one of ``present``, ``record_failure``, ``group_failure``.
+    ``outputs`` holds one value per Call output (inline), or ``payload_ref`` points
+    to the durable copy written before the commit.
+    """
+
+    tag: ClassVar[str] = "grain_committed"
+    call: CallId
+    path: Path
+    generation: int
+    outcome: str
+    outputs: tuple[Any, ...] | None = None
+    cause: str | None = None
+    payload_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierInstalled(Fact):
+    """A GroupFailure of a Call under ``parent``: uncommitted siblings are suppressed."""
+
+    tag: ClassVar[str] = "barrier_installed"
+    call: CallId
+    parent: Path
+    cause: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GrainRetried(Fact):
+    """A physical failure sent the Grain back to ready as attempt ``generation``."""
+
+    tag: ClassVar[str] = "grain_retried"
+    call: CallId
+    path: Path
+    generation: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class GrainFailed(Fact):
+    """The Grain exhausted ``max_attempts`` physical attempts; its outputs are Failed."""
+
+    tag: ClassVar[str] = "grain_failed"
+    call: CallId
+    path: Path
+    generation: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpansionClosed(Fact):
+    """Announcement: the Expansion ``(domain, parent)`` is terminal.
+
+    ``outcome`` is ``succeeded`` (with ``count`` children, ordinals 0..count-1),
+    ``dropped`` or ``failed``.
+    """
+
+    tag: ClassVar[str] = "expansion_closed"
+    domain: DomainId
+    parent: Path
+    outcome: str
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEmitted(Fact):
+    """Announcement: the result of source item ``index`` was handed to the user."""
+
+    tag: ClassVar[str] = "output_emitted"
+    index: int
+    outcome: str = "present"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAcquired(Fact):
+    """Driver ``driver`` holds the lease of ``shard`` with fencing token ``epoch``."""
+
+    tag: ClassVar[str] = "lease_acquired"
+    shard: int
+    driver: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompleted(Fact):
+    """Announcement: every admitted source item of the shard is terminal."""
+
+    tag: ClassVar[str] = "run_completed"
+    sources: int = 0
+
+
+FACT_TYPES: dict[str, type[Fact]] = {
+    cls.tag: cls
+    for cls in (
+        SourceAdmitted,
+        GrainDispatched,
+        GrainCommitted,
+        BarrierInstalled,
+        GrainRetried,
+        GrainFailed,
+        ExpansionClosed,
+        OutputEmitted,
+        LeaseAcquired,
+        RunCompleted,
+    )
+}
+
+_FIELDS: dict[str, tuple[str, ...]] = {
+    tag: tuple(f.name for f in fields(cls) if f.name != "ts") for tag, cls in FACT_TYPES.items()
+}
+_PATH_FIELDS = frozenset({"path", "parent"})
+
+
+class CodecError(RayorchError):
+    """Bytes could not be decoded as a rayorch fact or payload."""
+
+
+# -- values: msgpack with tuples and numpy arrays ---------------------------------
+_EXT_TUPLE = 1
+_EXT_NDARRAY = 2
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, pack_value(list(obj)))
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        np = None  # type: ignore[assignment]
+    if np is not None and isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        header = [arr.dtype.str, list(arr.shape)]
+        return msgpack.ExtType(_EXT_NDARRAY, pack_value([header, arr.tobytes()]))
+    if np is not None and isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(
+        f"cannot store a {type(obj).__name__} durably: use bytes, str, numbers, "
+        "lists, tuples, dicts or numpy arrays"
+    )
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_TUPLE:
+        return tuple(unpack_value(data))
+    if code == _EXT_NDARRAY:
+        import numpy as np
+
+        (dtype, shape), raw = unpack_value(data)
+        return np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
+    return msgpack.ExtType(code, data)
+
+
+def pack_value(value: Any) -> bytes:
+    """Encode a user value as msgpack (tuples and numpy arrays preserved)."""
+    return msgpack.packb(value, default=_default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack_value(data: bytes) -> Any:
+    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+
+
+# -- facts ------------------------------------------------------------------------
+def encode_fact(fact: Fact) -> bytes:
+    """``[version, tag, ts, field...]`` as msgpack."""
+    values = [getattr(fact, name) for name in _FIELDS[fact.tag]]
+    return pack_value([CODEC_VERSION, fact.tag, fact.ts, *values])
+
+
+def decode_fact(data: bytes) -> Fact:
+    try:
+        raw = unpack_value(data)
+        version, tag, ts, *values = raw
+    except Exception as exc:
+        raise CodecError(f"not a rayorch fact ({exc})") from exc
+    if version != CODEC_VERSION:
+        raise CodecError(f"fact codec version {version} is not supported (this is {CODEC_VERSION})")
+    cls = FACT_TYPES.get(tag)
+    if cls is None:
+        raise CodecError(f"unknown fact type {tag!r}")
+    kwargs = dict(zip(_FIELDS[tag], values))
+    for name in _PATH_FIELDS.intersection(kwargs):
+        kwargs[name] = tuple(kwargs[name])
+    return cls(**kwargs, ts=ts)
+
+
+def fact_as_dict(fact: Fact) -> dict[str, Any]:
+    """A plain dict (for ``--json`` output)."""
+    out: dict[str, Any] = {"type": fact.tag, "ts": fact.ts}
+    for name in _FIELDS[fact.tag]:
+        out[name] = getattr(fact, name)
+    return out

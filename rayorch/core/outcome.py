@@ -1,0 +1,97 @@
+"""Terminal outcomes of Items and the failure signals a user function may give.
+
+An Item (the value of one Port for one Entity) ends in exactly one of
+``Present(value)``, ``Dropped``, ``Failed(cause)`` or ``Suppressed(cause)``.
+A UDF signals a logical failure of one record by returning or raising
+:class:`RecordFailure` (only that record) or :class:`GroupFailure` (that record
+and its not-yet-committed siblings of the same Call and parent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Outcome(StrEnum):
+    """The closed set of terminal outcomes of an Item."""
+
+    PRESENT = "present"
+    DROPPED = "dropped"
+    FAILED = "failed"
+    SUPPRESSED = "suppressed"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """The terminal value of one Port for one Entity."""
+
+    outcome: Outcome
+    value: Any = None
+    cause: str | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.outcome is Outcome.PRESENT
+
+
+DROPPED = Item(Outcome.DROPPED)
+
+
+def present(value: Any) -> Item:
+    """An Item holding ``value``."""
+    return Item(Outcome.PRESENT, value)
+
+
+def failed(cause: str) -> Item:
+    return Item(Outcome.FAILED, None, cause)
+
+
+def suppressed(cause: str) -> Item:
+    return Item(Outcome.SUPPRESSED, None, cause)
+
+
+class RecordFailure(Exception):  # noqa: N818 - user-facing name from the design
+    """This record failed logically: its outputs become ``Failed``; no retry.
+
+    Return it in the record's output position from a batch UDF, or raise it from
+    a per-record UDF. Only this record's parent is affected.
+    """
+
+    def __init__(self, cause: str = "record failure") -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.cause == self.cause  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.cause))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.cause!r})"
+
+
+class GroupFailure(RecordFailure):
+    """This record failed and so does its group: siblings of the same Call and parent.
+
+    Ready siblings are suppressed before dispatch, in-flight siblings' reports are
+    rejected, committed siblings stay. In the root Domain it acts on its own Grain.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class FailedResult:
+    """What a run yields for a source item whose output is not ``Present``.
+
+    Never silently dropped: ``outcome`` says what happened, ``cause`` why.
+    """
+
+    index: int
+    outcome: Outcome
+    cause: str | None
+    port: str = ""
+
+    def __bool__(self) -> bool:
+        return False

@@ -1,0 +1,327 @@
+"""The compiled, immutable plan of a pipeline program.
+
+A Plan is a small graph of nodes of a closed set of kinds (input, call, expand,
+reduce, filter, broadcast, output) connected by Ports. Every Port lives in one
+Domain; Domains form a tree rooted at ``"root"``. The kernel, the reference
+interpreter, the audit tool and the runtime all read the same Plan.
+
+A Plan holds user code only in :attr:`ModuleSpec.target`; :meth:`Plan.describe`
+gives a msgpack-able description without it (stored with a run, so events can be
+read back without importing user code).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from rayorch.core.ids import ROOT, CallId, DomainId
+
+
+class NodeKind(StrEnum):
+    INPUT = "input"
+    CALL = "call"
+    EXPAND = "expand"
+    REDUCE = "reduce"
+    FILTER = "filter"
+    BROADCAST = "broadcast"
+    OUTPUT = "output"
+
+
+class Policy(StrEnum):
+    """Reservation policy of a Call's ready queue."""
+
+    ELASTIC = "elastic"
+    PARENT_BOUND = "parent_bound"
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleOptions:
+    """Execution options of a module; every Call of the module shares its pool."""
+
+    replicas: int = 1
+    batch_size: int = 1
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    resources: tuple[tuple[str, float], ...] = ()
+    max_attempts: int = 3
+    timeout_s: float | None = None
+    policy: Policy = Policy.ELASTIC
+    batched: bool = True
+    num_outputs: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSpec:
+    """A registered module: its stable dotted name, user target and options."""
+
+    name: str
+    target: Any = field(compare=False, repr=False)
+    args: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    kwargs: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+    options: ModuleOptions = ModuleOptions()
+    target_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLocation:
+    file: str
+    line: int
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """A symbolic column: one value per Entity of ``domain``."""
+
+    id: int
+    name: str
+    domain: DomainId
+    producer: int  # node id
+    index: int = 0  # which output of the producer
+
+
+@dataclass(frozen=True, slots=True)
+class DomainSpec:
+    id: DomainId
+    parent: DomainId | None
+    depth: int
+    expand_node: int | None  # the expand node that creates this Domain (None for root)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node of the plan.
+
+    ``inputs``/``outputs`` are Port ids. Per kind:
+
+    * input: no inputs, one output (root Domain); ``arg_index`` = forward argument.
+    * call: inputs = the Call's Port arguments (all in ``domain``), ``call`` set.
+    * expand: one input (a call output in ``domain``'s parent), one output in the child
+      Domain ``domain``.
+    * reduce: one input in the child Domain ``source_domain``, output in ``domain``.
+    * filter: inputs (port, mask), one output, all in ``domain``.
+    * broadcast: inputs (ancestor port, like port); output in ``domain`` (= like's Domain).
+    * output: one input in the root Domain; ``name`` is the output name.
+    """
+
+    id: int
+    kind: NodeKind
+    domain: DomainId
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    location: SourceLocation | None = None
+    call: CallSpec | None = None
+    source_domain: DomainId | None = None  # reduce: the child Domain it reads
+    name: str = ""
+    arg_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    """One application of a module inside ``forward``: a node of the plan.
+
+    ``id`` is stable across runs of the same program: the module's dotted name,
+    suffixed ``@k`` for its k-th call site after the first.
+    """
+
+    id: CallId
+    module: str
+    static_kwargs: tuple[tuple[str, Any], ...] = ()
+    num_outputs: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The immutable result of compiling a pipeline program."""
+
+    nodes: tuple[NodeSpec, ...]
+    ports: tuple[PortSpec, ...]
+    domains: tuple[DomainSpec, ...]
+    modules: tuple[ModuleSpec, ...]
+    input_ports: tuple[int, ...]
+    output_ports: tuple[int, ...]
+    output_names: tuple[str, ...]
+    consumers: tuple[tuple[int, ...], ...]  # port id -> consuming node ids
+    name: str = "pipeline"
+
+    # -- lookups ---------------------------------------------------------------
+    def domain(self, domain_id: DomainId) -> DomainSpec:
+        for d in self.domains:
+            if d.id == domain_id:
+                return d
+        raise KeyError(domain_id)
+
+    def module(self, name: str) -> ModuleSpec:
+        for m in self.modules:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    @property
+    def calls(self) -> tuple[NodeSpec, ...]:
+        """The call nodes, in plan (trace) order."""
+        return tuple(n for n in self.nodes if n.kind is NodeKind.CALL)
+
+    def call_node(self, call_id: CallId) -> NodeSpec:
+        for n in self.nodes:
+            if n.call is not None and n.call.id == call_id:
+                return n
+        raise KeyError(call_id)
+
+    def options(self, call_id: CallId) -> ModuleOptions:
+        node = self.call_node(call_id)
+        assert node.call is not None
+        return self.module(node.call.module).options
+
+    # -- description -----------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """A JSON/msgpack-able description (no user code) of the plan's structure."""
+        return {
+            "name": self.name,
+            "domains": [[d.id, d.parent, d.depth, d.expand_node] for d in self.domains],
+            "ports": [[p.id, p.name, p.domain, p.producer, p.index] for p in self.ports],
+            "nodes": [
+                {
+                    "id": n.id,
+                    "kind": n.kind.value,
+                    "domain": n.domain,
+                    "inputs": list(n.inputs),
+                    "outputs": list(n.outputs),
+                    "call": None
+                    if n.call is None
+                    else {"id": n.call.id, "module": n.call.module, "num_outputs": n.call.num_outputs},
+                    "source_domain": n.source_domain,
+                    "name": n.name,
+                    "arg_index": n.arg_index,
+                    "line": None if n.location is None else str(n.location),
+                }
+                for n in self.nodes
+            ],
+            "modules": [
+                {
+                    "name": m.name,
+                    "target": m.target_name,
+                    "options": {
+                        "replicas": m.options.replicas,
+                        "batch_size": m.options.batch_size,
+                        "max_attempts": m.options.max_attempts,
+                        "policy": m.options.policy.value,
+                        "num_outputs": m.options.num_outputs,
+                        "batched": m.options.batched,
+                    },
+                }
+                for m in self.modules
+            ],
+            "inputs": list(self.input_ports),
+            "outputs": list(self.output_ports),
+            "output_names": list(self.output_names),
+        }
+
+    @classmethod
+    def from_description(cls, desc: dict[str, Any]) -> Plan:
+        """Rebuild a structure-only Plan (no user code) from :meth:`describe`."""
+        modules = tuple(
+            ModuleSpec(
+                name=m["name"],
+                target=None,
+                options=ModuleOptions(
+                    replicas=m["options"]["replicas"],
+                    batch_size=m["options"]["batch_size"],
+                    max_attempts=m["options"]["max_attempts"],
+                    policy=Policy(m["options"]["policy"]),
+                    num_outputs=m["options"]["num_outputs"],
+                    batched=m["options"]["batched"],
+                ),
+                target_name=m["target"],
+            )
+            for m in desc["modules"]
+        )
+        nodes = []
+        for n in desc["nodes"]:
+            call = n["call"]
+            loc = None
+            if n["line"]:
+                file, _, line = n["line"].rpartition(":")
+                loc = SourceLocation(file, int(line))
+            nodes.append(
+                NodeSpec(
+                    id=n["id"],
+                    kind=NodeKind(n["kind"]),
+                    domain=n["domain"],
+                    inputs=tuple(n["inputs"]),
+                    outputs=tuple(n["outputs"]),
+                    location=loc,
+                    call=None
+                    if call is None
+                    else CallSpec(call["id"], call["module"], (), call["num_outputs"]),
+                    source_domain=n["source_domain"],
+                    name=n["name"],
+                    arg_index=n["arg_index"],
+                )
+            )
+        ports = tuple(PortSpec(p[0], p[1], p[2], p[3], p[4]) for p in desc["ports"])
+        consumers: list[list[int]] = [[] for _ in ports]
+        for node in nodes:
+            for port in node.inputs:
+                consumers[port].append(node.id)
+        return cls(
+            nodes=tuple(nodes),
+            ports=ports,
+            domains=tuple(DomainSpec(d[0], d[1], d[2], d[3]) for d in desc["domains"]),
+            modules=modules,
+            input_ports=tuple(desc["inputs"]),
+            output_ports=tuple(desc["outputs"]),
+            output_names=tuple(desc["output_names"]),
+            consumers=tuple(tuple(c) for c in consumers),
+            name=desc["name"],
+        )
+
+    def fingerprint(self) -> str:
+        """A stable hash of the plan's structure (not of user code)."""
+        desc = self.describe()
+        for node in desc["nodes"]:
+            node.pop("line", None)
+        blob = orjson.dumps(desc, option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def explain(self) -> str:
+        """A readable listing of Domains, Calls and edges."""
+        lines = [f"plan {self.name} (fingerprint {self.fingerprint()})", "domains:"]
+        for d in self.domains:
+            indent = "  " * (d.depth + 1)
+            origin = "" if d.expand_node is None else f"  (created by node {d.expand_node})"
+            lines.append(f"{indent}{d.id}{origin}")
+        lines.append("nodes:")
+        for n in self.nodes:
+            ins = ", ".join(self.ports[p].name for p in n.inputs)
+            outs = ", ".join(self.ports[p].name for p in n.outputs)
+            what = n.kind.value if n.call is None else f"call {n.call.id}"
+            where = "" if n.location is None else f"   # {n.location}"
+            lines.append(f"  [{n.id}] {what:<24} {n.domain:<12} ({ins}) -> ({outs}){where}")
+        lines.append("outputs: " + ", ".join(
+            f"{name}={self.ports[p].name}" for name, p in zip(self.output_names, self.output_ports)
+        ))
+        return "\n".join(lines)
+
+
+__all__ = [
+    "ROOT",
+    "CallSpec",
+    "DomainSpec",
+    "ModuleOptions",
+    "ModuleSpec",
+    "NodeKind",
+    "NodeSpec",
+    "Plan",
+    "Policy",
+    "PortSpec",
+    "SourceLocation",
+]
