@@ -1,0 +1,1 @@
+"""Ray actor pools and the value-only worker ABI (imports Ray)."""

@@ -1,0 +1,229 @@
+"""Actor pools: one pool of Ray actors per module, shared by all Calls of that module.
+
+A pool owns ``replicas`` actor slots. Each slot holds at most ``depth`` batches in
+flight (pipelining keeps an actor busy while the driver handles the previous
+result). A slot whose actor died, raised, or ran past ``timeout_s`` is *replaced*:
+the old actor is killed and a fresh one built; batches still queued on the old
+actor come back as physical failures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBinding
+from rayorch.core.errors import RayorchError
+from rayorch.core.plan import ModuleSpec
+
+RemoteWorker = ray.remote(ModuleWorker)
+
+
+class PoolError(RayorchError):
+    """An actor pool could not be built or scheduled."""
+
+
+@dataclass(slots=True)
+class InFlightBatch:
+    """A submitted batch: where it runs, what it carries, and when it started."""
+
+    ref: Any  # ray.ObjectRef[BatchResult]
+    task: BatchTask
+    slot: ActorSlot
+    incarnation: int
+    submitted: float
+    started: float | None  # when it reached the head of the actor's queue
+    kill_cause: str | None = None  # set when the driver killed its actor (timeout)
+
+
+@dataclass(slots=True)
+class ActorSlot:
+    """One replica of a pool; ``incarnation`` grows every time the actor is replaced.
+
+    A *retiring* slot takes no new batches; it is replaced once its queue drains
+    (after a user-code exception, so the batches queued behind it still count).
+    """
+
+    index: int
+    handle: Any
+    incarnation: int = 0
+    queue: list[InFlightBatch] = field(default_factory=list)
+    retiring: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """A finished batch: the worker's result, or the cause of a physical failure."""
+
+    batch: InFlightBatch
+    result: BatchResult | None
+    physical_failure: str | None
+
+
+class ActorPool:
+    """The Ray actors of one module (``replicas`` of them, resources from its options)."""
+
+    def __init__(
+        self,
+        module: ModuleSpec,
+        binding: StoreBinding | None,
+        *,
+        name_prefix: str | None = None,
+        depth: int | None = None,
+    ) -> None:
+        opts = module.options
+        self.module = module
+        self.binding = binding
+        self.name_prefix = name_prefix
+        # With a timeout a batch must start when submitted, so no pipelining.
+        self.depth = depth if depth is not None else (1 if opts.timeout_s is not None else 2)
+        self.replaced = 0
+        self.slots = [ActorSlot(i, self._spawn(i, 0)) for i in range(max(1, opts.replicas))]
+
+    # -- actors ---------------------------------------------------------------
+    def _spawn(self, index: int, incarnation: int) -> Any:
+        opts = self.module.options
+        options: dict[str, Any] = {
+            "num_cpus": opts.num_cpus,
+            "num_gpus": opts.num_gpus,
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            "max_concurrency": 1,
+        }
+        if opts.resources:
+            options["resources"] = dict(opts.resources)
+        if self.name_prefix is not None:
+            options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
+        return RemoteWorker.options(**options).remote(self.module, self.binding)
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Block until every actor has built its user target (raises on failure)."""
+        refs = [slot.handle.ping.remote() for slot in self.slots]
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        if pending:
+            raise PoolError(
+                f"the actors of module {self.module.name!r} were not scheduled within "
+                f"{timeout_s:.0f}s: the cluster lacks the resources they ask for "
+                f"({self.describe_resources()}); lower replicas/num_gpus or add nodes"
+            )
+        try:
+            ray.get(ready)
+        except ray.exceptions.RayError as exc:
+            raise PoolError(
+                f"building module {self.module.name!r} in its actor failed: {exc}; "
+                "check the module's constructor and arguments"
+            ) from exc
+
+    def describe_resources(self) -> str:
+        opts = self.module.options
+        parts = [f"replicas={opts.replicas}", f"num_cpus={opts.num_cpus}"]
+        if opts.num_gpus:
+            parts.append(f"num_gpus={opts.num_gpus}")
+        parts.extend(f"{k}={v}" for k, v in opts.resources)
+        return ", ".join(parts)
+
+    def replace(self, slot: ActorSlot) -> None:
+        """Kill the slot's actor and start a fresh one.
+
+        Batches still queued on the old actor stay in flight as far as the driver
+        knows; their refs resolve (with a result or an actor error) and are handed
+        to :meth:`finish` like any other.
+        """
+        for batch in slot.queue:
+            batch.kill_cause = batch.kill_cause or f"actor of {self.module.name!r} was replaced"
+        slot.queue.clear()
+        try:
+            ray.kill(slot.handle, no_restart=True)
+        except ValueError:  # already gone
+            pass
+        slot.incarnation += 1
+        slot.retiring = False
+        slot.handle = self._spawn(slot.index, slot.incarnation)
+        self.replaced += 1
+
+    def shutdown(self) -> None:
+        """Kill every actor of the pool."""
+        for slot in self.slots:
+            try:
+                ray.kill(slot.handle, no_restart=True)
+            except ValueError:
+                pass
+            slot.queue.clear()
+
+    # -- batches --------------------------------------------------------------
+    def free_slots(self) -> Iterator[ActorSlot]:
+        """Slots that can take another batch now, least loaded first."""
+        for slot in sorted(self.slots, key=lambda s: len(s.queue)):
+            if not slot.retiring and len(slot.queue) < self.depth:
+                yield slot
+
+    def capacity(self) -> int:
+        """How many more batches the pool accepts now."""
+        return sum(self.depth - len(s.queue) for s in self.slots if not s.retiring)
+
+    def in_flight(self) -> int:
+        return sum(len(slot.queue) for slot in self.slots)
+
+    def submit(self, slot: ActorSlot, task: BatchTask) -> InFlightBatch:
+        """Send ``task`` to ``slot``'s actor."""
+        now = time.monotonic()
+        ref = slot.handle.run_batch.remote(task)
+        batch = InFlightBatch(ref, task, slot, slot.incarnation, now, now if not slot.queue else None)
+        slot.queue.append(batch)
+        return batch
+
+    def finish(self, batch: InFlightBatch) -> BatchOutcome:
+        """Collect a batch whose ref is ready; replaces its actor after a physical failure."""
+        slot = batch.slot
+        current = batch.incarnation == slot.incarnation and batch in slot.queue
+        if current:
+            slot.queue.remove(batch)
+            if slot.queue and slot.queue[0].started is None:
+                slot.queue[0].started = time.monotonic()
+        try:
+            result: BatchResult = ray.get(batch.ref)
+        except ray.exceptions.RayError as exc:
+            cause = batch.kill_cause or (
+                f"actor of {self.module.name!r} died: {type(exc).__name__}: {_first_line(exc)}"
+            )
+            if current:
+                self.replace(slot)
+            return BatchOutcome(batch, None, cause)
+        if result.physical_failure is not None:
+            if current:
+                slot.retiring = True
+                if not slot.queue:
+                    self.replace(slot)
+            return BatchOutcome(batch, result, result.physical_failure)
+        if current and slot.retiring and not slot.queue:
+            self.replace(slot)
+        return BatchOutcome(batch, result, None)
+
+    def overdue(self, now: float | None = None) -> list[InFlightBatch]:
+        """Batches running longer than ``timeout_s`` (none when no timeout is set)."""
+        timeout = self.module.options.timeout_s
+        if timeout is None:
+            return []
+        now = time.monotonic() if now is None else now
+        return [
+            slot.queue[0]
+            for slot in self.slots
+            if slot.queue
+            and slot.queue[0].started is not None
+            and now - slot.queue[0].started > timeout
+        ]
+
+    def time_out(self, batch: InFlightBatch) -> None:
+        """Kill the actor running the overdue ``batch`` and start a fresh one."""
+        timeout = self.module.options.timeout_s
+        batch.kill_cause = f"batch of {self.module.name!r} ran past timeout_s={timeout}"
+        self.replace(batch.slot)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else ""

@@ -1,0 +1,177 @@
+"""The worker ABI: one Ray actor per pool replica, running batches of one module.
+
+The ABI is value-only. A worker receives a Call spec, the batch's input rows and
+``(path, generation)`` tags; it runs the user callable through
+:func:`rayorch.core.udf.invoke_batch`, turns each record's result into a
+``GrainCommitted`` report, and
+
+* with a shared store (Redis) commits the reports itself, one ``commit`` per shard
+  touched by the batch, writing large values to the payload store first;
+* with the in-process memory store returns the reports for the driver to commit.
+
+Either way the values travel back to the driver on Ray's object store (the fast
+path). A worker knows nothing of the plan.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rayorch.core.facts import (
+    REPORT_GROUP_FAILURE,
+    REPORT_PRESENT,
+    REPORT_RECORD_FAILURE,
+    GrainCommitted,
+)
+from rayorch.core.ids import CallId, Path
+from rayorch.core.outcome import GroupFailure, RecordFailure
+from rayorch.core.plan import CallSpec, ModuleSpec
+
+GrainTag = tuple[Path, int]
+"""``(path, generation)`` of one Grain in a batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBinding:
+    """How a worker reaches the run's lineage store to commit its own reports.
+
+    ``url`` is a shared store (``redis://``); ``run_id`` names the run.
+    """
+
+    url: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTask:
+    """One physical batch: the Grains of one Call that share one attempt.
+
+    ``shards[i]`` is the lineage-store shard of ``tags[i]`` (needed to commit).
+    """
+
+    call: CallSpec
+    tags: tuple[GrainTag, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    shards: tuple[int, ...]
+    batch_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What a worker hands back for one batch.
+
+    ``reports`` holds one ``GrainCommitted`` per tag (values inline, always: the fast
+    path). ``verdicts`` is set when the worker already committed them through the
+    store (one verdict code per tag); ``None`` means the driver must commit.
+    ``physical_failure`` is set (and ``reports`` empty) when the batch as a whole
+    failed: an exception in the user code that is not a Record/GroupFailure.
+    """
+
+    batch_id: int
+    call: CallId
+    tags: tuple[GrainTag, ...]
+    reports: tuple[GrainCommitted, ...]
+    verdicts: tuple[int, ...] | None
+    physical_failure: str | None
+    worker_pid: int
+    udf_seconds: float
+    commit_seconds: float = 0.0
+
+
+def build_reports(
+    call: CallId, tags: Sequence[GrainTag], results: Sequence[Any], ts: float
+) -> tuple[GrainCommitted, ...]:
+    """Turn ``invoke_batch`` results (an output tuple or a failure per record) into reports."""
+    reports: list[GrainCommitted] = []
+    for (path, generation), result in zip(tags, results, strict=True):
+        if isinstance(result, GroupFailure):
+            report = GrainCommitted(
+                call, path, generation, REPORT_GROUP_FAILURE, None, result.cause, ts=ts
+            )
+        elif isinstance(result, RecordFailure):
+            report = GrainCommitted(
+                call, path, generation, REPORT_RECORD_FAILURE, None, result.cause, ts=ts
+            )
+        else:
+            report = GrainCommitted(call, path, generation, REPORT_PRESENT, tuple(result), ts=ts)
+        reports.append(report)
+    return tuple(reports)
+
+
+class ModuleWorker:
+    """The body of a pool actor: builds the user target once, then runs batches.
+
+    Wrapped with ``ray.remote`` by :mod:`rayorch.actors.pool`; plain Python here so
+    that it can be exercised (and type-checked) without Ray.
+    """
+
+    def __init__(self, module: ModuleSpec, binding: StoreBinding | None) -> None:
+        from rayorch.core.udf import instantiate
+
+        self._module = module
+        self._fn = instantiate(module)
+        self._binding = binding
+        self._store: Any = None
+        self._run: Any = None
+
+    def ping(self) -> int:
+        """The worker's process id (also proves the constructor ran)."""
+        return os.getpid()
+
+    def run_batch(self, task: BatchTask) -> BatchResult:
+        """Run one batch; commit its reports when bound to a shared store."""
+        from rayorch.core.udf import UdfError, invoke_batch
+
+        started = time.perf_counter()
+        try:
+            results = invoke_batch(self._fn, self._module.options, task.call, list(task.rows))
+        except UdfError as exc:
+            return BatchResult(
+                task.batch_id, task.call.id, task.tags, (), None, str(exc), os.getpid(),
+                time.perf_counter() - started,
+            )
+        udf_seconds = time.perf_counter() - started
+        reports = build_reports(task.call.id, task.tags, results, time.time())
+        if self._binding is None:
+            return BatchResult(
+                task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),
+                udf_seconds,
+            )
+        started = time.perf_counter()
+        verdicts = self._commit(task, reports)
+        return BatchResult(
+            task.batch_id, task.call.id, task.tags, reports, verdicts, None, os.getpid(),
+            udf_seconds, time.perf_counter() - started,
+        )
+
+    def _commit(self, task: BatchTask, reports: tuple[GrainCommitted, ...]) -> tuple[int, ...]:
+        """Commit ``reports`` through the shared store, grouped by shard; verdict per report."""
+        store, run = self._open_store()
+        by_shard: dict[int, list[int]] = {}
+        for i, shard in enumerate(task.shards):
+            by_shard.setdefault(shard, []).append(i)
+        verdicts: list[int] = [0] * len(reports)
+        for shard, positions in by_shard.items():
+            durable = [store.offload(run, reports[i]) for i in positions]
+            codes = store.commit(run, shard, durable)
+            for i, code in zip(positions, codes, strict=True):
+                verdicts[i] = int(code)
+        return tuple(verdicts)
+
+    def _open_store(self) -> tuple[Any, Any]:
+        if self._store is None:
+            assert self._binding is not None
+            from rayorch.store import open_store
+
+            self._store = open_store(self._binding.url)
+            self._run = self._store.run(self._binding.run_id)
+        return self._store, self._run
+
+
+def strip_values(report: GrainCommitted) -> GrainCommitted:
+    """The report without its inline values (e.g. for logs)."""
+    return replace(report, outputs=None)
