@@ -52,7 +52,7 @@ def suppressed(cause: str) -> Item:
     return Item(Outcome.SUPPRESSED, None, cause)
 
 
-class RecordFailure(Exception):  # noqa: N818 - user-facing name from the design
+class RecordFailure(Exception):
     """This record failed logically: its outputs become ``Failed``; no retry.
 
     Return it in the record's output position from a batch UDF, or raise it from
@@ -64,7 +64,7 @@ class RecordFailure(Exception):  # noqa: N818 - user-facing name from the design
         self.cause = cause
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.cause == self.cause  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.cause == self.cause
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.cause))
