@@ -197,7 +197,11 @@ class Plan:
                     "outputs": list(n.outputs),
                     "call": None
                     if n.call is None
-                    else {"id": n.call.id, "module": n.call.module, "num_outputs": n.call.num_outputs},
+                    else {
+                        "id": n.call.id,
+                        "module": n.call.module,
+                        "num_outputs": n.call.num_outputs,
+                    },
                     "source_domain": n.source_domain,
                     "name": n.name,
                     "arg_index": n.arg_index,
@@ -306,9 +310,13 @@ class Plan:
             what = n.kind.value if n.call is None else f"call {n.call.id}"
             where = "" if n.location is None else f"   # {n.location}"
             lines.append(f"  [{n.id}] {what:<24} {n.domain:<12} ({ins}) -> ({outs}){where}")
-        lines.append("outputs: " + ", ".join(
-            f"{name}={self.ports[p].name}" for name, p in zip(self.output_names, self.output_ports)
-        ))
+        lines.append(
+            "outputs: "
+            + ", ".join(
+                f"{name}={self.ports[p].name}"
+                for name, p in zip(self.output_names, self.output_ports)
+            )
+        )
         return "\n".join(lines)
 
 
