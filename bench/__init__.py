@@ -1,0 +1,1 @@
+"""Benchmarks of rayorch against Ray Data, Daft and the lower bound."""

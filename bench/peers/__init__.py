@@ -1,0 +1,1 @@
+"""The systems under test, one runner each, and what they share."""

@@ -1,0 +1,128 @@
+"""What every system runner shares: Ray start-up, the arrival log, metrics, subprocess runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.workload import BenchConfig, BenchError, load_traces, lower_bound, make_parents, verify
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SYSTEMS = ("rayorch", "raydata", "daft")
+
+
+def init_ray(config: BenchConfig) -> None:
+    """Start an in-process local Ray with the declared resources every system gets."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    ray.init(
+        num_cpus=config.cpus,
+        num_gpus=config.gpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        # The runners import ``bench``; workers must find it too.
+        runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}},
+    )
+
+
+@dataclass
+class ArrivalLog:
+    """When each parent result reached the driver, relative to the run's start ``t0``."""
+
+    t0: float = field(default_factory=time.time)
+    arrivals: list[tuple[int, float, dict[str, Any] | None]] = field(default_factory=list)
+
+    def restart(self) -> None:
+        self.t0 = time.time()
+
+    def arrived(self, doc: int, result: dict[str, Any] | None) -> None:
+        self.arrivals.append((int(doc), time.time() - self.t0, result))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by linear interpolation; ``nan`` for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def gpu_trace_totals(trace_dir: Path) -> dict[str, int]:
+    """GPU UDF records processed in total and of poisoned parents (from the traces)."""
+    lines = [t for t in load_traces(trace_dir) if t["stage"] == "gpu"]
+    return {
+        "gpu_calls": len(lines),
+        "gpu_records": sum(t["records"] for t in lines),
+        "gpu_poisoned_records": sum(t["poisoned"] for t in lines),
+    }
+
+
+def summarize(system: str, config: BenchConfig, log: ArrivalLog, trace_dir: Path) -> dict[str, Any]:
+    """One run's record: metrics, lower bound, correctness; raises if the output is wrong."""
+    parents = make_parents(config)
+    check = verify(config, parents, ((doc, result) for doc, _, result in log.arrivals))
+    if not check.ok:
+        raise BenchError(f"{system} produced wrong output ({len(check.wrong)} problems): "
+                         + "; ".join(check.wrong[:5]))
+    times = [t for _, t, _ in log.arrivals]
+    bound = lower_bound(config, parents)
+    return {
+        "system": system,
+        "config": config.to_json(),
+        "t0": log.t0,
+        "e2e_s": max(times),
+        "first_parent_s": min(times),
+        "p50_parent_s": percentile(times, 0.5),
+        "p99_parent_s": percentile(times, 0.99),
+        "lower_bound_s": bound.total_s,
+        "correct_parents": check.correct,
+        "failed_parents": check.failed_as_expected,
+        "children": sum(p["n"] for p in parents),
+        "trace_dir": str(trace_dir),
+        **gpu_trace_totals(trace_dir),
+    }
+
+
+def run_in_subprocess(
+    system: str, config: BenchConfig, out_dir: Path, tag: str, timeout_s: float = 180.0
+) -> dict[str, Any]:
+    """Run one system once in a fresh Python process; returns its ``summarize`` record."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{tag}.json"
+    trace_dir = out_dir / f"{tag}-trace"
+    cmd = [
+        sys.executable, "-m", "bench.peers.run_one", "--system", system,
+        "--config", json.dumps(config.to_json()), "--out", str(out), "--trace-dir", str(trace_dir),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    log_path = out_dir / f"{tag}.log"
+    with log_path.open("w") as log_file:
+        try:
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log_file,
+                                  stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{system} run {tag} took over {timeout_s:.0f}s; see {log_path} "
+                             "(lower --parents or raise --timeout)") from None
+    if proc.returncode != 0 or not out.exists():
+        tail = log_path.read_text()[-2000:]
+        raise BenchError(f"{system} run {tag} failed (exit {proc.returncode}); "
+                         f"log {log_path}:\n{tail}")
+    record: dict[str, Any] = json.loads(out.read_text())
+    return record
+
+
+def median_of(records: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in records))

@@ -1,0 +1,130 @@
+"""rayorch runner: ``render -> F.expand -> fake GPU -> F.reduce -> assemble`` as a Pipeline.
+
+No parent keys, ordinals or groupby in the program: the runtime records which child
+belongs to which parent and hands ``assemble`` each parent's GPU outputs in ordinal
+order as soon as that parent is complete. A poisoned child returns
+``ro.GroupFailure``: its not-yet-dispatched siblings are suppressed before they reach
+the GPU UDF, and the parent comes back as a failed result.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.peers.common import ArrivalLog
+from bench.workload import (
+    BenchConfig,
+    StageTrace,
+    assemble,
+    fake_gpu,
+    make_parents,
+    render,
+)
+
+
+class Render:
+    """Batched render: one list of parents in, one list of child records per parent out."""
+
+    def __init__(self, config: dict[str, Any], trace_dir: str | None) -> None:
+        self.config = BenchConfig.from_json(config)
+        self.trace = StageTrace(trace_dir, "render")
+
+    def __call__(self, parents: list[dict[str, int]]) -> list[list[dict[str, int]]]:
+        start = time.time()
+        children = [render(parent, self.config) for parent in parents]
+        self.trace.record(start, time.time(), len(parents))
+        return children
+
+
+class FakeGpu:
+    """Batched fake GPU: a batch of child records (any parents) costs ``a + b*B`` seconds."""
+
+    def __init__(self, config: dict[str, Any], trace_dir: str | None) -> None:
+        self.config = BenchConfig.from_json(config)
+        self.poisoned = frozenset(self.config.poisoned)
+        self.trace = StageTrace(trace_dir, "gpu")
+
+    def __call__(self, pages: list[dict[str, int]]) -> list[Any]:
+        import rayorch as ro
+
+        start = time.time()
+        outputs = fake_gpu([p["doc"] for p in pages], [p["ordinal"] for p in pages],
+                           self.config, self.poisoned)
+        poisoned = sum(1 for o in outputs if o.doc in self.poisoned)
+        self.trace.record(start, time.time(), len(outputs), poisoned)
+        return [
+            ro.GroupFailure(o.error) if o.error
+            else {"doc": o.doc, "ordinal": o.ordinal, "text": o.text}
+            for o in outputs
+        ]
+
+
+class Assemble:
+    """Batched assemble: each input is one parent's GPU outputs, already in ordinal order."""
+
+    def __init__(self, config: dict[str, Any], trace_dir: str | None) -> None:
+        self.config = BenchConfig.from_json(config)
+        self.trace = StageTrace(trace_dir, "assemble")
+
+    def __call__(self, groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        start = time.time()
+        results = [
+            assemble(group[0]["doc"] if group else -1, [c["ordinal"] for c in group],
+                     [c["text"] for c in group], ["" for _ in group], self.config)
+            for group in groups
+        ]
+        self.trace.record(start, time.time(), len(groups))
+        return results
+
+
+def build_pipeline(config: BenchConfig, trace_dir: str | None) -> Any:
+    """The Fanout pipeline for ``config`` (GPU batch size and policy from the config)."""
+    import rayorch as ro
+    from rayorch import F
+
+    plain_config = config.to_json() | {"poisoned": list(config.poisoned)}
+
+    class Fanout(ro.Pipeline):
+        def __init__(self) -> None:
+            super().__init__()
+            self.render = ro.RayModule(Render, batch_size=1, num_cpus=0.5,
+                                       config=plain_config, trace_dir=trace_dir)
+            self.gpu = ro.RayModule(
+                FakeGpu, batch_size=config.batch_size, num_gpus=1, replicas=config.gpus,
+                num_cpus=0.1, policy=config.policy, config=plain_config, trace_dir=trace_dir,
+            )
+            self.assemble = ro.RayModule(Assemble, num_cpus=0.5, config=plain_config,
+                                         trace_dir=trace_dir)
+
+        def forward(self, docs: Any) -> Any:
+            pages = F.expand(self.render(docs))
+            return self.assemble(F.reduce(self.gpu(pages)))
+
+    return Fanout()
+
+
+def result_of(item: Any) -> tuple[int, dict[str, Any] | None]:
+    """``(doc, result)`` from one element of ``Pipeline.run``; ``None`` for a failed parent."""
+    from rayorch.core.outcome import FailedResult
+
+    if isinstance(item, FailedResult):
+        return item.index, None
+    if isinstance(item, tuple) and len(item) == 2:
+        index, value = item
+        if isinstance(value, FailedResult):
+            return int(index), None
+        return int(index), value
+    if isinstance(item, dict):
+        return int(item["doc"]), item
+    raise TypeError(f"unexpected element from Pipeline.run: {item!r:.200}")
+
+
+def run(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> None:
+    """Run the Fanout pipeline on the in-memory store (Ray is already initialised)."""
+    pipeline = build_pipeline(config, trace_dir)
+    parents = make_parents(config)
+    log.restart()
+    for item in pipeline.run(parents, store="memory://", ordered=False):
+        doc, result = result_of(item)
+        log.arrived(doc, result)
