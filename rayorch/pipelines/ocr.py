@@ -1,0 +1,259 @@
+"""OCR engines behind one interface, chosen by name: ``text``, ``rapidocr``, ``vllm``.
+
+An engine turns a batch of page dicts (as produced by
+:class:`rayorch.pipelines.pdf.RenderPdf`) into one text per page. Engines that read
+pixels set ``needs_image`` so the renderer knows to attach a PNG to each page.
+
+>>> engine = get_engine("text")
+>>> engine.recognize([{"page": 1, "text": "Hello"}])
+['Hello']
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from rayorch.core.errors import RayorchError
+
+Page = dict[str, Any]
+"""One rendered page: ``{"page", "width", "height", "text"}`` plus ``"png"`` when rendered."""
+
+
+class OcrEngineError(RayorchError):
+    """An OCR engine cannot be chosen or built; the message says what to do instead."""
+
+
+@runtime_checkable
+class OcrEngine(Protocol):
+    """Turns a batch of pages into one text per page, in the same order."""
+
+    needs_image: bool
+
+    def recognize(self, pages: list[Page]) -> list[str]: ...
+
+
+class TextLayerEngine:
+    """The text layer PyMuPDF extracted while rendering: exact and fast for born-digital PDFs."""
+
+    needs_image: bool = False
+
+    def recognize(self, pages: list[Page]) -> list[str]:
+        return [str(page.get("text", "")) for page in pages]
+
+
+# -- rapidocr ---------------------------------------------------------------------------
+
+OcrBox = tuple[Sequence[Sequence[float]], str, float]
+"""One RapidOCR detection: four corner points, the recognized text, a confidence."""
+
+
+def join_in_reading_order(boxes: Sequence[OcrBox], *, line_overlap: float = 0.5) -> str:
+    """Join detected text boxes top-to-bottom, left-to-right into lines of text.
+
+    Two boxes share a line when they overlap vertically by at least ``line_overlap``
+    of the shorter box's height (so a slightly skewed baseline stays one line).
+    """
+    spans = []
+    for points, text, _score in boxes:
+        ys = [float(p[1]) for p in points]
+        xs = [float(p[0]) for p in points]
+        spans.append((min(ys), max(ys), min(xs), text))
+    spans.sort(key=lambda s: (s[0], s[2]))
+    lines: list[list[tuple[float, float, float, str]]] = []
+    for span in spans:
+        top, bottom = span[0], span[1]
+        if lines:
+            line = lines[-1]
+            line_top = min(s[0] for s in line)
+            line_bottom = max(s[1] for s in line)
+            overlap = min(bottom, line_bottom) - max(top, line_top)
+            shorter = max(min(bottom - top, line_bottom - line_top), 1e-6)
+            if overlap / shorter >= line_overlap:
+                line.append(span)
+                continue
+        lines.append([span])
+    return "\n".join(" ".join(s[3] for s in sorted(line, key=lambda s: s[2])) for line in lines)
+
+
+class RapidOcrEngine:
+    """Real OCR of the rendered PNG with ``rapidocr-onnxruntime`` (PP-OCRv4 on ONNX Runtime).
+
+    The detection, classification and recognition weights ship inside the wheel:
+    building the engine downloads nothing. ``use_cls`` (180-degree text detection) is
+    off by default because rendered PDF pages are upright. Other keyword options go
+    to ``RapidOCR(...)`` (e.g. ``text_score=0.6``).
+    """
+
+    needs_image: bool = True
+
+    def __init__(self, *, use_cls: bool = False, **rapidocr_options: Any) -> None:
+        if importlib.util.find_spec("rapidocr_onnxruntime") is None:
+            raise OcrEngineError(
+                "the rapidocr engine needs rapidocr-onnxruntime: "
+                "pip install 'rayorch[pdf]' (or choose engine='text')"
+            )
+        from rapidocr_onnxruntime import RapidOCR
+
+        self._ocr = RapidOCR(**rapidocr_options)
+        self._use_cls = use_cls
+
+    def recognize(self, pages: list[Page]) -> list[str]:
+        texts = []
+        for page in pages:
+            boxes, _elapsed = self._ocr(page["png"], use_cls=self._use_cls)
+            texts.append(join_in_reading_order(boxes or []))
+        return texts
+
+
+# -- vllm ---------------------------------------------------------------------------------
+
+DEFAULT_VLM_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+DEFAULT_VLM_PROMPT = (
+    "Convert this document page to Markdown. Keep the reading order, headings, lists, "
+    "tables (as Markdown tables) and formulas (as LaTeX). Output only the page content."
+)
+
+
+def png_data_url(png: bytes) -> str:
+    """``data:image/png;base64,...``: how an image travels in an OpenAI-style chat message."""
+    if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise OcrEngineError("page image is not a PNG: render pages with needs_image=True")
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def build_vlm_messages(page: Page, prompt: str = DEFAULT_VLM_PROMPT) -> list[dict[str, Any]]:
+    """One chat conversation asking the VLM to transcribe ``page``'s image.
+
+    The model's own chat template (applied by ``LLM.chat``) places the image tokens,
+    so the same message works for Qwen2.5-VL, MinerU2.5 and other chat VLMs.
+    """
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": png_data_url(page["png"])}},
+                {"type": "text", "text": prompt},
+            ],
+        }
+    ]
+
+
+_FENCED = re.compile(r"^\s*```[A-Za-z]*[ \t]*\n(?P<body>.*?)\n?```\s*$", re.DOTALL)
+_SPECIAL_TOKEN = re.compile(r"<\|[a-z_]+\|>")
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def parse_vlm_output(text: str) -> str:
+    """The page text from a VLM's answer: no code fence, special tokens or reasoning block."""
+    text = _THINKING.sub("", text)
+    text = _SPECIAL_TOKEN.sub("", text)
+    fenced = _FENCED.match(text)
+    if fenced:
+        text = fenced.group("body")
+    return text.strip()
+
+
+def gpu_count() -> int:
+    """CUDA devices visible to this process (via torch when present, else device files)."""
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        return int(torch.cuda.device_count())
+    return len(list(Path("/dev").glob("nvidia[0-9]*")))
+
+
+def require_vllm_runtime() -> None:
+    """Raise :class:`OcrEngineError` unless vLLM is installed and a GPU is visible."""
+    if importlib.util.find_spec("vllm") is None:
+        raise OcrEngineError(
+            "the vllm engine needs vLLM, which is not installed: pip install 'rayorch[gpu]' "
+            "on a machine with a GPU, or choose engine='rapidocr' (CPU OCR) or 'text'"
+        )
+    if gpu_count() == 0:
+        raise OcrEngineError(
+            "the vllm engine needs a GPU and none is visible to this process: give the OCR "
+            "module num_gpus=1 on a GPU node, or choose engine='rapidocr' (CPU OCR) or 'text'"
+        )
+
+
+class VllmEngine:
+    """A vision-language model served in-process by vLLM: one engine per actor.
+
+    A batch of pages becomes one batched ``LLM.chat`` call (greedy decoding). The
+    model name is an option, e.g. ``Qwen/Qwen2.5-VL-7B-Instruct`` or
+    ``opendatalab/MinerU2.5-2509-1.2B`` (whole-page transcription; MinerU's
+    two-step layout flow is not used). Other keyword options go to ``vllm.LLM``.
+    """
+
+    needs_image: bool = True
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_VLM_MODEL,
+        prompt: str = DEFAULT_VLM_PROMPT,
+        max_tokens: int = 4096,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int = 16384,
+        **llm_options: Any,
+    ) -> None:
+        require_vllm_runtime()
+        import vllm
+
+        self.model = model
+        self.prompt = prompt
+        self._llm = vllm.LLM(
+            model=model,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            limit_mm_per_prompt={"image": 1},
+            **llm_options,
+        )
+        self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+    def recognize(self, pages: list[Page]) -> list[str]:
+        conversations = [build_vlm_messages(page, self.prompt) for page in pages]
+        outputs = self._llm.chat(conversations, self._sampling, use_tqdm=False)
+        return [parse_vlm_output(out.outputs[0].text) for out in outputs]
+
+
+# -- choosing an engine -------------------------------------------------------------------
+
+ENGINES: dict[str, Callable[..., OcrEngine]] = {
+    "text": TextLayerEngine,
+    "rapidocr": RapidOcrEngine,
+    "vllm": VllmEngine,
+}
+
+
+def _engine_class(name: str) -> Any:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        valid = ", ".join(repr(n) for n in ENGINES)
+        raise OcrEngineError(f"unknown OCR engine {name!r}: choose one of {valid}") from None
+
+
+def get_engine(name: str, **options: Any) -> OcrEngine:
+    """Build the engine called ``name`` with its ``options``.
+
+    >>> get_engine("text").needs_image
+    False
+    """
+    engine_class = _engine_class(name)
+    try:
+        inspect.signature(engine_class).bind(**options)
+    except TypeError as exc:
+        raise OcrEngineError(f"bad options for OCR engine {name!r}: {exc}") from None
+    return engine_class(**options)  # type: ignore[no-any-return]
+
+
+def engine_needs_image(name: str) -> bool:
+    """Whether engine ``name`` reads the page image (known without building the engine)."""
+    return bool(_engine_class(name).needs_image)
