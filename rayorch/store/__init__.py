@@ -1,0 +1,55 @@
+"""The lineage store: event-sourced facts of runs, in memory or in Redis Streams.
+
+>>> from rayorch.store import open_store
+>>> store = open_store("memory://")
+"""
+
+from rayorch.store.base import (
+    LeaseHolder,
+    LineageStore,
+    RunInfo,
+    StoredFact,
+    open_store,
+    shard_of,
+)
+from rayorch.store.errors import (
+    FactNotAllowedError,
+    FencedError,
+    GrainSealedError,
+    InvalidRunIdError,
+    LeaseHeldError,
+    LeaseLostError,
+    PayloadError,
+    RunMismatchError,
+    RunNotFoundError,
+    StoreAuthError,
+    StoreError,
+    StoreUnavailableError,
+    StoreURLError,
+    StoreVersionError,
+    UnknownRunPartError,
+)
+
+__all__ = [
+    "FactNotAllowedError",
+    "FencedError",
+    "GrainSealedError",
+    "InvalidRunIdError",
+    "LeaseHeldError",
+    "LeaseHolder",
+    "LeaseLostError",
+    "LineageStore",
+    "PayloadError",
+    "RunInfo",
+    "RunMismatchError",
+    "RunNotFoundError",
+    "StoreAuthError",
+    "StoreError",
+    "StoreURLError",
+    "StoreUnavailableError",
+    "StoreVersionError",
+    "StoredFact",
+    "UnknownRunPartError",
+    "open_store",
+    "shard_of",
+]

@@ -1,0 +1,242 @@
+"""Errors of the lineage store, all :class:`~rayorch.core.errors.StoreError` subclasses.
+
+Each error keeps its constructor arguments (so it pickles across Ray processes) and
+builds a plain message saying what was wrong and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rayorch.core.errors import StoreError
+from rayorch.core.ids import GrainKey, format_grain
+
+
+class _StoreErrorWithArgs(StoreError):
+    """A StoreError whose message is built from its (picklable) constructor arguments."""
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (type(self), self.args)
+
+    def __str__(self) -> str:
+        return self.message()
+
+    def message(self) -> str:  # pragma: no cover - every subclass overrides
+        return repr(self.args)
+
+
+class StoreURLError(_StoreErrorWithArgs):
+    """The store URL cannot be used."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(url, reason)
+        self.url, self.reason = url, reason
+
+    def message(self) -> str:
+        return (
+            f"cannot open lineage store {self.url!r}: {self.reason}. "
+            "Use memory://, memory://NAME, redis://[user:password@]host:port/db or rediss://..."
+        )
+
+
+class StoreUnavailableError(_StoreErrorWithArgs):
+    """The store server cannot be reached (after retrying with backoff)."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(url, detail)
+        self.url, self.detail = url, detail
+
+    def message(self) -> str:
+        return (
+            f"cannot reach the lineage store at {self.url} ({self.detail}). "
+            "Check that redis-server is running and the host/port in the URL are right."
+        )
+
+
+class StoreAuthError(_StoreErrorWithArgs):
+    """The server refused the credentials (or needs some)."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(url, detail)
+        self.url, self.detail = url, detail
+
+    def message(self) -> str:
+        return (
+            f"the lineage store at {self.url} refused the login ({self.detail}). "
+            "Put the right user and password in the URL: redis://USER:PASSWORD@host:port/db."
+        )
+
+
+class StoreVersionError(_StoreErrorWithArgs):
+    """The Redis server is too old for the store's streams and scripts."""
+
+    def __init__(self, url: str, version: str) -> None:
+        super().__init__(url, version)
+        self.url, self.version = url, version
+
+    def message(self) -> str:
+        return (
+            f"the lineage store at {self.url} runs Redis {self.version}; rayorch needs "
+            "Redis 7.0 or newer. Upgrade the server or point the URL at another one."
+        )
+
+
+class RunNotFoundError(_StoreErrorWithArgs):
+    """No run with this id exists in the store."""
+
+    def __init__(self, run_id: str, url: str) -> None:
+        super().__init__(run_id, url)
+        self.run_id, self.url = run_id, url
+
+    def message(self) -> str:
+        return (
+            f"run {self.run_id!r} not found in the lineage store {self.url}. "
+            "Check the run id (`rayorch audit --list` lists the runs) and the --store URL."
+        )
+
+
+class InvalidRunIdError(_StoreErrorWithArgs):
+    """A run id has characters a store key cannot hold."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+    def message(self) -> str:
+        return (
+            f"{self.run_id!r} is not a valid run id: use 1-128 letters, digits, '_', '.' "
+            "or '-' (no ':', braces or spaces)."
+        )
+
+
+class RunMismatchError(_StoreErrorWithArgs):
+    """A run was reopened with another plan fingerprint or shard configuration."""
+
+    def __init__(self, run_id: str, what: str, stored: str, given: str) -> None:
+        super().__init__(run_id, what, stored, given)
+        self.run_id, self.what, self.stored, self.given = run_id, what, stored, given
+
+    def message(self) -> str:
+        return (
+            f"run {self.run_id!r} was started with {self.what} {self.stored}, but it was reopened "
+            f"with {self.what} {self.given}. Resume it with the same program and settings, or "
+            "start a new run id."
+        )
+
+
+class UnknownRunPartError(_StoreErrorWithArgs):
+    """A fact names a Call, Domain or shard the run's plan does not have."""
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        super().__init__(run_id, detail)
+        self.run_id, self.detail = run_id, detail
+
+    def message(self) -> str:
+        return f"run {self.run_id!r}: {self.detail}"
+
+
+class FactNotAllowedError(_StoreErrorWithArgs):
+    """A fact was given to the wrong store operation."""
+
+    def __init__(self, tag: str, reason: str) -> None:
+        super().__init__(tag, reason)
+        self.tag, self.reason = tag, reason
+
+    def message(self) -> str:
+        return f"a {self.tag} fact cannot be appended here: {self.reason}"
+
+
+class LeaseHeldError(_StoreErrorWithArgs):
+    """Another driver holds the shard's lease."""
+
+    def __init__(self, run_id: str, shard: int, holder: str, epoch: int) -> None:
+        super().__init__(run_id, shard, holder, epoch)
+        self.run_id, self.shard, self.holder, self.epoch = run_id, shard, holder, epoch
+
+    def message(self) -> str:
+        return (
+            f"shard {self.shard} of run {self.run_id!r} is leased by driver {self.holder!r} "
+            f"(epoch {self.epoch}); wait for its lease to expire or pick another shard."
+        )
+
+
+class LeaseLostError(_StoreErrorWithArgs):
+    """The caller's lease expired or was released; it may not write to the shard."""
+
+    def __init__(self, run_id: str, shard: int, epoch: int) -> None:
+        super().__init__(run_id, shard, epoch)
+        self.run_id, self.shard, self.epoch = run_id, shard, epoch
+
+    def message(self) -> str:
+        return (
+            f"the lease of shard {self.shard} of run {self.run_id!r} (epoch {self.epoch}) has "
+            "expired or was released; nothing was written. Acquire the lease again and "
+            "rebuild the shard from the store before continuing."
+        )
+
+
+class FencedError(LeaseLostError):
+    """Another driver took the shard over with a newer epoch (the caller is deposed)."""
+
+    def __init__(self, run_id: str, shard: int, epoch: int, current_epoch: int) -> None:
+        _StoreErrorWithArgs.__init__(self, run_id, shard, epoch, current_epoch)
+        self.run_id, self.shard, self.epoch = run_id, shard, epoch
+        self.current_epoch = current_epoch
+
+    def message(self) -> str:
+        return (
+            f"shard {self.shard} of run {self.run_id!r} is now held with epoch "
+            f"{self.current_epoch}; this driver's epoch {self.epoch} is fenced off and nothing "
+            "was written. Stop scheduling this shard."
+        )
+
+
+class GrainSealedError(_StoreErrorWithArgs):
+    """Driver facts named Grains that are already sealed; nothing was written."""
+
+    def __init__(self, run_id: str, shard: int, grains: Sequence[GrainKey]) -> None:
+        grains = tuple((call, tuple(path)) for call, path in grains)
+        super().__init__(run_id, shard, grains)
+        self.run_id, self.shard, self.grains = run_id, shard, grains
+
+    def message(self) -> str:
+        names = ", ".join(format_grain(g) for g in self.grains)
+        return (
+            f"run {self.run_id!r} shard {self.shard}: {names} already sealed (committed or "
+            "failed); nothing was written. Read the shard's facts from your cursor to catch up, "
+            "then decide again."
+        )
+
+
+class PayloadError(_StoreErrorWithArgs):
+    """A durable payload could not be written or read."""
+
+    def __init__(self, ref: str, detail: str) -> None:
+        super().__init__(ref, detail)
+        self.ref, self.detail = ref, detail
+
+    def message(self) -> str:
+        return (
+            f"payload {self.ref!r}: {self.detail}. Check that the payload directory "
+            "(payload_dir= in the store URL) is the same for every process of the run."
+        )
+
+
+__all__ = [
+    "FactNotAllowedError",
+    "FencedError",
+    "GrainSealedError",
+    "InvalidRunIdError",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "PayloadError",
+    "RunMismatchError",
+    "RunNotFoundError",
+    "StoreAuthError",
+    "StoreError",
+    "StoreURLError",
+    "StoreUnavailableError",
+    "StoreVersionError",
+    "UnknownRunPartError",
+]

@@ -1,0 +1,90 @@
+"""Every Redis key of the lineage store is built here, and nowhere else.
+
+All keys of one shard share the hash tag ``{<run>:<shard>}``, so a Lua script that
+touches one shard stays in one Redis Cluster slot::
+
+    ro:{<run>}:meta                     hash    run description (plan, fingerprint, config)
+    ro:runs                             set     ids of all runs
+    ro:{<run>:<k>}:facts:<domain>       stream  shard k's facts of one Domain (id = seq-0)
+    ro:{<run>:<k>}:grains               hash    "call|path" -> "phase:generation[:token]"
+    ro:{<run>:<k>}:barriers             set     "call|parent_path" of GroupFailure barriers
+    ro:{<run>:<k>}:lease                string  "epoch|driver", with the lease TTL
+    ro:{<run>:<k>}:epoch                string  last epoch handed out (never goes backwards)
+    ro:{<run>:<k>}:seq                  string  last sequence number of the shard's facts
+    ro:{<run>:<k>}:lastop               string  token of the last driver append (retry safety)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rayorch.core.ids import CallId, DomainId, Path, format_path
+
+PREFIX = "ro"
+RUNS_KEY = f"{PREFIX}:runs"
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+def valid_run_id(run_id: str) -> bool:
+    """Run ids are 1-128 characters of letters, digits, ``_``, ``.`` and ``-``."""
+    return bool(_RUN_ID.match(run_id))
+
+
+def meta_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:meta"
+
+
+def grain_field(call: CallId, path: Path) -> str:
+    """The Grain hash field (and differential-test key) of one Grain."""
+    return f"{call}|{format_path(path)}"
+
+
+def barrier_member(call: CallId, parent: Path) -> str:
+    """The barrier-set member of a GroupFailure barrier on ``(call, parent)``."""
+    return f"{call}|{format_path(parent)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardKeys:
+    """The keys of one shard of one run."""
+
+    run_id: str
+    shard: int
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.run_id}:{self.shard}}}"
+
+    def facts(self, domain: DomainId) -> str:
+        return f"{PREFIX}:{self.tag}:facts:{domain}"
+
+    @property
+    def grains(self) -> str:
+        return f"{PREFIX}:{self.tag}:grains"
+
+    @property
+    def barriers(self) -> str:
+        return f"{PREFIX}:{self.tag}:barriers"
+
+    @property
+    def lease(self) -> str:
+        return f"{PREFIX}:{self.tag}:lease"
+
+    @property
+    def epoch(self) -> str:
+        return f"{PREFIX}:{self.tag}:epoch"
+
+    @property
+    def seq(self) -> str:
+        return f"{PREFIX}:{self.tag}:seq"
+
+    @property
+    def lastop(self) -> str:
+        return f"{PREFIX}:{self.tag}:lastop"
+
+    def all_keys(self, domains: tuple[DomainId, ...]) -> list[str]:
+        """Every key of the shard (for deleting a run)."""
+        fixed = [self.grains, self.barriers, self.lease, self.epoch, self.seq, self.lastop]
+        return fixed + [self.facts(d) for d in domains]

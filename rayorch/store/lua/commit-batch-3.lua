@@ -1,0 +1,87 @@
+--[[ commit-batch-3.lua: the commit gate (DESIGN 4.4) for one shard's worker reports.
+
+KEYS[1]      grains hash    "call|path" -> "phase:generation[:token]"
+KEYS[2]      barriers set   "call|parent_path"
+KEYS[3]      seq counter    last sequence number of the shard
+KEYS[4..]    fact streams   one per Domain the reports use (ids "<seq>-0")
+
+ARGV[1]      n, the number of reports
+ARGV[2]      token, unique per call (a retried call after a lost reply answers as before)
+then 6 per report i (base = 2 + (i-1)*6):
+  +1 grain field "call|path"     +2 report generation
+  +3 barrier member ("" = root Grain: no parent, no barrier)
+  +4 "1" if this report installs a barrier (group_failure of a child Grain), else "0"
+  +5 stream index: the report's stream is KEYS[3 + index]
+  +6 msgpack bytes of the GrainCommitted fact
+ARGV[2 + 6n + 1 ..]  msgpack bytes of one BarrierInstalled fact per report flagged "1" in +4,
+                     in report order (used only for those accepted)
+
+Returns: one verdict per report, the codes of rayorch.core.commit.CommitVerdict:
+   1 ACCEPTED  -1 NOT_DISPATCHED  -2 STALE  -3 SEALED  -4 BARRED
+Appends: for each accepted report, in order, GrainCommitted and (if it installs one)
+BarrierInstalled, each as an entry {f = fact bytes} with id "<seq>-0".
+Every check runs before any write; later reports see earlier reports' effects.
+]]
+local grains, barriers, seqkey = KEYS[1], KEYS[2], KEYS[3]
+local n = tonumber(ARGV[1])
+local token = ARGV[2]
+local overlay = {}      -- grain field -> new value (sealed by this call)
+local new_barriers = {} -- member -> true
+local verdicts = {}
+local accepted = {}     -- report indexes to write, in order
+local barrier_of = {}   -- report index -> ARGV index of its BarrierInstalled bytes
+local barrier_arg = 2 + 6 * n
+local writes = 0
+
+for i = 1, n do
+  local b = 2 + (i - 1) * 6
+  local field, gen, member = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
+  local my_token = token .. ':' .. i
+  local installs = ARGV[b + 4] == '1'
+  if installs then barrier_arg = barrier_arg + 1 end
+  local cur = overlay[field]
+  if cur == nil then cur = redis.call('HGET', grains, field) end
+  local phase, cgen, ctoken = -1, 0, nil
+  if cur then
+    local p, g, t = string.match(cur, '^(%d+):(%d+):?(.*)$')
+    phase, cgen, ctoken = tonumber(p), tonumber(g), t
+  end
+  local v
+  if phase == 3 then
+    if ctoken == my_token then v = 1 else v = -3 end  -- 1: replay of this very call
+  elseif phase ~= 2 then
+    v = -1
+  elseif member ~= '' and (new_barriers[member] or redis.call('SISMEMBER', barriers, member) == 1) then
+    v = -4
+  elseif gen ~= cgen then
+    v = -2
+  else
+    v = 1
+    overlay[field] = '3:' .. gen .. ':' .. my_token
+    accepted[#accepted + 1] = i
+    writes = writes + 1
+    if installs then
+      new_barriers[member] = true
+      barrier_of[i] = barrier_arg
+      writes = writes + 1
+    end
+  end
+  verdicts[i] = v
+end
+
+if writes > 0 then
+  local seq = redis.call('INCRBY', seqkey, writes) - writes
+  for _, i in ipairs(accepted) do
+    local b = 2 + (i - 1) * 6
+    local field, stream = ARGV[b + 1], KEYS[3 + tonumber(ARGV[b + 5])]
+    redis.call('HSET', grains, field, overlay[field])
+    seq = seq + 1
+    redis.call('XADD', stream, seq .. '-0', 'f', ARGV[b + 6])
+    if barrier_of[i] then
+      seq = seq + 1
+      redis.call('XADD', stream, seq .. '-0', 'f', ARGV[barrier_of[i]])
+      redis.call('SADD', barriers, ARGV[b + 3])
+    end
+  end
+end
+return verdicts

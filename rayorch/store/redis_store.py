@@ -1,0 +1,533 @@
+"""The Redis Streams lineage store (``redis://``, ``rediss://``).
+
+Per shard, one stream per Domain holds the shard's facts; a sequence counter gives
+every fact its place in the shard's total order (it is also the entry id,
+``<seq>-0``), so a reader merges the Domain streams back into one order. The
+commit gate, fenced driver appends and leases are Lua scripts (``lua/*.lua``),
+run with EVALSHA and reloaded on NOSCRIPT (after a server restart). Every call
+carries a unique token, so a call retried after a lost reply answers as the
+first one did instead of applying twice. Every key comes from :mod:`.keys`.
+
+URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
+``payload_threshold=BYTES`` (default 65536), ``retries=N`` (reconnect attempts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    NoPermissionError,
+    NoScriptError,
+    ResponseError,
+)
+from redis.retry import Retry
+
+from rayorch.core.commit import CommitVerdict, GrainPhase
+from rayorch.core.errors import StoreError
+from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
+from rayorch.core.ids import ROOT, CallId, DomainId, parse_path
+from rayorch.core.ids import Path as EntityPath
+from rayorch.core.plan import Plan
+from rayorch.store.base import (
+    DEFAULT_READ_LIMIT,
+    LeaseHolder,
+    LineageStore,
+    RunInfo,
+    RunLayout,
+    StoredFact,
+    barrier_fact,
+    check_run_id,
+    plan_description,
+    prepare_driver_facts,
+    prepare_reports,
+)
+from rayorch.store.errors import (
+    FencedError,
+    GrainSealedError,
+    LeaseHeldError,
+    LeaseLostError,
+    RunMismatchError,
+    RunNotFoundError,
+    StoreAuthError,
+    StoreUnavailableError,
+    StoreURLError,
+    StoreVersionError,
+)
+from rayorch.store.keys import RUNS_KEY, ShardKeys, grain_field, meta_key
+from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore
+
+MIN_REDIS_VERSION = (7, 0)
+MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket timeout)
+_LUA_DIR = Path(__file__).parent / "lua"
+_STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries")
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """One ``.lua`` file, run by SHA and reloaded when the server lost it."""
+
+    name: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        import hashlib
+
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+def _load_script(stem: str) -> LuaScript:
+    return LuaScript(stem, (_LUA_DIR / f"{stem}.lua").read_text())
+
+
+COMMIT_BATCH = _load_script("commit-batch-3")
+APPEND_FENCED = _load_script("append-fenced-4")
+ACQUIRE_LEASE = _load_script("acquire-lease-4")
+RENEW_LEASE = _load_script("renew-lease-1")
+OPEN_RUN = _load_script("open-run-1")
+
+# Return codes of the scripts (see their headers).
+LEASE_LOST, FENCED, GRAIN_SEALED, LEASE_HELD = -10, -11, -12, -20
+FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"7.0.15"`` -> ``(7, 0, 15)``."""
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _decode_phase(raw: bytes | str | None) -> tuple[GrainPhase, int] | None:
+    if raw is None:
+        return None
+    phase, generation = _text(raw).split(":")[:2]
+    return GrainPhase(int(phase)), int(generation)
+
+
+def _seq_of(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[0])
+
+
+class RedisStore(LineageStore):
+    """Lineage facts in Redis Streams; cheap to open (connects on first use), pickles as its URL."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise StoreURLError(url, "a Redis store URL starts with redis:// or rediss://")
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        options = {k: v for k, v in query if k in _STORE_OPTIONS}
+        passthrough = [(k, v) for k, v in query if k not in _STORE_OPTIONS]
+        try:
+            threshold = int(options.get("payload_threshold", DEFAULT_THRESHOLD))
+            self.retries = int(options.get("retries", 10))
+        except ValueError:
+            raise StoreURLError(url, "payload_threshold and retries must be integers") from None
+        self.url = url
+        self.safe_url = redact_url(url)
+        self._redis_url = urlunsplit(parts._replace(query=urlencode(passthrough)))
+        payload_dir = options.get("payload_dir")
+        self.payloads = PayloadStore(payload_dir or None, threshold)
+        self._redis: redis.Redis | None = None
+        self._layouts: dict[str, RunLayout] = {}
+        self._waitaof = True
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (RedisStore, (self.url,))
+
+    # -- connection ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Translate redis-py errors into StoreError subclasses with plain messages."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except (AuthenticationError, AuthenticationWrongNumberOfArgsError, AuthorizationError,
+                NoPermissionError) as exc:
+            raise StoreAuthError(self.safe_url, str(exc)) from exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailableError(self.safe_url, str(exc)) from exc
+        except ResponseError as exc:
+            text = str(exc)
+            if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+                raise StoreAuthError(self.safe_url, text) from exc
+            raise StoreError(f"the lineage store at {self.safe_url} answered: {text}") from exc
+
+    def _client(self) -> redis.Redis:
+        if self._redis is None:
+            retry = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), self.retries)
+            try:
+                client = redis.Redis.from_url(
+                    self._redis_url,
+                    retry=retry,
+                    socket_connect_timeout=2.0,
+                    socket_timeout=MAX_BLOCK_S + 10.0,
+                )
+            except ValueError as exc:
+                raise StoreURLError(self.safe_url, str(exc)) from exc
+            with self._errors():
+                version = str(client.info("server").get("redis_version", "0"))
+            if parse_version(version) < MIN_REDIS_VERSION:
+                client.close()
+                raise StoreVersionError(self.safe_url, version)
+            self._redis = client
+        return self._redis
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+
+    def _eval(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        client = self._client()
+        with self._errors():
+            try:
+                return client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                client.script_load(script.source)
+                return client.evalsha(script.sha, len(keys), *keys, *args)
+
+    def _eval_many(self, calls: list[tuple[LuaScript, list[str], list[Any]]]) -> list[Any]:
+        """Run several script calls in one round trip (pipelined, not a transaction)."""
+        if len(calls) == 1:
+            return [self._eval(*calls[0])]
+        client = self._client()
+        with self._errors():
+            pipe = client.pipeline(transaction=False)
+            for script, keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            results = pipe.execute(raise_on_error=False)
+        out: list[Any] = []
+        for call, result in zip(calls, results):
+            if isinstance(result, NoScriptError):
+                result = self._eval(*call)  # this call did not run: run it alone
+            elif isinstance(result, Exception):
+                with self._errors():
+                    raise result
+            out.append(result)
+        return out
+
+    # -- runs --------------------------------------------------------------------
+    def open_run(
+        self,
+        run_id: str,
+        plan: Plan | Mapping[str, Any],
+        *,
+        shards: int = 1,
+        micro_batch: int = 1,
+        config: Mapping[str, Any] | None = None,
+    ) -> RunInfo:
+        check_run_id(run_id)
+        desc, fingerprint = plan_description(plan)
+        if shards < 1 or micro_batch < 1:
+            raise ValueError("shards and micro_batch must be >= 1")
+        args = [fingerprint, shards, micro_batch, orjson.dumps(desc),
+                orjson.dumps(dict(config or {})), repr(time.time())]
+        result = self._eval(OPEN_RUN, [meta_key(run_id)], args)
+        code = int(result[0])
+        if code == FINGERPRINT_MISMATCH:
+            raise RunMismatchError(run_id, "plan fingerprint", result[1].decode(), fingerprint)
+        if code == CONFIG_MISMATCH:
+            stored = f"{int(result[1])} / {int(result[2])}"
+            raise RunMismatchError(run_id, "shards / micro_batch", stored,
+                                   f"{shards} / {micro_batch}")
+        with self._errors():
+            self._client().sadd(RUNS_KEY, run_id)
+        return self.run_info(run_id)
+
+    def run_info(self, run_id: str) -> RunInfo:
+        return self._layout(run_id).info
+
+    def _layout(self, run_id: str) -> RunLayout:
+        layout = self._layouts.get(run_id)
+        if layout is None:
+            with self._errors():
+                raw = self._client().hgetall(meta_key(run_id))
+            if not raw:
+                raise RunNotFoundError(run_id, self.safe_url)
+            info = RunInfo(
+                run_id=run_id,
+                fingerprint=_text(raw[b"fingerprint"]),
+                plan=orjson.loads(raw[b"plan"]),
+                shards=int(raw[b"shards"]),
+                micro_batch=int(raw[b"micro_batch"]),
+                config=orjson.loads(raw[b"config"]),
+                created_ts=float(raw[b"created_ts"]),
+            )
+            layout = self._layouts[run_id] = RunLayout(info)
+        return layout
+
+    def list_runs(self) -> list[RunInfo]:
+        with self._errors():
+            ids = sorted(_text(m) for m in self._client().smembers(RUNS_KEY))
+        infos = []
+        for run_id in ids:
+            with contextlib.suppress(RunNotFoundError):
+                infos.append(self.run_info(run_id))
+        return sorted(infos, key=lambda i: (i.created_ts, i.run_id))
+
+    def delete_run(self, run_id: str) -> None:
+        try:
+            layout = self._layout(run_id)
+        except RunNotFoundError:
+            return
+        client = self._client()
+        with self._errors():
+            pipe = client.pipeline(transaction=False)
+            for shard in range(layout.info.shards):
+                pipe.delete(*ShardKeys(run_id, shard).all_keys(layout.domains))
+            pipe.delete(meta_key(run_id))
+            pipe.srem(RUNS_KEY, run_id)
+            pipe.execute()
+        self._layouts.pop(run_id, None)
+        self.payloads.delete_run(run_id)
+
+    # -- leases ------------------------------------------------------------------
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
+        layout = self._layout(run_id)
+        layout.check_shard(shard)
+        keys = ShardKeys(run_id, shard)
+        result = self._eval(
+            ACQUIRE_LEASE,
+            [keys.lease, keys.epoch, keys.seq, keys.facts(ROOT)],
+            [driver, max(1, int(ttl_s * 1000)), shard, repr(time.time())],
+        )
+        if int(result[0]) == LEASE_HELD:
+            raise LeaseHeldError(run_id, shard, result[2].decode(), int(result[1]))
+        if int(result[0]) == 1:
+            self._sync_to_disk()
+        return int(result[1])
+
+    def _sync_to_disk(self) -> None:
+        """Wait for the AOF fsync of a new epoch where the server supports it (Redis >= 7.2)."""
+        if not self._waitaof:
+            return
+        try:
+            with self._errors():
+                self._client().execute_command("WAITAOF", 1, 0, 1000)  # type: ignore[no-untyped-call]
+        except StoreError:
+            self._waitaof = False  # no AOF, or a server without WAITAOF
+
+    def _renew(self, run_id: str, shard: int, driver: str, epoch: int, ttl_ms: int) -> int:
+        self._layout(run_id).check_shard(shard)
+        keys = ShardKeys(run_id, shard)
+        result = self._eval(RENEW_LEASE, [keys.lease], [epoch, driver, ttl_ms])
+        code = int(result[0])
+        if code == FENCED:
+            return int(result[1])
+        return code
+
+    def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
+        code = self._renew(run_id, shard, driver, epoch, max(1, int(ttl_s * 1000)))
+        if code == LEASE_LOST:
+            raise LeaseLostError(run_id, shard, epoch)
+        if code != 1:
+            raise FencedError(run_id, shard, epoch, code)
+
+    def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
+        self._renew(run_id, shard, driver, epoch, 0)
+
+    def lease_holder(self, run_id: str, shard: int) -> LeaseHolder | None:
+        self._layout(run_id).check_shard(shard)
+        with self._errors():
+            raw = self._client().get(ShardKeys(run_id, shard).lease)
+        if raw is None:
+            return None
+        epoch, _, driver = _text(raw).partition("|")
+        return LeaseHolder(driver, int(epoch))
+
+    # -- facts -------------------------------------------------------------------
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
+        layout = self._layout(run_id)
+        prepared = prepare_driver_facts(layout, shard, facts)
+        keys = ShardKeys(run_id, shard)
+        streams: dict[DomainId, int] = {}
+        args: list[Any] = [epoch, uuid.uuid4().hex, len(prepared)]
+        for item in prepared:
+            index = streams.setdefault(item.domain, len(streams) + 1)
+            args += [item.kind, item.grain, item.generation, index, encode_fact(item.fact)]
+        stream_keys = [keys.facts(d) for d in streams]
+        result = self._eval(
+            APPEND_FENCED, [keys.lease, keys.grains, keys.seq, keys.lastop, *stream_keys], args
+        )
+        code = int(result[0])
+        if code in (1, 2):
+            first = int(result[1])
+            return list(range(first, first + len(prepared)))
+        if code == LEASE_LOST:
+            raise LeaseLostError(run_id, shard, epoch)
+        if code == FENCED:
+            raise FencedError(run_id, shard, epoch, int(result[1]))
+        sealed = []
+        for i in result[1:]:
+            call, _, path = prepared[int(i) - 1].grain.rpartition("|")
+            sealed.append((call, parse_path(path)))
+        raise GrainSealedError(run_id, shard, sealed)
+
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+        layout = self._layout(run_id)
+        groups = prepare_reports(layout, reports)
+        token = uuid.uuid4().hex
+        refs: dict[int, str] = {}
+        calls: list[tuple[LuaScript, list[str], list[Any]]] = []
+        positions: list[list[int]] = []
+        try:
+            for shard, items in groups.items():
+                keys = ShardKeys(run_id, shard)
+                streams: dict[DomainId, int] = {}
+                args: list[Any] = [len(items), token]
+                barrier_args: list[bytes] = []
+                for item in items:
+                    encoded = encode_fact(item.report)
+                    if len(encoded) > self.payloads.threshold and item.report.outputs is not None:
+                        slim, refs[item.position] = self.payloads.externalize(
+                            run_id, item.report, f"{token}-{item.position}"
+                        )
+                        encoded = encode_fact(slim)
+                    index = streams.setdefault(item.domain, len(streams) + 1)
+                    args += [item.grain, item.generation, item.barrier,
+                             "1" if item.installs_barrier else "0", index, encoded]
+                    if item.installs_barrier:
+                        barrier_args.append(encode_fact(barrier_fact(item.report)))
+                stream_keys = [keys.facts(d) for d in streams]
+                calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
+                              args + barrier_args))
+                positions.append([item.position for item in items])
+            results = self._eval_many(calls)
+        except BaseException:
+            for ref in refs.values():  # nothing is known to be committed: keep no orphans
+                self.payloads.delete(ref)
+            raise
+        verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
+        for shard_positions, result in zip(positions, results):
+            for position, code in zip(shard_positions, result):
+                verdicts[position] = CommitVerdict(int(code))
+        for position, ref in refs.items():
+            if not verdicts[position].accepted:
+                self.payloads.delete(ref)
+        return verdicts
+
+    def read(
+        self,
+        run_id: str,
+        shard: int,
+        after: int = 0,
+        *,
+        limit: int = DEFAULT_READ_LIMIT,
+        block_s: float | None = None,
+        domain: DomainId | None = None,
+        payloads: bool = True,
+    ) -> list[StoredFact]:
+        """See :meth:`LineageStore.read`; ``payloads=False`` leaves payload refs unresolved."""
+        layout = self._layout(run_id)
+        layout.check_shard(shard)
+        keys = ShardKeys(run_id, shard)
+        domains = (domain,) if domain is not None else layout.domains
+        by_key = {keys.facts(d).encode(): d for d in domains}
+        client = self._client()
+        start = f"{after}-0"
+        deadline = None if block_s is None else time.monotonic() + block_s
+        while True:
+            block_ms = None
+            if deadline is not None:
+                remaining = min(deadline - time.monotonic(), MAX_BLOCK_S)
+                block_ms = max(1, int(remaining * 1000))
+            with self._errors():
+                response: Any = client.xread(
+                    {k: start for k in by_key}, count=limit, block=block_ms
+                )
+            if response or deadline is None or time.monotonic() >= deadline:
+                break
+        return self._merge(response or [], by_key, limit, payloads)
+
+    def _merge(
+        self, response: list[Any], by_key: dict[bytes, DomainId], limit: int, payloads: bool
+    ) -> list[StoredFact]:
+        """Merge per-Domain XREAD results into one order, without gaps.
+
+        A stream that returned ``limit`` entries may hold more below another stream's
+        entries, so only entries up to the smallest such stream's last seq are safe.
+        """
+        bound: int | None = None
+        for _, entries in response:
+            if len(entries) >= limit:
+                last = _seq_of(entries[-1][0])
+                bound = last if bound is None else min(bound, last)
+        merged: list[tuple[int, DomainId, bytes]] = []
+        for key, entries in response:
+            domain = by_key[key]
+            for entry_id, fields in entries:
+                seq = _seq_of(entry_id)
+                if bound is None or seq <= bound:
+                    merged.append((seq, domain, fields[b"f"]))
+        if len(response) > 1:
+            merged.sort(key=lambda e: e[0])
+        out = []
+        for seq, domain, blob in merged[:limit]:
+            fact = decode_fact(blob)
+            if payloads and isinstance(fact, GrainCommitted) and fact.payload_ref is not None:
+                fact = self.payloads.resolve(fact)
+            out.append(StoredFact(seq, domain, fact))
+        return out
+
+    def grain_phase(self, run_id: str, shard: int, call: CallId, path: EntityPath
+                    ) -> tuple[GrainPhase, int] | None:
+        self._layout(run_id).check_shard(shard)
+        with self._errors():
+            raw = self._client().hget(ShardKeys(run_id, shard).grains, grain_field(call, path))
+        return _decode_phase(raw)
+
+    def barriers(self, run_id: str, shard: int) -> frozenset[tuple[CallId, EntityPath]]:
+        self._layout(run_id).check_shard(shard)
+        with self._errors():
+            members = self._client().smembers(ShardKeys(run_id, shard).barriers)
+        return frozenset(
+            (call, parse_path(path))
+            for call, _, path in (_text(m).rpartition("|") for m in members)
+        )
+
+    def collect_payload_garbage(self, run_id: str) -> list[str]:
+        """Delete payload files of the run that no committed fact refers to."""
+        info = self.run_info(run_id)
+        referenced = {
+            stored.fact.payload_ref
+            for shard in range(info.shards)
+            for stored in self._iter_raw(run_id, shard)
+            if isinstance(stored.fact, GrainCommitted) and stored.fact.payload_ref
+        }
+        return self.payloads.collect_garbage(run_id, {r for r in referenced if r})
+
+    def _iter_raw(self, run_id: str, shard: int) -> Iterator[StoredFact]:
+        cursor = 0
+        while batch := self.read(run_id, shard, cursor, payloads=False):
+            yield from batch
+            cursor = batch[-1].seq
