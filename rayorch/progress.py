@@ -24,6 +24,7 @@ class CallStats:
     failed: int = 0
     suppressed: int = 0
     retried: int = 0
+    rejected: int = 0
     first_done: float | None = None
     last_done: float | None = None
 

@@ -10,7 +10,6 @@ actor come back as physical failures.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +52,7 @@ class ActorSlot:
     incarnation: int = 0
     queue: list[InFlightBatch] = field(default_factory=list)
     retiring: bool = False
+    reserved: int = 0  # batches promised to this slot but not yet submitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,21 +155,35 @@ class ActorPool:
             slot.queue.clear()
 
     # -- batches --------------------------------------------------------------
-    def free_slots(self) -> Iterator[ActorSlot]:
-        """Slots that can take another batch now, least loaded first."""
-        for slot in sorted(self.slots, key=lambda s: len(s.queue)):
-            if not slot.retiring and len(slot.queue) < self.depth:
-                yield slot
+    def reserve(self) -> ActorSlot | None:
+        """Promise the next batch to the least-loaded slot with room; None when all are full."""
+        best: ActorSlot | None = None
+        for slot in self.slots:
+            load = len(slot.queue) + slot.reserved
+            if slot.retiring or load >= self.depth:
+                continue
+            if best is None or load < len(best.queue) + best.reserved:
+                best = slot
+        if best is not None:
+            best.reserved += 1
+        return best
+
+    def unreserve(self, slot: ActorSlot) -> None:
+        """Take back a promise made by :meth:`reserve` (no batch after all)."""
+        slot.reserved -= 1
 
     def capacity(self) -> int:
         """How many more batches the pool accepts now."""
-        return sum(self.depth - len(s.queue) for s in self.slots if not s.retiring)
+        return sum(
+            self.depth - len(s.queue) - s.reserved for s in self.slots if not s.retiring
+        )
 
     def in_flight(self) -> int:
         return sum(len(slot.queue) for slot in self.slots)
 
     def submit(self, slot: ActorSlot, task: BatchTask) -> InFlightBatch:
-        """Send ``task`` to ``slot``'s actor."""
+        """Send ``task`` to ``slot``'s actor (reserved with :meth:`reserve`)."""
+        slot.reserved = max(0, slot.reserved - 1)
         now = time.monotonic()
         ref = slot.handle.run_batch.remote(task)
         batch = InFlightBatch(ref, task, slot, slot.incarnation, now, now if not slot.queue else None)

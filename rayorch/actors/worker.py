@@ -5,8 +5,8 @@ The ABI is value-only. A worker receives a Call spec, the batch's input rows and
 :func:`rayorch.core.udf.invoke_batch`, turns each record's result into a
 ``GrainCommitted`` report, and
 
-* with a shared store (Redis) commits the reports itself, one ``commit`` per shard
-  touched by the batch, writing large values to the payload store first;
+* with a shared store (Redis) commits the reports itself, one ``commit`` (one round
+  trip) per batch, the store writing large values to its payload directory first;
 * with the in-process memory store returns the reports for the driver to commit.
 
 Either way the values travel back to the driver on Ray's object store (the fast
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from rayorch.core.facts import (
@@ -48,15 +48,11 @@ class StoreBinding:
 
 @dataclass(frozen=True, slots=True)
 class BatchTask:
-    """One physical batch: the Grains of one Call that share one attempt.
-
-    ``shards[i]`` is the lineage-store shard of ``tags[i]`` (needed to commit).
-    """
+    """One physical batch: the Grains of one Call that share one attempt."""
 
     call: CallSpec
     tags: tuple[GrainTag, ...]
     rows: tuple[tuple[Any, ...], ...]
-    shards: tuple[int, ...]
     batch_id: int = 0
 
 
@@ -116,7 +112,6 @@ class ModuleWorker:
         self._fn = instantiate(module)
         self._binding = binding
         self._store: Any = None
-        self._run: Any = None
 
     def ping(self) -> int:
         """The worker's process id (also proves the constructor ran)."""
@@ -142,36 +137,22 @@ class ModuleWorker:
                 udf_seconds,
             )
         started = time.perf_counter()
-        verdicts = self._commit(task, reports)
+        verdicts = self._commit(reports)
         return BatchResult(
             task.batch_id, task.call.id, task.tags, reports, verdicts, None, os.getpid(),
             udf_seconds, time.perf_counter() - started,
         )
 
-    def _commit(self, task: BatchTask, reports: tuple[GrainCommitted, ...]) -> tuple[int, ...]:
-        """Commit ``reports`` through the shared store, grouped by shard; verdict per report."""
-        store, run = self._open_store()
-        by_shard: dict[int, list[int]] = {}
-        for i, shard in enumerate(task.shards):
-            by_shard.setdefault(shard, []).append(i)
-        verdicts: list[int] = [0] * len(reports)
-        for shard, positions in by_shard.items():
-            durable = [store.offload(run, reports[i]) for i in positions]
-            codes = store.commit(run, shard, durable)
-            for i, code in zip(positions, codes, strict=True):
-                verdicts[i] = int(code)
-        return tuple(verdicts)
+    def _commit(self, reports: tuple[GrainCommitted, ...]) -> tuple[int, ...]:
+        """Commit ``reports`` through the shared store (one commit gate call per batch).
 
-    def _open_store(self) -> tuple[Any, Any]:
+        The store writes outputs over its payload threshold to the payload directory
+        before the commit; the returned reports keep their values inline for the driver.
+        """
         if self._store is None:
             assert self._binding is not None
-            from rayorch.store import open_store
+            from rayorch.store.base import open_store
 
             self._store = open_store(self._binding.url)
-            self._run = self._store.run(self._binding.run_id)
-        return self._store, self._run
-
-
-def strip_values(report: GrainCommitted) -> GrainCommitted:
-    """The report without its inline values (e.g. for logs)."""
-    return replace(report, outputs=None)
+        assert self._binding is not None
+        return tuple(int(v) for v in self._store.commit(self._binding.run_id, reports))

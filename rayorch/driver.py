@@ -1,0 +1,191 @@
+"""The driver: runs a compiled Plan on Ray actor pools, with the lineage in a store.
+
+``run_pipeline`` (behind ``Pipeline.run``) compiles the program, opens the run in
+the lineage store, leases its shards, builds one actor pool per module and returns
+a :class:`RunHandle`. Iterating the handle drives :class:`DriverLoop`:
+
+1. admit source items in micro-batches while the kernel allows (bounded active sources);
+2. ask the kernel for batches per Call (its policy), append ``GrainDispatched`` and
+   submit them to free actors (up to ``depth`` batches queued per actor);
+3. ``ray.wait`` for finished batches; commit them (the memory store in-process, a
+   shared store already did it inside the actor) and fold accepted reports into the kernel;
+   turn physical failures into the kernel's ``GrainRetried``/``GrainFailed`` facts;
+4. hand finished source items back as ``(index, value)``.
+
+The kernel is the single source of scheduling truth; the store gets every fact the
+kernel folds, in the order the driver folds them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from rayorch.core.errors import RayorchError
+from rayorch.core.plan import Plan
+from rayorch.runtime.loop import DriverLoop, RunSettings
+from rayorch.runtime.session import RunSession, open_session
+
+__all__ = ["DriverError", "RunHandle", "run_pipeline"]
+
+
+class DriverError(RayorchError):
+    """The driver was given inputs or options it cannot run."""
+
+
+class RunHandle:
+    """An iterator of ``(index, value)`` per source item, as parents complete.
+
+    ``value`` is the output (a tuple for several outputs) or a
+    :class:`~rayorch.core.outcome.FailedResult` when it is not Present.
+    With ``ordered=True`` items come back in source order.
+
+    >>> handle = MyPipeline().run(["a.pdf", "b.pdf"])      # doctest: +SKIP
+    >>> print(handle.run_id)                                # doctest: +SKIP
+    >>> docs = handle.collect()                             # doctest: +SKIP
+    """
+
+    def __init__(self, loop: DriverLoop, ordered: bool) -> None:
+        self._loop = loop
+        self._ordered = ordered
+        self._results = self._iterate()
+        self._closed = False
+
+    @property
+    def run_id(self) -> str:
+        return self._loop.session.run_id
+
+    @property
+    def store_url(self) -> str:
+        return self._loop.session.store_url
+
+    @property
+    def stats(self) -> Any:
+        """Live counters of the run (:class:`rayorch.progress.RunStats`)."""
+        return self._loop.stats
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        return self
+
+    def __next__(self) -> tuple[int, Any]:
+        return next(self._results)
+
+    def _iterate(self) -> Iterator[tuple[int, Any]]:
+        waiting: dict[int, Any] = {}
+        next_index = 0
+        try:
+            for index, value in self._loop.results():
+                if not self._ordered:
+                    yield index, value
+                    continue
+                waiting[index] = value
+                while next_index in waiting:
+                    yield next_index, waiting.pop(next_index)
+                    next_index += 1
+            for index in sorted(waiting):
+                yield index, waiting.pop(index)
+        finally:
+            self.close()
+
+    def collect(self) -> list[Any]:
+        """Run to the end; the values in source order (``FailedResult`` where not Present)."""
+        pairs = sorted(self, key=lambda pair: pair[0])
+        return [value for _, value in pairs]
+
+    def close(self) -> None:
+        """Stop the run's actors and release its leases (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._loop.close()
+
+    def __enter__(self) -> RunHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
+            pass
+
+
+def _zip_inputs(plan: Plan, inputs: Sequence[Iterable[Any]]) -> tuple[Iterator[tuple[Any, ...]], int | None]:
+    expected = len(plan.input_ports)
+    if len(inputs) != expected:
+        raise DriverError(
+            f"{plan.name}.forward takes {expected} input(s) but run() got {len(inputs)}; pass "
+            "one iterable per forward argument, e.g. run(pdf_paths) for forward(self, pdfs)"
+        )
+    sizes = [len(x) for x in inputs if hasattr(x, "__len__")]  # type: ignore[arg-type]
+    if len(sizes) == len(inputs) and len(set(sizes)) > 1:
+        raise DriverError(
+            f"the inputs of run() have different lengths {sizes}; every forward argument "
+            "needs one value per source item"
+        )
+    total = sizes[0] if sizes and len(sizes) == len(inputs) else None
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        try:
+            yield from zip(*inputs, strict=True)
+        except ValueError as exc:
+            raise DriverError(
+                f"the inputs of run() ran out at different lengths ({exc}); every forward "
+                "argument needs one value per source item"
+            ) from None
+
+    return rows(), total
+
+
+def run_pipeline(
+    pipeline: Any,
+    inputs: Sequence[Iterable[Any]],
+    *,
+    store: str = "memory://",
+    ordered: bool = True,
+    progress: bool | None = None,
+    address: str | None = None,
+    run_id: str | None = None,
+    micro_batch: int = 16,
+    shards: int = 1,
+    max_active_sources: int | None = 256,
+    depth: int | None = None,
+    quiet: bool = False,
+) -> RunHandle:
+    """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
+
+    * ``store``: ``"memory://"`` (in-process, the default) or ``"redis://host:port/db"``.
+    * ``ordered``: yield in source order (otherwise as parents complete).
+    * ``progress``: live table; ``None`` = on when stdout is a terminal.
+    * ``address``: a Ray cluster to join; without it a local Ray is started if needed.
+    * ``run_id``: name of the run in the store (default: a fresh id, printed to stderr).
+    * ``micro_batch``: sources admitted together (and the shard granule);
+      ``shards``: lineage-store shards; ``max_active_sources``: admitted but unfinished
+      sources at most (``None`` = unbounded); ``depth``: batches queued per actor.
+    """
+    if micro_batch < 1 or shards < 1:
+        raise DriverError("micro_batch and shards must be >= 1")
+    plan = pipeline.compile()
+    rows, total = _zip_inputs(plan, inputs)
+    run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    settings = RunSettings(
+        micro_batch=micro_batch,
+        shards=shards,
+        max_active_sources=max_active_sources,
+        depth=depth,
+        progress=progress,
+    )
+    session: RunSession = open_session(plan, store, run_id, settings, address=address)
+    if not quiet:
+        print(
+            f"rayorch: run {session.run_id} (store {session.public_store_url}); "
+            f"audit with: rayorch audit {session.run_id} --store {session.public_store_url}",
+            file=sys.stderr,
+        )
+    loop = DriverLoop(session, plan, rows, total, settings)
+    return RunHandle(loop, ordered)
+

@@ -1,0 +1,330 @@
+"""The Ray runtime end to end: real Ray (one local instance per session), real redis-server.
+
+Every pipeline here runs on actor pools; the memory store and the Redis store must
+give the same results as the sequential reference interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rayorch as ro
+from rayorch import F
+from rayorch.actors.pool import PoolError
+from rayorch.core.commit import CommitVerdict
+from rayorch.core.facts import GrainCommitted, GrainRetried
+from rayorch.core.outcome import FailedResult, Outcome
+from rayorch.core.reference import run_reference
+from rayorch.store.base import open_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+STORES = ["memory", "redis"]
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest, ray_local: None) -> Iterator[str]:
+    """A fresh lineage store URL of each kind (a private redis-server for Redis)."""
+    if request.param == "memory":
+        yield f"memory://rt-{os.getpid()}-{time.monotonic_ns()}"
+    else:
+        yield request.getfixturevalue("redis_url")
+
+
+def log_call(log_dir: str | None, tag: str, values: list[Any]) -> None:
+    """Append one line per record a UDF saw (files: many actor processes, one machine)."""
+    if log_dir is None:
+        return
+    with open(Path(log_dir) / f"{tag}.log", "a") as f:
+        for value in values:
+            f.write(f"{value}\n")
+
+
+def logged(log_dir: Path, tag: str) -> list[str]:
+    path = log_dir / f"{tag}.log"
+    return path.read_text().split() if path.exists() else []
+
+
+# -- user modules (module level: Ray workers import them by name) ----------------------
+class Sections:
+    """doc -> sections: ``doc`` is ``(name, [n_lines per section])``."""
+
+    def __call__(self, docs: list[Any]) -> list[Any]:
+        return [[(doc[0], k, n) for k, n in enumerate(doc[1])] for doc in docs]
+
+
+class Lines:
+    def __call__(self, sections: list[Any]) -> list[Any]:
+        return [[f"{s[0]}.{s[1]}.{i}" for i in range(s[2])] for s in sections]
+
+
+class Upper:
+    def __init__(self, log_dir: str | None = None) -> None:
+        self.log_dir = log_dir
+
+    def __call__(self, lines: list[str]) -> list[Any]:
+        log_call(self.log_dir, "upper", lines)
+        out: list[Any] = []
+        for line in lines:
+            if "!group" in line:
+                out.append(ro.GroupFailure(f"bad line {line}"))
+            elif "!record" in line:
+                out.append(ro.RecordFailure(f"bad line {line}"))
+            else:
+                out.append(line.upper())
+        return out
+
+
+class Count:
+    def __call__(self, groups: list[list[str]]) -> list[Any]:
+        return [(len(g), "|".join(g)) for g in groups]
+
+
+class Summary:
+    def __call__(self, doc_parts: list[list[Any]]) -> list[Any]:
+        return [{"sections": len(parts), "lines": sum(p[0] for p in parts)} for parts in doc_parts]
+
+
+class Nested(ro.Pipeline):
+    """doc -> sections -> lines -> upper, reduced twice (nested fan-out and fan-in)."""
+
+    def __init__(self, batch_size: int = 4, replicas: int = 2, policy: str = "elastic") -> None:
+        super().__init__()
+        self.sections = ro.RayModule(Sections, num_cpus=0.1)
+        self.lines = ro.RayModule(Lines, num_cpus=0.1, batch_size=3)
+        self.upper = ro.RayModule(
+            Upper, num_cpus=0.1, batch_size=batch_size, replicas=replicas, policy=policy
+        )
+        self.count = ro.RayModule(Count, num_cpus=0.1, batch_size=5)
+        self.summary = ro.RayModule(Summary, num_cpus=0.1)
+
+    def forward(self, docs: Any) -> Any:
+        sections = F.expand(self.sections(docs))
+        lines = F.expand(self.lines(sections))
+        counted = self.count(F.reduce(self.upper(lines)))
+        return self.summary(F.reduce(counted))
+
+
+def nested_docs(n: int) -> list[Any]:
+    return [(f"d{i}", [(i * 7 + k) % 5 for k in range(i % 4)]) for i in range(n)]
+
+
+def reference_results(pipeline: ro.Pipeline, inputs: list[Any]) -> list[Any]:
+    """The sequential reference interpreter's answer, in the shape ``run`` yields."""
+    from rayorch.runtime.loop import item_result
+
+    plan = pipeline.compile()
+    items = run_reference(plan, [(x,) for x in inputs])
+    return [item_result(i, out, plan.output_names) for i, out in enumerate(items)]
+
+
+@pytest.mark.parametrize("policy", ["elastic", "parent_bound"])
+def test_nested_fanout_matches_reference(store_url: str, policy: str) -> None:
+    docs = nested_docs(24)
+    pipeline = Nested(policy=policy)
+    run = pipeline.run(docs, store=store_url, progress=False, micro_batch=4, max_active_sources=8)
+    got = list(run)
+    assert [i for i, _ in got] == list(range(len(docs)))  # ordered=True: source order
+    assert [v for _, v in got] == reference_results(pipeline, docs)
+    store = open_store(store_url)
+    assert store.run_info(run.run_id).fingerprint == pipeline.compile().fingerprint()
+
+
+def test_unordered_results_and_failures_come_back(store_url: str) -> None:
+    docs: list[Any] = nested_docs(6)
+    docs[2] = ("x!record", [2, 1])  # every line a RecordFailure -> the doc is Suppressed
+    docs.append(("y!group", [3, 0]))  # GroupFailure in the first section
+    docs.append(("empty", []))
+    pipeline = Nested()
+    got = dict(pipeline.run(docs, store=store_url, progress=False, ordered=False))
+    assert sorted(got) == list(range(len(docs)))
+    expected = reference_results(pipeline, docs)
+    assert [got[i] for i in range(len(docs))] == expected
+
+
+class Pages:
+    def __call__(self, docs: list[Any]) -> list[Any]:
+        return [[f"{name}:{k}{'!group' if k in bad else ''}" for k in range(n)] for name, n, bad in docs]
+
+
+class PerPage:
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+
+    def __call__(self, pages: list[str]) -> list[Any]:
+        log_call(self.log_dir, "page", pages)
+        time.sleep(0.05)
+        return [ro.GroupFailure(f"page {p} is poisoned") if p.endswith("!group") else p for p in pages]
+
+
+class Gather:
+    def __call__(self, lists: list[list[str]]) -> list[Any]:
+        return [len(x) for x in lists]
+
+
+class Poisoned(ro.Pipeline):
+    def __init__(self, log_dir: str) -> None:
+        super().__init__()
+        self.pages = ro.RayModule(Pages, num_cpus=0.1)
+        self.page = ro.RayModule(PerPage, log_dir=log_dir, num_cpus=0.1, replicas=1)
+        self.gather = ro.RayModule(Gather, num_cpus=0.1)
+
+    def forward(self, docs: Any) -> Any:
+        return self.gather(F.reduce(self.page(F.expand(self.pages(docs)))))
+
+
+def test_group_failure_suppresses_queued_siblings_before_dispatch(
+    store_url: str, tmp_path: Path
+) -> None:
+    # One actor, batches of one: the poisoned page 0 of "big" runs first; its
+    # 59 siblings are still queued when its GroupFailure commits.
+    docs = [("big", 60, {0}), ("small", 3, set())]
+    pipeline = Poisoned(str(tmp_path))
+    got = pipeline.run(docs, store=store_url, progress=False, depth=1).collect()
+    assert isinstance(got[0], FailedResult)
+    assert got[0].outcome is Outcome.SUPPRESSED
+    assert got[1] == 3
+    big_calls = [p for p in logged(tmp_path, "page") if p.startswith("big:")]
+    assert big_calls[0] == "big:0!group"
+    # At most the one sibling that was reserved alongside it ran; 58+ never dispatched.
+    assert len(big_calls) <= 2, big_calls
+
+
+class KillOnce:
+    """SIGKILLs its own actor the first time it sees a record ending in ``kill``."""
+
+    def __init__(self, marker_dir: str) -> None:
+        self.marker_dir = Path(marker_dir)
+
+    def __call__(self, lines: list[str]) -> list[Any]:
+        for line in lines:
+            if line.endswith("kill"):
+                marker = self.marker_dir / f"killed-{line}"
+                if not marker.exists():
+                    marker.write_text(str(os.getpid()))
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return [line.upper() for line in lines]
+
+
+class SplitWords:
+    def __call__(self, texts: list[str]) -> list[Any]:
+        return [t.split() for t in texts]
+
+
+class JoinWords:
+    def __call__(self, words: list[list[str]]) -> list[Any]:
+        return [" ".join(w) for w in words]
+
+
+class Killer(ro.Pipeline):
+    def __init__(self, marker_dir: str) -> None:
+        super().__init__()
+        self.split = ro.RayModule(SplitWords, num_cpus=0.1)
+        self.work = ro.RayModule(KillOnce, marker_dir=marker_dir, num_cpus=0.1, batch_size=4)
+        self.join = ro.RayModule(JoinWords, num_cpus=0.1)
+
+    def forward(self, texts: Any) -> Any:
+        return self.join(F.reduce(self.work(F.expand(self.split(texts)))))
+
+
+def test_sigkilled_actor_gives_same_outputs_and_rejects_stale_commit(
+    store_url: str, tmp_path: Path
+) -> None:
+    texts = ["a b c", "d e kill f g", "h"]
+    run = Killer(str(tmp_path)).run(texts, store=store_url, progress=False)
+    assert run.collect() == ["A B C", "D E KILL F G", "H"]
+    assert list(tmp_path.glob("killed-*")), "the actor was never killed"
+
+    store = open_store(store_url)
+    facts = [s.fact for s in store.iter_facts(run.run_id, 0)]
+    killed = ("work", (1, 2))  # the Grain of "kill"
+    retried = [f for f in facts if isinstance(f, GrainRetried) and (f.call, f.path) == killed]
+    committed = [f for f in facts if isinstance(f, GrainCommitted) and (f.call, f.path) == killed]
+    assert [f.generation for f in retried] == [1]
+    assert "died" in retried[0].cause
+    assert [f.generation for f in committed] == [1]
+    # The killed attempt's report, arriving late, is rejected and changes nothing.
+    stale = GrainCommitted("work", (1, 2), 0, "present", ("KILL",))
+    before = len(facts)
+    assert store.commit(run.run_id, [stale]) == [CommitVerdict.SEALED]
+    assert len(list(store.iter_facts(run.run_id, 0))) == before
+
+
+class Flaky:
+    """Fails physically on the first attempt of records in ``flaky``; ``never`` always fails."""
+
+    def __init__(self, marker_dir: str) -> None:
+        self.marker_dir = Path(marker_dir)
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        for x in xs:
+            if x == 7:
+                raise ValueError("seven is never accepted")
+            marker = self.marker_dir / f"flaky-{x}"
+            if x % 5 == 0 and not marker.exists():
+                marker.write_text("x")
+                raise ConnectionError(f"transient failure on {x}")
+            if x == 11 and not (self.marker_dir / "slow-11").exists():
+                (self.marker_dir / "slow-11").write_text("x")
+                time.sleep(60)
+        return [x * 10 for x in xs]
+
+
+class Retries(ro.Pipeline):
+    def __init__(self, marker_dir: str) -> None:
+        super().__init__()
+        self.work = ro.RayModule(
+            Flaky, marker_dir=marker_dir, num_cpus=0.1, replicas=2, batch_size=2,
+            max_attempts=3, timeout_s=3.0,
+        )
+
+    def forward(self, xs: Any) -> Any:
+        return self.work(xs)
+
+
+def test_exceptions_and_timeouts_are_retried_then_failed(tmp_path: Path, ray_local: None) -> None:
+    xs = list(range(14))
+    run = Retries(str(tmp_path)).run(xs, store="memory://", progress=False)
+    got = run.collect()
+    for x, value in zip(xs, got):
+        if x == 7:
+            assert isinstance(value, FailedResult)
+            assert value.outcome is Outcome.FAILED
+            assert "seven is never accepted" in (value.cause or "")
+        else:
+            assert value == x * 10, (x, value)
+    assert (tmp_path / "slow-11").exists()
+    assert run.stats.call("work").retried >= 3
+
+
+class WhichGpu:
+    def __call__(self, xs: list[int]) -> list[Any]:
+        import ray
+
+        return [(x, tuple(ray.get_gpu_ids())) for x in xs]
+
+
+class OnGpus(ro.Pipeline):
+    def __init__(self, num_gpus: float, replicas: int) -> None:
+        super().__init__()
+        self.gpu = ro.RayModule(WhichGpu, num_gpus=num_gpus, replicas=replicas, num_cpus=0.1)
+
+    def forward(self, xs: Any) -> Any:
+        return self.gpu(xs)
+
+
+def test_gpu_pools_are_scheduled_on_declared_gpus(ray_local: None) -> None:
+    got = OnGpus(1, 2).run(list(range(20)), progress=False).collect()
+    assert [x for x, _ in got] == list(range(20))
+    gpus = {ids for _, ids in got}
+    assert all(len(ids) == 1 for ids in gpus)
+    assert {ids[0] for ids in gpus} <= {0, 1}
+    with pytest.raises(PoolError, match="GPU: 3 needed, 2 available"):
+        OnGpus(1, 3).run([1], progress=False)
