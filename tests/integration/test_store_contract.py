@@ -1,0 +1,314 @@
+"""One contract for every lineage store: the memory store and a real redis-server."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rayorch.core.commit import CommitVerdict, GrainPhase
+from rayorch.core.facts import (
+    REPORT_GROUP_FAILURE,
+    REPORT_PRESENT,
+    REPORT_RECORD_FAILURE,
+    BarrierInstalled,
+    ExpansionClosed,
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    LeaseAcquired,
+    SourceAdmitted,
+)
+from rayorch.core.plan import Plan
+from rayorch.store import (
+    FactNotAllowedError,
+    FencedError,
+    GrainSealedError,
+    InvalidRunIdError,
+    LeaseHeldError,
+    LeaseLostError,
+    LineageStore,
+    RunMismatchError,
+    RunNotFoundError,
+    UnknownRunPartError,
+    open_store,
+)
+from rayorch.store.scripted_run import scripted_plan, write_scripted_run
+
+pytestmark = pytest.mark.integration
+
+PLAN: Plan = scripted_plan()
+
+
+def committed(call: str, path: tuple[int, ...], gen: int = 0, outcome: str = REPORT_PRESENT,
+              value: object = "v") -> GrainCommitted:
+    outputs = (value,) if outcome == REPORT_PRESENT else None
+    cause = None if outcome == REPORT_PRESENT else "boom"
+    return GrainCommitted(call, path, gen, outcome, outputs, cause)
+
+
+class StoreContract:
+    """Behaviour every LineageStore must have; subclasses provide the ``store`` fixture."""
+
+    @pytest.fixture
+    def run(self, store: LineageStore) -> str:
+        run_id = f"run-{uuid.uuid4().hex[:8]}"
+        store.open_run(run_id, PLAN, shards=2, micro_batch=2, config={"note": "contract"})
+        return run_id
+
+    @pytest.fixture
+    def epoch(self, store: LineageStore, run: str) -> int:
+        return store.acquire_lease(run, 0, "driver-a", ttl_s=60)
+
+    # -- runs --------------------------------------------------------------------
+    def test_open_run_records_plan_and_config(self, store: LineageStore, run: str) -> None:
+        info = store.run_info(run)
+        assert info.fingerprint == PLAN.fingerprint()
+        assert Plan.from_description(info.plan).fingerprint() == PLAN.fingerprint()
+        assert (info.shards, info.micro_batch, info.config) == (2, 2, {"note": "contract"})
+        assert info.domains == ("root", "root/0")
+        assert run in [i.run_id for i in store.list_runs()]
+
+    def test_reopen_same_plan_is_the_same_run(self, store: LineageStore, run: str) -> None:
+        again = store.open_run(run, PLAN.describe(), shards=2, micro_batch=2)
+        assert again.fingerprint == store.run_info(run).fingerprint
+
+    def test_reopen_with_other_plan_or_shards_is_refused(self, store: LineageStore, run: str
+                                                         ) -> None:
+        other = PLAN.describe()
+        other["nodes"][1]["call"]["id"] = "render2"
+        with pytest.raises(RunMismatchError, match="plan fingerprint"):
+            store.open_run(run, other, shards=2, micro_batch=2)
+        with pytest.raises(RunMismatchError, match="shards"):
+            store.open_run(run, PLAN, shards=3, micro_batch=2)
+
+    def test_unknown_run_and_bad_run_id(self, store: LineageStore) -> None:
+        with pytest.raises(RunNotFoundError, match="run 'nope' not found"):
+            store.run_info("nope")
+        with pytest.raises(RunNotFoundError):
+            store.read("nope", 0)
+        with pytest.raises(InvalidRunIdError):
+            store.open_run("bad:id", PLAN)
+
+    def test_delete_run(self, store: LineageStore, run: str, epoch: int) -> None:
+        store.append(run, 0, epoch, [SourceAdmitted(0, ("a",))])
+        store.delete_run(run)
+        with pytest.raises(RunNotFoundError):
+            store.run_info(run)
+        store.open_run(run, PLAN, shards=2, micro_batch=2)
+        assert store.read(run, 0) == []
+
+    # -- leases ------------------------------------------------------------------
+    def test_lease_epochs_only_go_forward(self, store: LineageStore, run: str) -> None:
+        first = store.acquire_lease(run, 0, "driver-a", ttl_s=60)
+        assert store.acquire_lease(run, 0, "driver-a", ttl_s=60) == first
+        with pytest.raises(LeaseHeldError, match="driver-a"):
+            store.acquire_lease(run, 0, "driver-b", ttl_s=60)
+        store.release_lease(run, 0, "driver-a", first)
+        assert store.lease_holder(run, 0) is None
+        second = store.acquire_lease(run, 0, "driver-b", ttl_s=60)
+        assert second == first + 1
+        assert store.lease_holder(run, 0) == ("driver-b", second)
+        leases = [f.fact for f in store.read(run, 0) if isinstance(f.fact, LeaseAcquired)]
+        assert [(f.driver, f.epoch, f.shard) for f in leases] == [
+            ("driver-a", first, 0), ("driver-b", second, 0)]
+        assert store.acquire_lease(run, 1, "driver-a", ttl_s=60) == 1  # per shard
+
+    def test_deposed_driver_is_fenced(self, store: LineageStore, run: str) -> None:
+        old = store.acquire_lease(run, 0, "driver-a", ttl_s=0.2)
+        time.sleep(0.3)
+        with pytest.raises(LeaseLostError) as lost:
+            store.append(run, 0, old, [SourceAdmitted(0, ("a",))])
+        assert not isinstance(lost.value, FencedError)
+        new = store.acquire_lease(run, 0, "driver-b", ttl_s=60)
+        assert new == old + 1
+        before = store.read(run, 0)
+        with pytest.raises(FencedError, match=f"epoch {new}"):
+            store.append(run, 0, old, [SourceAdmitted(0, ("a",))])
+        with pytest.raises(FencedError):
+            store.renew_lease(run, 0, "driver-a", old, ttl_s=60)
+        assert store.read(run, 0) == before
+        store.renew_lease(run, 0, "driver-b", new, ttl_s=60)
+
+    # -- append / read -----------------------------------------------------------
+    def test_read_back_equals_appended_in_order(self, store: LineageStore, run: str, epoch: int
+                                                ) -> None:
+        facts = [
+            SourceAdmitted(0, ("a.pdf",), key="a", ts=1.5),
+            GrainDispatched("render", (0,), 0),
+            ExpansionClosed("root/0", (1,), "succeeded", 2),
+            GrainDispatched("ocr", (1, 0), 0),
+            GrainRetried("ocr", (1, 0), 1, "crash"),
+            GrainDispatched("assemble", (1,), 0),
+        ]
+        seqs = store.append(run, 0, epoch, facts)
+        assert seqs == [epoch_seq + 2 for epoch_seq in range(len(facts))]  # 1 = LeaseAcquired
+        stored = store.read(run, 0)[1:]
+        assert [s.fact for s in stored] == facts
+        assert [s.seq for s in stored] == seqs
+        assert [s.domain for s in stored] == ["root", "root", "root/0", "root/0", "root/0", "root"]
+        assert stored[0].fact.ts == 1.5
+        only_children = store.read(run, 0, domain="root/0")
+        assert [s.seq for s in only_children] == [seqs[2], seqs[3], seqs[4]]
+        assert store.read(run, 0, after=seqs[3], limit=1)[0].fact == facts[4]
+        assert [s.fact for s in store.iter_facts(run, 0)][1:] == facts
+
+    def test_paged_reads_merge_domains_without_gaps(self, store: LineageStore, run: str,
+                                                    epoch: int) -> None:
+        facts = []
+        for i in range(30):
+            facts.append(GrainDispatched("ocr", (0, i), 0) if i % 3 else
+                         GrainDispatched("render", (i % 2,), i))
+        store.append(run, 0, epoch, facts)
+        pages, cursor = [], 0
+        while batch := store.read(run, 0, cursor, limit=4):
+            pages.append(batch)
+            cursor = batch[-1].seq
+        seqs = [s.seq for page in pages for s in page]
+        assert seqs == list(range(1, 32))
+
+    def test_blocking_read_wakes_on_append(self, store: LineageStore, run: str, epoch: int
+                                           ) -> None:
+        cursor = store.read(run, 0)[-1].seq
+        start = time.monotonic()
+        assert store.read(run, 0, cursor, block_s=0.2) == []
+        assert time.monotonic() - start >= 0.15
+        timer = threading.Timer(0.2, store.append, (run, 0, epoch, [SourceAdmitted(0, ("a",))]))
+        timer.start()
+        try:
+            got = store.read(run, 0, cursor, block_s=10)
+        finally:
+            timer.join()
+        assert [s.fact for s in got] == [SourceAdmitted(0, ("a",))]
+
+    def test_append_checks_shard_and_fact_kinds(self, store: LineageStore, run: str, epoch: int
+                                                ) -> None:
+        with pytest.raises(UnknownRunPartError, match="shard 1"):
+            store.append(run, 0, epoch, [SourceAdmitted(2, ("c",))])  # (2 // 2) % 2 == 1
+        with pytest.raises(FactNotAllowedError):
+            store.append(run, 0, epoch, [committed("render", (0,))])
+        with pytest.raises(FactNotAllowedError):
+            store.append(run, 0, epoch, [BarrierInstalled("ocr", (0,))])
+        with pytest.raises(UnknownRunPartError, match="'nope'"):
+            store.append(run, 0, epoch, [GrainDispatched("nope", (0,), 0)])
+        with pytest.raises(UnknownRunPartError, match="depth"):
+            store.append(run, 0, epoch, [GrainDispatched("ocr", (0,), 0)])
+        with pytest.raises(UnknownRunPartError, match="shard 5"):
+            store.append(run, 5, epoch, [])
+
+    def test_driver_facts_on_sealed_grains_change_nothing(self, store: LineageStore, run: str,
+                                                          epoch: int) -> None:
+        store.append(run, 0, epoch, [GrainDispatched("ocr", (0, 0), 0),
+                                     GrainDispatched("ocr", (0, 1), 0)])
+        assert store.commit(run, [committed("ocr", (0, 0))]) == [CommitVerdict.ACCEPTED]
+        store.append(run, 0, epoch, [GrainFailed("ocr", (0, 1), 0, "gave up")])
+        before = store.read(run, 0)
+        with pytest.raises(GrainSealedError) as err:
+            store.append(run, 0, epoch, [
+                SourceAdmitted(1, ("b",)),
+                GrainRetried("ocr", (0, 0), 1, "actor died"),
+                GrainDispatched("ocr", (0, 2), 0),
+                GrainDispatched("ocr", (0, 1), 1),
+            ])
+        assert err.value.grains == (("ocr", (0, 0)), ("ocr", (0, 1)))
+        assert "ocr[0.0], ocr[0.1] already sealed" in str(err.value)
+        assert store.read(run, 0) == before
+        assert store.grain_phase(run, 0, "ocr", (0, 2)) is None
+        # a fact sealing a Grain earlier in the same call counts too
+        with pytest.raises(GrainSealedError):
+            store.append(run, 0, epoch, [GrainFailed("ocr", (0, 2), 0, "x"),
+                                         GrainDispatched("ocr", (0, 2), 1)])
+
+    # -- commit gate -------------------------------------------------------------
+    def test_commit_rule_verdicts(self, store: LineageStore, run: str, epoch: int) -> None:
+        store.append(run, 0, epoch, [
+            GrainDispatched("ocr", (0, 0), 0),
+            GrainDispatched("ocr", (0, 1), 0),
+            GrainRetried("ocr", (0, 1), 1, "crash"),
+            GrainDispatched("ocr", (0, 1), 1),
+            GrainDispatched("ocr", (0, 2), 0),
+            GrainRetried("ocr", (0, 2), 1, "crash"),
+        ])
+        verdicts = store.commit(run, [
+            committed("ocr", (0, 0)),           # accepted
+            committed("ocr", (0, 0)),           # duplicate in the same batch
+            committed("ocr", (0, 1), 0),        # stale generation
+            committed("ocr", (0, 2), 1),        # ready, not in flight
+            committed("ocr", (0, 3), 0),        # never dispatched
+        ])
+        assert verdicts == [CommitVerdict.ACCEPTED, CommitVerdict.SEALED, CommitVerdict.STALE,
+                            CommitVerdict.NOT_DISPATCHED, CommitVerdict.NOT_DISPATCHED]
+        assert store.commit(run, [committed("ocr", (0, 1), 1)]) == [CommitVerdict.ACCEPTED]
+        assert store.commit(run, [committed("ocr", (0, 1), 1)]) == [CommitVerdict.SEALED]
+        assert store.grain_phase(run, 0, "ocr", (0, 1)) == (GrainPhase.SEALED, 1)
+        assert store.grain_phase(run, 0, "ocr", (0, 2)) == (GrainPhase.READY, 1)
+        commits = [s.fact for s in store.read(run, 0) if isinstance(s.fact, GrainCommitted)]
+        assert [(c.path, c.generation) for c in commits] == [((0, 0), 0), ((0, 1), 1)]
+
+    def test_group_failure_installs_barrier_atomically(self, store: LineageStore, run: str,
+                                                       epoch: int) -> None:
+        store.append(run, 0, epoch, [GrainDispatched("ocr", (0, i), 0) for i in range(4)]
+                     + [GrainDispatched("ocr", (1, 0), 0), GrainDispatched("render", (0,), 0)])
+        assert store.commit(run, [committed("ocr", (0, 0))]) == [CommitVerdict.ACCEPTED]
+        verdicts = store.commit(run, [
+            committed("ocr", (0, 1), outcome=REPORT_RECORD_FAILURE),
+            committed("ocr", (0, 2), outcome=REPORT_GROUP_FAILURE),
+            committed("ocr", (0, 3)),           # sibling after the barrier: barred
+            committed("ocr", (1, 0)),           # another parent: untouched
+            committed("render", (0,), outcome=REPORT_GROUP_FAILURE),  # root: own Grain only
+        ])
+        assert verdicts == [CommitVerdict.ACCEPTED, CommitVerdict.ACCEPTED, CommitVerdict.BARRED,
+                            CommitVerdict.ACCEPTED, CommitVerdict.ACCEPTED]
+        assert store.barriers(run, 0) == frozenset({("ocr", (0,))})
+        tail = [s.fact for s in store.read(run, 0)][-5:]
+        assert isinstance(tail[1], GrainCommitted) and tail[1].path == (0, 2)
+        assert tail[2] == BarrierInstalled("ocr", (0,), "boom")
+        assert store.grain_phase(run, 0, "ocr", (0, 3)) == (GrainPhase.IN_FLIGHT, 0)
+        assert store.commit(run, [committed("ocr", (0, 3))]) == [CommitVerdict.BARRED]
+
+    def test_commit_batch_across_shards_keeps_report_order(self, store: LineageStore, run: str
+                                                           ) -> None:
+        e0 = store.acquire_lease(run, 0, "d", ttl_s=60)
+        e1 = store.acquire_lease(run, 1, "d", ttl_s=60)
+        store.append(run, 0, e0, [GrainDispatched("ocr", (0, 0), 0)])
+        store.append(run, 1, e1, [GrainDispatched("ocr", (2, 0), 0)])
+        verdicts = store.commit(run, [committed("ocr", (2, 0), 1), committed("ocr", (0, 0)),
+                                      committed("ocr", (2, 0)), committed("ocr", (3, 0))])
+        assert verdicts == [CommitVerdict.STALE, CommitVerdict.ACCEPTED, CommitVerdict.ACCEPTED,
+                            CommitVerdict.NOT_DISPATCHED]
+        assert [s.fact.path for s in store.read(run, 1, domain="root/0")] == [(2, 0), (2, 0)]
+
+    def test_commit_takes_reports_only(self, store: LineageStore, run: str) -> None:
+        with pytest.raises(FactNotAllowedError):
+            store.commit(run, [GrainDispatched("ocr", (0, 0), 0)])  # type: ignore[list-item]
+        with pytest.raises(FactNotAllowedError, match="outcome"):
+            store.commit(run, [GrainCommitted("ocr", (0, 0), 0, "great")])
+
+    # -- whole runs, pickling ------------------------------------------------------
+    def test_scripted_run_and_pickled_store_agree(self, store: LineageStore) -> None:
+        written = write_scripted_run(store, "scripted")
+        rejected = [(r.path, v) for r, v in written.verdicts if not v.accepted]
+        assert ((3, 0), CommitVerdict.STALE) in rejected
+        assert ((3, 1), CommitVerdict.BARRED) in rejected
+        clone = pickle.loads(pickle.dumps(store))
+        assert clone.read_run("scripted") == store.read_run("scripted")
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self) -> LineageStore:
+        return open_store("memory://")
+
+
+class TestRedisStore(StoreContract):
+    @pytest.fixture
+    def store(self, redis_url: str, tmp_path: Path) -> Iterator[LineageStore]:
+        store = open_store(f"{redis_url}?payload_dir={tmp_path / 'payloads'}")
+        yield store
+        store.close()
