@@ -3,7 +3,9 @@
 Run it::
 
     python examples/quickstart.py                          # in-memory lineage store
-    python examples/quickstart.py redis://127.0.0.1:6379/0 # lineage in Redis (then: rayorch audit RUN --store URL)
+    python examples/quickstart.py redis://127.0.0.1:6379/0 # lineage in Redis
+
+and then ``rayorch audit RUN --store URL`` with the run id it prints.
 
 Every document comes back once, with its pages in order, even though the ``Shout``
 stage batches pages of different documents together and one page fails.
@@ -17,10 +19,10 @@ import sys
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-import ray  # noqa: E402
+import ray
 
-import rayorch as ro  # noqa: E402
-from rayorch import F  # noqa: E402
+import rayorch as ro
+from rayorch import F
 
 
 class SplitPages:
@@ -38,7 +40,9 @@ class Shout:
 
     def __call__(self, pages: list[str]) -> list[object]:
         return [
-            ro.RecordFailure("this page is unreadable") if "unreadable" in p else p.upper() + self.suffix
+            ro.RecordFailure("this page is unreadable")
+            if "unreadable" in p
+            else p.upper() + self.suffix
             for p in pages
         ]
 

@@ -18,6 +18,7 @@ kernel folds, in the order the driver folds them.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
@@ -26,8 +27,8 @@ from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import Plan
-from rayorch.runtime.loop import DriverLoop, RunSettings
-from rayorch.runtime.session import RunSession, open_session
+from rayorch.runtime.loop import DriverLoop
+from rayorch.runtime.session import RunSession, RunSettings, open_session
 
 __all__ = ["DriverError", "RunHandle", "run_pipeline"]
 
@@ -108,13 +109,13 @@ class RunHandle:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: no one to tell
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
-            pass
 
 
-def _zip_inputs(plan: Plan, inputs: Sequence[Iterable[Any]]) -> tuple[Iterator[tuple[Any, ...]], int | None]:
+def _zip_inputs(
+    plan: Plan, inputs: Sequence[Iterable[Any]]
+) -> tuple[Iterator[tuple[Any, ...]], int | None]:
     expected = len(plan.input_ports)
     if len(inputs) != expected:
         raise DriverError(

@@ -9,6 +9,7 @@ actor come back as physical failures.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,10 +137,8 @@ class ActorPool:
         for batch in slot.queue:
             batch.kill_cause = batch.kill_cause or f"actor of {self.module.name!r} was replaced"
         slot.queue.clear()
-        try:
+        with contextlib.suppress(ValueError):  # already gone
             ray.kill(slot.handle, no_restart=True)
-        except ValueError:  # already gone
-            pass
         slot.incarnation += 1
         slot.retiring = False
         slot.handle = self._spawn(slot.index, slot.incarnation)
@@ -148,10 +147,8 @@ class ActorPool:
     def shutdown(self) -> None:
         """Kill every actor of the pool."""
         for slot in self.slots:
-            try:
+            with contextlib.suppress(ValueError):
                 ray.kill(slot.handle, no_restart=True)
-            except ValueError:
-                pass
             slot.queue.clear()
 
     # -- batches --------------------------------------------------------------
@@ -186,7 +183,8 @@ class ActorPool:
         slot.reserved = max(0, slot.reserved - 1)
         now = time.monotonic()
         ref = slot.handle.run_batch.remote(task)
-        batch = InFlightBatch(ref, task, slot, slot.incarnation, now, now if not slot.queue else None)
+        started = None if slot.queue else now
+        batch = InFlightBatch(ref, task, slot, slot.incarnation, now, started)
         slot.queue.append(batch)
         return batch
 

@@ -29,13 +29,12 @@ from rayorch.core.facts import (
     GrainFailed,
     GrainRetried,
     OutputEmitted,
-    RunCompleted,
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey
 from rayorch.core.outcome import FailedResult, Item
 from rayorch.core.plan import CallSpec, Plan
-from rayorch.core.scheduler import Kernel
+from rayorch.core.state import Kernel
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.session import RunSession, RunSettings
 from rayorch.store.base import RunLayout, barrier_fact
@@ -147,6 +146,7 @@ class DriverLoop:
             admitted += len(chunk)
             if len(chunk) < take:
                 self._exhausted = True
+                self._unsaved.extend(self.kernel.close_input())
         self.stats.sources_admitted += admitted
         return admitted
 
@@ -220,15 +220,36 @@ class DriverLoop:
         result = outcome.result
         if result.verdicts is None:
             self._flush()
-            verdicts = [int(v) for v in self.session.store.commit(self.session.run_id, result.reports)]
+            store, run_id = self.session.store, self.session.run_id
+            verdicts = [int(v) for v in store.commit(run_id, result.reports)]
         else:
             verdicts = list(result.verdicts)
         now = time.monotonic()
+        unexplained: list[GrainCommitted] = []
         for report, code in zip(result.reports, verdicts, strict=True):
-            if code != CommitVerdict.ACCEPTED:
-                stats.rejected += 1
+            if code == CommitVerdict.ACCEPTED:
+                self._fold_commit(report, stats, now)
                 continue
-            self._fold_commit(report, stats, now)
+            stats.rejected += 1
+            if code != CommitVerdict.BARRED and (
+                self.kernel.verdict(report) is CommitVerdict.ACCEPTED
+            ):
+                unexplained.append(report)
+        if unexplained:
+            self._reconcile(task, unexplained, verdicts)
+
+    def _reconcile(
+        self, task: BatchTask, reports: list[GrainCommitted], verdicts: list[int]
+    ) -> None:
+        """The shared store rejected reports this driver still expects: learn why, then retry.
+
+        (A BARRED rejection needs nothing: the barrier's own commit reaches the kernel.)
+        """
+        for shard in {self.session.info.shard_of(r.path[0]) for r in reports}:
+            self._catch_up(shard)
+        names = sorted({CommitVerdict(v).name for v in verdicts if v != CommitVerdict.ACCEPTED})
+        retry = BatchTask(task.call, tuple((r.path, r.generation) for r in reports), ())
+        self._physical_failure(retry, f"the lineage store rejected the report ({', '.join(names)})")
 
     def _fold_commit(self, report: GrainCommitted, stats: Any, now: float) -> None:
         """Fold a report the store accepted (the store already holds it)."""
@@ -250,13 +271,13 @@ class DriverLoop:
         """Send the batch's Grains back to ready (or Failed) through the kernel and the store."""
         batch: list[tuple[GrainKey, int]] = [((task.call.id, path), gen) for path, gen in task.tags]
         self._flush()
-        facts = self.kernel.physical_failure(batch, cause)
+        facts = self.kernel.physical_failure(batch, cause, ts=time.time())
         try:
             self._append_now(facts)
         except GrainSealedError as exc:
             # The actor committed to the shared store and died before it could tell us.
             self._catch_up(exc.shard)
-            facts = self.kernel.physical_failure(batch, cause)
+            facts = self.kernel.physical_failure(batch, cause, ts=time.time())
             self._append_now(facts)
         for fact in facts:
             self._fold(fact, save=False)
@@ -272,13 +293,8 @@ class DriverLoop:
             if isinstance(fact, GrainCommitted) and (
                 self.kernel.verdict(fact) is CommitVerdict.ACCEPTED
             ):
-                self._fold_commit(self._with_values(fact), self.stats.call(fact.call), now)
+                self._fold_commit(fact, self.stats.call(fact.call), now)
         self._catch_up_cursor[shard] = cursor
-
-    def _with_values(self, report: GrainCommitted) -> GrainCommitted:
-        if report.outputs is not None or report.payload_ref is None:
-            return report
-        return self.session.store.load_outputs(self.session.run_id, report)  # type: ignore[attr-defined,no-any-return]
 
     # -- facts ------------------------------------------------------------------
     def _fold(self, fact: Fact, *, save: bool = True) -> None:
@@ -286,7 +302,7 @@ class DriverLoop:
         derived = self.kernel.apply(fact)
         if save:
             self._unsaved.append(fact)
-        self._unsaved.extend(f for f in derived if not isinstance(f, RunCompleted))
+        self._unsaved.extend(derived)
         if isinstance(fact, GrainRetried):
             self.stats.call(fact.call).retried += 1
         elif isinstance(fact, GrainFailed):
@@ -315,34 +331,30 @@ class DriverLoop:
         if not completed:
             return
         now = time.time()
+        results = []
         for index, items in completed:
             value = item_result(index, items, self.plan.output_names)
             outcome = "present" if not isinstance(value, FailedResult) else value.outcome.value
-            self._unsaved.append(OutputEmitted(index, outcome, ts=now))
-            self.stats.sources_done += 1
+            self._fold(OutputEmitted(index, outcome, ts=now))
+            results.append((index, value))
+        self.stats.sources_done += len(results)
         self._flush()
-        for index, items in completed:
-            yield index, item_result(index, items, self.plan.output_names)
+        yield from results
 
     def _finish(self) -> None:
-        """Close the run in the store: one ``RunCompleted`` per shard."""
-        counts = dict.fromkeys(self.session.epochs, 0)
-        for index in range(self._next_index):
-            counts[self.session.info.shard_of(index)] += 1
+        """Write the last facts (the kernel derived ``RunCompleted`` when the input closed)."""
         self._flush()
-        now = time.time()
-        for shard, count in counts.items():
-            self.session.store.append(
-                self.session.run_id, shard, self.session.epochs[shard],
-                [RunCompleted(count, ts=now)],
-            )
 
     def _show(self) -> None:
         if self._progress is None:
             return
+        ready_count = getattr(self.kernel, "ready_count", None)
+        suppressed_count = getattr(self.kernel, "suppressed_count", None)
         for call_id, stats in self.stats.calls.items():
-            stats.ready = self.kernel.ready_count(call_id)
-            stats.suppressed = self.kernel.suppressed_count(call_id)
+            if ready_count is not None:
+                stats.ready = ready_count(call_id)
+            if suppressed_count is not None:
+                stats.suppressed = suppressed_count(call_id)
         self.stats.actors_replaced = sum(p.replaced for p in self.session.pools.values())
         self._progress.update(self.stats)
 

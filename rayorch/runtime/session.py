@@ -6,6 +6,7 @@ builds it, :meth:`RunSession.close` stops the actors and releases the leases.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -75,10 +76,8 @@ class RunSession:
         for pool in self.pools.values():
             pool.shutdown()
         for shard, epoch in self.epochs.items():
-            try:
+            with contextlib.suppress(Exception):  # the lease expires by itself anyway
                 self.store.release_lease(self.run_id, shard, self.driver_id, epoch)
-            except Exception:  # noqa: BLE001 - the lease expires by itself anyway
-                pass
         self.store.close()
 
 
@@ -106,7 +105,7 @@ def ensure_ray(address: str | None) -> None:
 
 def check_resources(modules: list[ModuleSpec]) -> None:
     """Fail early, in plain words, when the pools together ask more than the cluster has."""
-    have = ray.cluster_resources()
+    have: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     need: dict[str, float] = {}
     for m in modules:
         o = m.options
@@ -116,7 +115,9 @@ def check_resources(modules: list[ModuleSpec]) -> None:
             need[key] = need.get(key, 0.0) + o.replicas * amount
     short = {k: v for k, v in need.items() if v > 0 and v > have.get(k, 0.0) + 1e-9}
     if short:
-        wanted = ", ".join(f"{k}: {v:g} needed, {have.get(k, 0.0):g} available" for k, v in short.items())
+        wanted = ", ".join(
+            f"{k}: {v:g} needed, {have.get(k, 0.0):g} available" for k, v in short.items()
+        )
         raise PoolError(
             f"the actor pools of this pipeline need more resources than the Ray cluster has "
             f"({wanted}). Lower replicas/num_cpus/num_gpus of the modules, or start Ray with "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rayorch.core.reference import run_reference
 
 import rayorch as ro
 from rayorch import F
@@ -21,7 +22,6 @@ from rayorch.actors.pool import PoolError
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, GrainRetried
 from rayorch.core.outcome import FailedResult, Outcome
-from rayorch.core.reference import run_reference
 from rayorch.store.base import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -151,7 +151,9 @@ def test_unordered_results_and_failures_come_back(store_url: str) -> None:
 
 class Pages:
     def __call__(self, docs: list[Any]) -> list[Any]:
-        return [[f"{name}:{k}{'!group' if k in bad else ''}" for k in range(n)] for name, n, bad in docs]
+        return [
+            [f"{name}:{k}{'!group' if k in bad else ''}" for k in range(n)] for name, n, bad in docs
+        ]
 
 
 class PerPage:
@@ -161,7 +163,9 @@ class PerPage:
     def __call__(self, pages: list[str]) -> list[Any]:
         log_call(self.log_dir, "page", pages)
         time.sleep(0.05)
-        return [ro.GroupFailure(f"page {p} is poisoned") if p.endswith("!group") else p for p in pages]
+        return [
+            ro.GroupFailure(f"page {p} is poisoned") if p.endswith("!group") else p for p in pages
+        ]
 
 
 class Gather:
