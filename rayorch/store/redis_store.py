@@ -105,6 +105,19 @@ LEASE_LOST, FENCED, GRAIN_SEALED, LEASE_HELD = -10, -11, -12, -20
 FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 
 
+class ReconnectRetry(Retry):
+    """Retry lost connections with backoff, but never a refused login (it will not heal)."""
+
+    def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+                        with_failure_count: bool = False) -> Any:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, AuthenticationError | AuthorizationError):
+                return False
+            return is_retryable is None or bool(is_retryable(error))
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
 def redact_url(url: str) -> str:
     """The URL without its password (for messages and logs)."""
     parts = urlsplit(url)
@@ -184,7 +197,7 @@ class RedisStore(LineageStore):
 
     def _client(self) -> redis.Redis:
         if self._redis is None:
-            retry = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), self.retries)
+            retry = ReconnectRetry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), self.retries)
             try:
                 client = redis.Redis.from_url(
                     self._redis_url,

@@ -89,7 +89,8 @@ def write_scripted_run(
     plan = scripted_plan()
     store.open_run(run_id, plan, shards=shards, micro_batch=micro_batch)
     result = ScriptedRun(run_id)
-    epochs = {k: store.acquire_lease(run_id, k, "scripted-driver", ttl_s=300) for k in range(shards)}
+    driver = "scripted-driver"
+    epochs = {k: store.acquire_lease(run_id, k, driver, ttl_s=300) for k in range(shards)}
 
     def shard(index: int) -> int:
         return shard_of(index, micro_batch, shards)
@@ -144,5 +145,5 @@ def write_scripted_run(
             admitted = sum(1 for i in range(len(pages)) if shard(i) == k)
             store.append(run_id, k, epochs[k], [RunCompleted(admitted, ts=now())])
     for k, epoch in epochs.items():
-        store.release_lease(run_id, k, "scripted-driver", epoch)
+        store.release_lease(run_id, k, driver, epoch)
     return result

@@ -66,7 +66,7 @@ def test_keys_of_a_shard_share_one_hash_tag(redis_url: str) -> None:
     store.open_run("r", scripted_plan(), shards=2)
     store.acquire_lease("r", 1, "d", ttl_s=60)
     client = redis.Redis.from_url(redis_url)
-    keys = sorted(k.decode() for k in client.keys("ro:{r:1}:*"))
+    keys = sorted(k.decode() for k in client.keys("ro:{r:1}:*"))  # type: ignore[union-attr]
     assert keys == sorted([ShardKeys("r", 1).lease, ShardKeys("r", 1).epoch,
                            ShardKeys("r", 1).seq, ShardKeys("r", 1).facts("root")])
 
