@@ -30,7 +30,13 @@ from typing import Any
 import rayorch as ro
 from rayorch import F
 from rayorch.core.outcome import FailedResult, RecordFailure
-from rayorch.pipelines.ocr import OcrEngineError, Page, engine_needs_image, get_engine
+from rayorch.pipelines.ocr import (
+    OcrEngine,
+    OcrEngineError,
+    Page,
+    engine_needs_image,
+    get_engine,
+)
 
 DEFAULT_DPI = 110
 MAX_PAGE_SIDE_PT = 14_400.0
@@ -55,6 +61,18 @@ def failure_kind(cause: str | None) -> str:
     if not cause:
         return "unknown"
     return cause.split(":", 1)[0].strip()[:60]
+
+
+_DAMAGE_WARNINGS = ("syntax error", "format error", "zlib error", "cannot load object",
+                    "repairing PDF document")
+
+
+def _damage_warning(warnings: str) -> str | None:
+    """The first MuPDF warning line that means the file is damaged (font quirks are not)."""
+    for line in warnings.splitlines():
+        if any(marker in line for marker in _DAMAGE_WARNINGS):
+            return repr(line.strip()[:120])
+    return None
 
 
 _JUNK_TITLE = re.compile(r"(\.(dvi|tex|pdf|doc|docx)$)|[\\/]|^untitled$", re.IGNORECASE)
@@ -86,7 +104,8 @@ class RenderPdf:
     (a module with ``num_outputs=2``) or a ``RecordFailure`` for that document.
     ``needs_image`` attaches a PNG rendered at ``dpi`` (grayscale by default), lowered
     per page so no page exceeds ``max_page_pixels``. A document that MuPDF had to
-    repair is refused unless ``allow_repaired``.
+    repair, or whose objects or streams it could not parse, is refused unless
+    ``allow_damaged`` (MuPDF would silently return partial pages).
     """
 
     def __init__(
@@ -97,7 +116,7 @@ class RenderPdf:
         max_page_pixels: int = DEFAULT_MAX_PAGE_PIXELS,
         max_pages: int | None = None,
         grayscale: bool = True,
-        allow_repaired: bool = False,
+        allow_damaged: bool = False,
     ) -> None:
         import pymupdf as pymupdf_module
 
@@ -113,7 +132,7 @@ class RenderPdf:
         self.max_page_pixels = max_page_pixels
         self.max_pages = max_pages
         self.colorspace = pymupdf.csGRAY if grayscale else pymupdf.csRGB
-        self.allow_repaired = allow_repaired
+        self.allow_damaged = allow_damaged
 
     def __call__(self, paths: list[Any]) -> list[RenderedDocument | RecordFailure]:
         results: list[RenderedDocument | RecordFailure] = []
@@ -142,7 +161,7 @@ class RenderPdf:
                     f"{path} is password-protected; decrypt it first "
                     "(e.g. qpdf --decrypt --password=... in.pdf out.pdf)",
                 )
-            if doc.is_repaired and not self.allow_repaired:
+            if doc.is_repaired and not self.allow_damaged:
                 raise self._damaged(path, "MuPDF had to repair its cross-reference table")
             if doc.page_count == 0:
                 raise _refuse("no pages", f"{path} is a valid PDF with zero pages")
@@ -151,9 +170,18 @@ class RenderPdf:
                     "too many pages",
                     f"{path} has {doc.page_count} pages, more than max_pages={self.max_pages}",
                 )
-            pages = [self._page(doc, number, path) for number in range(doc.page_count)]
-            if doc.is_repaired and not self.allow_repaired:
-                raise self._damaged(path, "MuPDF had to repair it while reading pages")
+            try:
+                pages = [self._page(doc, number, path) for number in range(doc.page_count)]
+            except RecordFailure:
+                raise
+            except Exception as exc:
+                if doc.is_repaired or _damage_warning(pymupdf.TOOLS.mupdf_warnings()):
+                    raise self._damaged(path, f"reading its pages failed ({exc})") from None
+                raise
+            if not self.allow_damaged:
+                damage = _damage_warning(pymupdf.TOOLS.mupdf_warnings())
+                if doc.is_repaired or damage:
+                    raise self._damaged(path, f"MuPDF reported {damage or 'a repair'} on reading")
             meta = {"path": str(path), "title": _document_title(doc, path),
                     "page_count": doc.page_count}
         return pages, meta
@@ -195,8 +223,10 @@ class RenderPdf:
         record: Page = {"page": index + 1, "width": width, "height": height,
                         "text": page.get_text()}
         if self.needs_image:
-            zoom = self.dpi / 72.0
-            zoom = min(zoom, math.sqrt(self.max_page_pixels / (width * height)))
+            zoom = min(self.dpi / 72.0, math.sqrt(self.max_page_pixels / (width * height)))
+            # MuPDF rounds the pixel box outwards: shrink until the rounded box fits the cap.
+            while math.ceil(width * zoom) * math.ceil(height * zoom) > self.max_page_pixels:
+                zoom *= 0.995
             pixmap = page.get_pixmap(
                 matrix=self._pymupdf.Matrix(zoom, zoom), colorspace=self.colorspace, alpha=False
             )
@@ -205,19 +235,29 @@ class RenderPdf:
         return record
 
 
+PageText = dict[str, Any]
+"""``{"page": n, "text": str}``: one page's recognized text."""
+
+
 class OcrPage:
     """One OCR engine per actor (chosen by name), batched over pages of many documents.
 
-    Returns per page ``{"page": n, "text": str}``, or a ``RecordFailure`` for a page
-    the engine cannot read (e.g. no image for an engine that needs one).
+    ``engine`` is a name for :func:`~rayorch.pipelines.ocr.get_engine` (built with
+    ``engine_options``) or an already built :class:`~rayorch.pipelines.ocr.OcrEngine`.
+    Returns per page a :data:`PageText`, or a ``RecordFailure`` for a page the engine
+    cannot read (e.g. no image for an engine that needs one).
     """
 
-    def __init__(self, engine: str = "text", **engine_options: Any) -> None:
-        self.engine_name = engine
-        self.engine = get_engine(engine, **engine_options)
+    def __init__(self, engine: str | OcrEngine = "text", **engine_options: Any) -> None:
+        if isinstance(engine, str):
+            self.engine_name = engine
+            self.engine = get_engine(engine, **engine_options)
+        else:
+            self.engine_name = type(engine).__name__
+            self.engine = engine
 
-    def __call__(self, pages: list[Page]) -> list[dict[str, Any] | RecordFailure]:
-        results: list[dict[str, Any] | RecordFailure] = []
+    def __call__(self, pages: list[Page]) -> list[PageText | RecordFailure]:
+        results: list[PageText | RecordFailure] = []
         readable: list[int] = []
         for i, page in enumerate(pages):
             problem = self._problem(page)
@@ -250,7 +290,7 @@ def _clean_text(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def assemble_markdown(page_texts: list[dict[str, Any]], meta: DocumentMeta) -> str:
+def assemble_markdown(page_texts: list[PageText], meta: DocumentMeta) -> str:
     """A Markdown document: the title, then each page's text after ``<!-- page N -->``."""
     parts = [f"# {meta['title']}", f"<!-- source: {meta['path']} -->"]
     for page in page_texts:
@@ -268,7 +308,7 @@ class AssembleDocument:
     """
 
     def __call__(
-        self, page_texts: list[list[dict[str, Any]]], metas: list[DocumentMeta]
+        self, page_texts: list[list[PageText]], metas: list[DocumentMeta]
     ) -> list[dict[str, Any]]:
         return [
             {
