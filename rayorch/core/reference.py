@@ -1,0 +1,188 @@
+"""The oracle: a plain sequential evaluation of a Plan, with no scheduler.
+
+Nodes are evaluated in plan (trace) order, which is topological; each node is
+evaluated for every Entity of its Domain, Entities in path order. A Call runs its
+UDF on a batch of one row per Entity through :mod:`rayorch.core.udf`. The rules are
+those of DESIGN section 4, written as directly as possible:
+
+* input propagation: any input Failed/Suppressed -> Suppressed; any Dropped -> Dropped;
+* expand: Present(seq) -> children 0..m-1; Dropped -> expansion dropped; else failed;
+* reduce: Present(list of Present child values, ordinal order); any child Failed or
+  Suppressed -> Suppressed; expansion dropped -> Dropped; failed -> Suppressed;
+* filter: mask False -> Dropped; broadcast: every descendant sees the ancestor's Item;
+* RecordFailure -> Failed; GroupFailure -> Failed, and later siblings of that Call under
+  the same parent are Suppressed (in the root Domain: that record only);
+* a physical failure (any other exception) is retried up to ``max_attempts``, then Failed
+  with the last cause.
+
+The kernel must agree with it on every Present value and every outcome; a Suppressed
+Item's cause names whichever failure the evaluator saw first, so causes of Suppressed
+Items may differ between schedules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rayorch.core.ids import ROOT, CallId, DomainId, Path, format_grain
+from rayorch.core.outcome import DROPPED, GroupFailure, Item, Outcome, RecordFailure, present
+from rayorch.core.plan import NodeKind, NodeSpec, Plan
+from rayorch.core.udf import UdfError, expansion_elements, instantiate, invoke_batch
+
+
+@dataclass
+class ReferenceResult:
+    """What a sequential evaluation produced."""
+
+    outputs: dict[int, tuple[Item, ...]]  # source index -> one Item per plan output
+    expansions: dict[tuple[DomainId, Path], tuple[str, int]] = field(default_factory=dict)
+    barriers: set[tuple[CallId, Path]] = field(default_factory=set)
+    items: dict[tuple[int, Path], Item] = field(default_factory=dict)
+
+
+def _bad(item: Item) -> bool:
+    return item.outcome is Outcome.FAILED or item.outcome is Outcome.SUPPRESSED
+
+
+def _suppressed(cause_item: Item, origin: str) -> Item:
+    if cause_item.outcome is Outcome.SUPPRESSED:
+        return cause_item
+    return Item(Outcome.SUPPRESSED, None, f"{origin} failed: {cause_item.cause}")
+
+
+def evaluate(plan: Plan, sources: Sequence[tuple[Any, ...]], first_index: int = 0) -> ReferenceResult:
+    """Evaluate ``plan`` on ``sources`` (one tuple of forward arguments each)."""
+    result = ReferenceResult(outputs={})
+    items = result.items
+    entities: dict[DomainId, list[Path]] = {ROOT: [(first_index + i,) for i in range(len(sources))]}
+    origin: dict[tuple[int, Path], str] = {}  # which Grain a Failed Item came from
+    functions: dict[str, Callable[..., Any]] = {}
+
+    def cause_of(port: int, path: Path) -> str:
+        return origin.get((port, path), "an input")
+
+    for node in plan.nodes:
+        kind = node.kind
+        if kind is NodeKind.INPUT:
+            for path in entities[ROOT]:
+                items[(node.outputs[0], path)] = present(sources[path[0] - first_index][node.arg_index])
+        elif kind is NodeKind.CALL:
+            if node.call is not None and node.call.module not in functions:
+                functions[node.call.module] = instantiate(plan.module(node.call.module))
+            _evaluate_call(plan, node, entities[node.domain], items, origin, functions, result)
+        elif kind is NodeKind.EXPAND:
+            parent_domain = plan.domain(node.domain).parent
+            assert parent_domain is not None
+            children: list[Path] = []
+            for path in entities[parent_domain]:
+                item = items[(node.inputs[0], path)]
+                elements = expansion_elements(item.value) if item.present else None
+                if item.outcome is Outcome.DROPPED:
+                    result.expansions[(node.domain, path)] = ("dropped", 0)
+                elif elements is None:
+                    result.expansions[(node.domain, path)] = ("failed", 0)
+                else:
+                    result.expansions[(node.domain, path)] = ("succeeded", len(elements))
+                    for ordinal, element in enumerate(elements):
+                        children.append((*path, ordinal))
+                        items[(node.outputs[0], (*path, ordinal))] = present(element)
+            entities[node.domain] = children
+        elif kind is NodeKind.REDUCE:
+            assert node.source_domain is not None
+            for path in entities[node.domain]:
+                state, count = result.expansions[(node.source_domain, path)]
+                members = [items[(node.inputs[0], (*path, i))] for i in range(count)]
+                failed = [(i, m) for i, m in enumerate(members) if _bad(m)]
+                if state == "dropped":
+                    out = DROPPED
+                elif state == "failed":
+                    out = Item(Outcome.SUPPRESSED, None, "expansion failed")
+                elif failed:
+                    i, member = failed[0]
+                    out = _suppressed(member, cause_of(node.inputs[0], (*path, i)))
+                else:
+                    out = present([m.value for m in members if m.present])
+                items[(node.outputs[0], path)] = out
+        elif kind is NodeKind.FILTER:
+            for path in entities[node.domain]:
+                value, mask = (items[(p, path)] for p in node.inputs)
+                bad = [(p, i) for p, i in zip(node.inputs, (value, mask)) if _bad(i)]
+                if bad:
+                    out = _suppressed(bad[0][1], cause_of(bad[0][0], path))
+                elif not value.present or not mask.present or not mask.value:
+                    out = DROPPED
+                else:
+                    out = value
+                items[(node.outputs[0], path)] = out
+        elif kind is NodeKind.BROADCAST:
+            source = node.inputs[0]
+            depth = plan.domain(plan.ports[source].domain).depth
+            for path in entities[node.domain]:
+                item = items[(source, path[: depth + 1])]
+                out = _suppressed(item, cause_of(source, path[: depth + 1])) if _bad(item) else item
+                items[(node.outputs[0], path)] = out
+    for path in entities[ROOT]:
+        result.outputs[path[0]] = tuple(items[(port, path)] for port in plan.output_ports)
+    return result
+
+
+def _evaluate_call(
+    plan: Plan,
+    node: NodeSpec,
+    paths: list[Path],
+    items: dict[tuple[int, Path], Item],
+    origin: dict[tuple[int, Path], str],
+    functions: dict[str, Callable[..., Any]],
+    result: ReferenceResult,
+) -> None:
+    call = node.call
+    assert call is not None
+    options = plan.module(call.module).options
+    fn = functions[call.module]
+    for path in paths:
+        inputs = [items[(p, path)] for p in node.inputs]
+        bad = [(p, i) for p, i in zip(node.inputs, inputs) if _bad(i)]
+        barrier = len(path) > 1 and (call.id, path[:-1]) in result.barriers
+        grain = format_grain((call.id, path))
+        if bad:
+            port, item = bad[0]
+            outs = [_suppressed(item, origin.get((port, path), "an input"))] * len(node.outputs)
+        elif any(i.outcome is Outcome.DROPPED for i in inputs):
+            outs = [DROPPED] * len(node.outputs)
+        elif barrier:
+            outs = [Item(Outcome.SUPPRESSED, None, "suppressed by a GroupFailure")] * len(node.outputs)
+        else:
+            outs = _run_record(fn, options.max_attempts, options, call, tuple(i.value for i in inputs))
+            if outs and isinstance(outs[0], GroupFailure) and len(path) > 1:
+                result.barriers.add((call.id, path[:-1]))
+            outs = [
+                Item(Outcome.FAILED, None, o.cause) if isinstance(o, RecordFailure) else o
+                for o in outs
+            ]
+            for port, out in zip(node.outputs, outs):
+                if out.outcome is Outcome.FAILED:
+                    origin[(port, path)] = grain
+        for port, out in zip(node.outputs, outs):
+            items[(port, path)] = out
+
+
+def _run_record(
+    fn: Callable[..., Any], attempts: int, options: Any, call: Any, row: tuple[Any, ...]
+) -> list[Any]:
+    """One record, as a batch of one, retried on physical failures."""
+    cause = ""
+    for _ in range(attempts):
+        try:
+            (out,) = invoke_batch(fn, options, call, [row])
+        except UdfError as error:
+            cause = error.cause
+            continue
+        if isinstance(out, RecordFailure):
+            return [out] * call.num_outputs
+        return [present(v) for v in out]
+    return [Item(Outcome.FAILED, None, cause)] * call.num_outputs
+
+
+__all__ = ["ReferenceResult", "evaluate"]
