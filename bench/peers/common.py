@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -126,3 +127,79 @@ def run_in_subprocess(
 
 def median_of(records: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(r[key] for r in records))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of a benchmark: a label, the system to run and its configuration."""
+
+    label: str
+    system: str
+    config: BenchConfig
+
+
+def run_interleaved(
+    variants: list[Variant], reps: int, out_dir: Path, timeout_s: float
+) -> dict[str, list[dict[str, Any]]]:
+    """Each variant ``reps`` times, interleaved (v1 v2 v3 v1 v2 v3 …), each in a fresh process.
+
+    A failed run is kept as ``{"error": message}`` so one broken system does not stop
+    the others; its message is printed as it happens.
+    """
+    runs: dict[str, list[dict[str, Any]]] = {v.label: [] for v in variants}
+    for rep in range(reps):
+        for variant in variants:
+            tag = f"{variant.label}-rep{rep}"
+            print(f"[{time.strftime('%H:%M:%S')}] {tag} ...", flush=True)
+            try:
+                record = run_in_subprocess(variant.system, variant.config, out_dir, tag, timeout_s)
+            except BenchError as exc:
+                print(f"  FAILED: {exc}", flush=True)
+                runs[variant.label].append({"error": str(exc)})
+                continue
+            print(f"  e2e {record['e2e_s']:.2f}s, first parent {record['first_parent_s']:.2f}s, "
+                  f"{record['correct_parents']} correct", flush=True)
+            runs[variant.label].append(record)
+    return runs
+
+
+def medians(records: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float] | None:
+    """Median of each key over the successful records; ``None`` when every run failed."""
+    ok = [r for r in records if "error" not in r]
+    if not ok:
+        return None
+    return {key: median_of(ok, key) for key in keys}
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    """A plain fixed-width text table."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    lines = ["  ".join(str(c).rjust(w) for c, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def ratio(value: float | None, base: float | None) -> str:
+    """``value/base`` as ``1.23x``, or ``n/a``."""
+    if value is None or base is None or base <= 0:
+        return "n/a"
+    return f"{value / base:.2f}x"
+
+
+def add_config_args(parser: argparse.ArgumentParser, *, parents: int, reps: int, name: str) -> None:
+    """The options every harness takes: workload size, GPUs, batch, repetitions, output."""
+    defaults = BenchConfig()
+    parser.add_argument("--parents", type=int, default=parents, help="source parents")
+    parser.add_argument("--max-children", type=int, default=defaults.max_children)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--gpus", type=int, default=defaults.gpus, help="G: GPU actors")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="B")
+    parser.add_argument("--reps", type=int, default=reps, help="repetitions per system")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per run")
+    parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "bench" / "out" / name)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(parents=args.parents, max_children=args.max_children, seed=args.seed,
+                       gpus=args.gpus, batch_size=args.batch_size)

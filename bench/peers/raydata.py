@@ -70,7 +70,10 @@ def run(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> None:
     ctx.print_on_execution_start = False
     parents = make_parents(config)
     log.restart()
-    ds: ray.data.Dataset = ray.data.from_items(parents)
+    # Two source blocks per declared CPU: one block per parent (the default here) makes
+    # hundreds of tiny render tasks whose start-up starves the GPU pool on a small machine.
+    blocks = min(len(parents), 2 * config.cpus)
+    ds: ray.data.Dataset = ray.data.from_items(parents, override_num_blocks=blocks)
     ds = ds.flat_map(partial(render_rows, config=config, trace_dir=trace_dir), num_cpus=0.5)
     ds = ds.map_batches(
         GpuBatches,
