@@ -92,7 +92,7 @@ class RunNotFoundError(_StoreErrorWithArgs):
     def message(self) -> str:
         return (
             f"run {self.run_id!r} not found in the lineage store {self.url}. "
-            "Check the run id (`rayorch audit --list` lists the runs) and the --store URL."
+            "Check the run id (`rayorch runs --store URL` lists them) and the --store URL."
         )
 
 

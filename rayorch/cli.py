@@ -1,0 +1,219 @@
+"""The ``rayorch`` command line: inspect runs kept in a lineage store.
+
+    rayorch runs  --store URL                 list the runs
+    rayorch audit RUN --store URL [--json]    verify a run's lineage invariants
+    rayorch show  RUN ENTITY --store URL      the lineage tree of one source item
+
+Each subcommand is one ``add_<name>_parser`` function that registers its parser
+and one ``cmd_<name>`` function that runs it; add new ones to ``SUBCOMMANDS``.
+The store URL defaults to ``$RAYORCH_STORE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from rayorch.core.errors import RayorchError
+from rayorch.core.facts import (
+    BarrierInstalled,
+    ExpansionClosed,
+    Fact,
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    OutputEmitted,
+    SourceAdmitted,
+    fact_as_dict,
+)
+from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
+from rayorch.store import open_store
+from rayorch.store.audit import audit_run, entity_story
+from rayorch.store.base import LineageStore, StoredFact
+
+EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=repr).decode() + "\n")
+
+
+def _store(args: argparse.Namespace) -> LineageStore:
+    url = args.store or os.environ.get("RAYORCH_STORE")
+    if not url:
+        raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
+    return open_store(url)
+
+
+def _add_store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help="lineage store URL (default: $RAYORCH_STORE)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+# -- runs ---------------------------------------------------------------------------
+def add_runs_parser(sub: Any) -> None:
+    parser = sub.add_parser("runs", help="list the runs of a lineage store")
+    _add_store_options(parser)
+    parser.set_defaults(func=cmd_runs)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    infos = _store(args).list_runs()
+    if args.json:
+        _print_json([{"run": i.run_id, "fingerprint": i.fingerprint, "shards": i.shards,
+                      "micro_batch": i.micro_batch, "created_ts": i.created_ts,
+                      "plan": i.plan.get("name")} for i in infos])
+        return EXIT_OK
+    for i in infos:
+        print(f"{i.run_id}  plan {i.plan.get('name')} ({i.fingerprint})  shards {i.shards}  "
+              f"micro-batch {i.micro_batch}")
+    return EXIT_OK
+
+
+# -- audit --------------------------------------------------------------------------
+def add_audit_parser(sub: Any) -> None:
+    parser = sub.add_parser("audit", help="verify the lineage invariants of a run")
+    parser.add_argument("run", help="run id")
+    _add_store_options(parser)
+    parser.set_defaults(func=cmd_audit)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    report = audit_run(_store(args), args.run)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        verdict = "OK" if report.ok else f"FAILED ({len(report.violations)} violations)"
+        print(f"run {report.run_id}: {verdict} - {report.facts} facts in {report.shards} shards")
+        for group, counter in report.counts.items():
+            if group == "facts":
+                continue
+            parts = ", ".join(f"{key} {n}" for key, n in sorted(counter.items()))
+            print(f"  {group}: {parts}")
+        for note in report.notes:
+            print(f"  note: {note}")
+        for violation in report.violations:
+            print(f"  VIOLATION {violation}")
+    return EXIT_OK if report.ok else EXIT_INVARIANT
+
+
+# -- show ---------------------------------------------------------------------------
+def add_show_parser(sub: Any) -> None:
+    parser = sub.add_parser("show", help="print the lineage tree of one source item")
+    parser.add_argument("run", help="run id")
+    parser.add_argument("entity", help="source index or entity path, e.g. 12 or 12.3")
+    _add_store_options(parser)
+    parser.set_defaults(func=cmd_show)
+
+
+def _grain_line(grain: GrainKey, facts: list[Fact], barriers: dict[tuple[str, Path], str]
+                ) -> str:
+    steps: list[str] = []
+    end = ""
+    for fact in facts:
+        if isinstance(fact, GrainDispatched):
+            steps.append(f"dispatched as attempt {fact.generation}")
+        elif isinstance(fact, GrainRetried):
+            steps.append(f"attempt {fact.generation - 1} lost ({fact.cause}), back to ready")
+        elif isinstance(fact, GrainFailed):
+            end = f"FAILED after {fact.generation + 1} attempts: {fact.cause}"
+        elif isinstance(fact, GrainCommitted):
+            if fact.outcome == "present":
+                end = f"committed attempt {fact.generation}: present"
+            else:
+                end = (f"committed attempt {fact.generation}: "
+                       f"{fact.outcome.replace('_', ' ')} ({fact.cause})")
+    cause = barriers.get((grain[0], grain[1][:-1]))
+    if not end and cause is not None:
+        end = f"suppressed by a GroupFailure of a sibling ({cause})"
+    elif not end:
+        end = "in flight" if steps else "not run (decided by its inputs)"
+    return f"{format_grain(grain)}: " + "; ".join([*steps, end])
+
+
+def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
+    facts = [s.fact for s in stored]
+    by_grain: dict[GrainKey, list[Fact]] = {}
+    children: dict[Path, set[Path]] = {}
+    expansions: dict[Path, list[ExpansionClosed]] = {}
+    barriers: dict[tuple[str, Path], str] = {}
+    lines: list[str] = []
+    for fact in facts:
+        own = getattr(fact, "path", None)
+        if own is not None:
+            by_grain.setdefault((getattr(fact, "call", ""), own), []).append(fact)
+            for depth in range(len(path), len(own)):
+                children.setdefault(own[:depth], set()).add(own[: depth + 1])
+        if isinstance(fact, ExpansionClosed):
+            expansions.setdefault(fact.parent, []).append(fact)
+        if isinstance(fact, BarrierInstalled):
+            barriers[(fact.call, fact.parent)] = fact.cause
+
+    def entity(p: Path, indent: str) -> None:
+        for (call, gpath), gfacts in by_grain.items():
+            if gpath == p:
+                lines.append(f"{indent}  {_grain_line((call, gpath), gfacts, barriers)}")
+        for closed in expansions.get(p, []):
+            detail = f", {closed.count} children" if closed.outcome == "succeeded" else ""
+            lines.append(f"{indent}  expansion {closed.domain}: {closed.outcome}{detail}")
+        for child in sorted(children.get(p, ())):
+            lines.append(f"{indent}  entity {format_path(child)} (ordinal {child[-1]})")
+            entity(child, indent + "  ")
+
+    for fact in facts:
+        if isinstance(fact, SourceAdmitted) and (fact.index,) == path:
+            key = f" key {fact.key!r}," if fact.key else ""
+            lines.append(f"source {fact.index}:{key} admitted with {list(fact.values)!r}")
+    if len(path) > 1:
+        lines.append(f"entity {format_path(path)}")
+    entity(path, "")
+    for fact in facts:
+        if isinstance(fact, OutputEmitted) and (fact.index,) == path:
+            lines.append(f"output of source {fact.index}: {fact.outcome}")
+    return lines
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    path = parse_path(args.entity)
+    store = _store(args)
+    stored = entity_story(store, args.run, path)
+    if args.json:
+        _print_json([{"seq": s.seq, "domain": s.domain, **fact_as_dict(s.fact)} for s in stored])
+        return EXIT_OK
+    if not stored:
+        print(f"run {args.run}: no facts about entity {format_path(path)}")
+        return EXIT_INVARIANT
+    print("\n".join(_render_tree(path, stored)))
+    return EXIT_OK
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [add_runs_parser, add_audit_parser, add_show_parser]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rayorch", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rayorch`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (RayorchError, ValueError) as exc:
+        print(f"rayorch {args.command}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
