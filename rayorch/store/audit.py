@@ -112,6 +112,7 @@ class ShardAudit:
         self.committed: dict[GrainKey, GrainCommitted] = {}
         self.barriers: set[tuple[CallId, Path]] = set()
         self.expansions: dict[tuple[DomainId, Path], ExpansionClosed] = {}
+        self.closed_under: dict[Path, list[ExpansionClosed]] = {}
         self.expected: dict[tuple[DomainId, Path], tuple[int, int | None]] = {}  # seq, count
         self.admitted: set[int] = set()
         self.emitted: set[int] = set()
@@ -176,7 +177,7 @@ class ShardAudit:
         self._not_sealed(fact.call, fact.path, "dispatched")
         self.grain_state[grain] = ("in_flight", fact.generation)
         self.count("grains", "dispatched")
-        self._check_child_ordinal(fact.call, fact.path)
+        self._check_ordinal_range(fact.call, fact.path)
         for _, child_call, _, child_domain in self.shape.reducers.get(fact.call, ()):
             self._check_reduce_ready(grain, child_call, child_domain)
 
@@ -189,10 +190,11 @@ class ShardAudit:
         elif state not in ("in_flight", "sealed"):
             self.bad(format_grain(grain), f"committed while {state}, not in flight")
         parent = fact.path[:-1]
+        self._check_ordinal_range(fact.call, fact.path)
         if parent and (fact.call, parent) in self.barriers:
             self.bad(format_grain(grain), "committed after a GroupFailure barrier covered it")
         self._seal(fact.call, fact.path, "committed")
-        self.committed[grain] = fact
+        self.committed.setdefault(grain, fact)
         self.count("grains", fact.outcome)
         if fact.outcome == REPORT_PRESENT:
             for domain, index in self.shape.expand_feeders.get(fact.call, ()):
@@ -208,18 +210,18 @@ class ShardAudit:
             self.bad(name, "closed twice")
             return
         self.expansions[key] = fact
+        self.closed_under.setdefault(fact.parent, []).append(fact)
         expected = self.expected.get(key)
         if expected is not None and expected[1] is not None and fact.outcome == "succeeded" \
                 and expected[1] != fact.count:
             self.bad(name, f"closed with {fact.count} children but the expanded value "
                            f"has {expected[1]} elements")
 
-    def _check_child_ordinal(self, call: CallId, path: Path) -> None:
+    def _check_ordinal_range(self, call: CallId, path: Path) -> None:
         if len(path) < 2:
             return
-        parent = path[:-1]
-        for (domain, p), closed in self.expansions.items():
-            if p == parent and len(path) - 1 == domain.count("/") and \
+        for closed in self.closed_under.get(path[:-1], ()):
+            if len(path) - 1 == closed.domain.count("/") and \
                     closed.outcome == "succeeded" and not 0 <= path[-1] < closed.count:
                 self.bad(format_grain((call, path)),
                          f"ordinal {path[-1]} outside 0..{closed.count - 1} of its expansion")
