@@ -281,7 +281,8 @@ class PlanTables:
             routes[port].append((handlers[name], info))
         self.consumers = [tuple(r) for r in routes]
         for call_id, info in self.calls.items():
-            info.queue_push = queues[call_id].push
+            queue = queues[call_id]
+            info.queue_push = queue.push if queue.parent_bound else queue.fifo.append
 
     def descendants(
         self, expansions: dict[tuple[str, Path], int], path: Path, chain: tuple[str, ...]

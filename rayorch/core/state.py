@@ -119,30 +119,38 @@ class Kernel:
             BarrierInstalled: self._on_barrier,
             GrainRetried: self._on_retried,
             GrainFailed: self._on_failed,
-            ExpansionClosed: self._on_expansion_closed,
             OutputEmitted: self._on_output_emitted,
-            RunCompleted: self._on_run_completed,
             LeaseAcquired: lambda fact: None,
         }
+        self._checks: dict[type, Callable[[Any], None]] = {
+            ExpansionClosed: self._on_expansion_closed,
+            RunCompleted: self._on_run_completed,
+        }
+        self._calls = tables.calls
+        self._consumers = tables.consumers
 
     # == folding ====================================================================
     def apply(self, fact: Fact) -> list[Fact]:
         """Fold one fact; return the announcements it newly derives (already logged)."""
         handler = self._handlers.get(type(fact))
         if handler is None:
-            raise InvalidTransition(f"the kernel does not know the fact type {type(fact).__name__}")
-        if isinstance(fact, (ExpansionClosed, RunCompleted)):
-            handler(fact)  # checked against what was derived; logged when derived
+            check = self._checks.get(type(fact))
+            if check is None:
+                raise InvalidTransition(
+                    f"the kernel does not know the fact type {type(fact).__name__}")
+            check(fact)  # an announcement: checked against what was derived, logged then
             return []
-        self.log.append(fact)
+        log = self.log
+        log.append(fact)
         try:
             handler(fact)
         except InvalidTransition:
-            self.log.pop()
+            log.pop()
+            self._announce = []
             raise
-        if not self._announce:
-            return []
         derived = self._announce
+        if not derived:
+            return []
         self._announce = []
         return derived
 
@@ -193,18 +201,18 @@ class Kernel:
 
     def _on_committed(self, fact: GrainCommitted) -> None:
         grain = (fact.call, fact.path)
-        phase = self._phase.get(grain)
-        if phase != IN_FLIGHT or self._gen.get(grain, 0) != fact.generation:
-            if phase == SEALED and self._sealed_by.get(grain) == fact:
+        phase_of = self._phase
+        if phase_of.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != fact.generation:
+            if phase_of.get(grain) == SEALED and self._sealed_by.get(grain) == fact:
                 return  # an identical commit again
             verdict = self.verdict(fact)
             raise self._reject(
                 f"GrainCommitted {format_grain(grain)} generation {fact.generation} does not pass "
                 f"the commit gate ({verdict.name}); only reports accepted by verdict() may be "
                 "applied", grain)
-        info = self.tables.calls.get(fact.call)
-        assert info is not None  # a phase entry exists only for known Calls
+        info = self._calls[fact.call]
         outcome = fact.outcome
+        path = fact.path
         if outcome == REPORT_PRESENT:
             outputs = fact.outputs
             if outputs is None or len(outputs) != info.num_outputs:
@@ -213,17 +221,21 @@ class Kernel:
                     f"GrainCommitted {format_grain(grain)}: expected {info.num_outputs} inline "
                     f"output value(s), got {got}; resolve payload_ref to values before applying",
                     grain)
-        elif outcome != REPORT_RECORD_FAILURE and outcome != REPORT_GROUP_FAILURE:
+            phase_of[grain] = SEALED
+            self._sealed_by[grain] = fact
+            self._in_flight -= 1
+            if info.num_outputs == 1:
+                self._resolve(info.outputs[0], path, outputs[0])
+            else:
+                for port, value in zip(info.outputs, outputs):
+                    self._resolve(port, path, value)
+            return
+        if outcome != REPORT_RECORD_FAILURE and outcome != REPORT_GROUP_FAILURE:
             raise self._reject(f"GrainCommitted {format_grain(grain)}: unknown outcome {outcome!r}",
                                grain)
-        self._phase[grain] = SEALED
+        phase_of[grain] = SEALED
         self._sealed_by[grain] = fact
         self._in_flight -= 1
-        path = fact.path
-        if outcome == REPORT_PRESENT:
-            for port, value in zip(info.outputs, fact.outputs):  # type: ignore[arg-type]
-                self._resolve(port, path, value)
-            return
         failure = Absent(Outcome.FAILED, fact.cause or outcome, format_grain(grain))
         for port in info.outputs:
             self._resolve(port, path, failure)
@@ -353,12 +365,13 @@ class Kernel:
                 f"Item {self.tables.port_names[port]}[{format_path(path)}] is already terminal",
                 path)
         items[key] = value
-        for handler, info in self.tables.consumers[port]:
+        for handler, info in self._consumers[port]:
             handler(info, path, value)
+        pending = self._pending
         source = path[0]
-        left = self._pending[source] - 1
+        left = pending[source] - 1
         if left:
-            self._pending[source] = left
+            pending[source] = left
         else:
             self._complete(source)
 
