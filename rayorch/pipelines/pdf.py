@@ -56,10 +56,19 @@ def _refuse(kind: str, detail: str) -> RecordFailure:
     return RecordFailure(f"{kind}: {' '.join(detail.split())}")
 
 
+_PROPAGATED = re.compile(r"^[\w.@]+\[[\d.]+\] failed: ")
+
+
 def failure_kind(cause: str | None) -> str:
-    """The stable part of a cause (``"encrypted: x.pdf needs ..."`` -> ``"encrypted"``)."""
+    """The stable part of a cause, for counting failures by kind.
+
+    ``"encrypted: x.pdf needs ..."`` -> ``"encrypted"``; a cause propagated by the
+    runtime (``"render[3] failed: encrypted: ..."``) counts as its origin's kind.
+    """
     if not cause:
         return "unknown"
+    while _PROPAGATED.match(cause):
+        cause = _PROPAGATED.sub("", cause, count=1)
     return cause.split(":", 1)[0].strip()[:60]
 
 

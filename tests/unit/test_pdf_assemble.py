@@ -98,7 +98,8 @@ def test_write_outputs_files_and_summary(tmp_path: Path) -> None:
     results = [
         (0, doc),
         (1, ro.FailedResult(1, ro.Outcome.FAILED, "missing: /nowhere/missing.pdf does not exist")),
-        (2, ro.FailedResult(2, ro.Outcome.SUPPRESSED, "encrypted: /x/locked.pdf needs a password")),
+        (2, ro.FailedResult(2, ro.Outcome.SUPPRESSED,
+                            "render[2] failed: encrypted: /x/locked.pdf needs a password")),
     ]
     summary = write_outputs(results, tmp_path / "out", sources=sources, elapsed_s=2.0)
 
