@@ -132,9 +132,9 @@ def write_scripted_run(
                                               (f"text {path}",), ts=now()))
         if reports:
             commit(reports)
-        barred = any(v is CommitVerdict.BARRED for r, v in result.verdicts if r.path[0] == index)
-        failed = record_failure is not None and record_failure[0] == index and count > 1
-        if barred or failed or (group_failure is not None and group_failure[0] == index):
+        mine = [(r, v) for r, v in result.verdicts if r.call == "ocr" and r.path[0] == index]
+        if any(v is CommitVerdict.BARRED or (v.accepted and r.outcome != REPORT_PRESENT)
+               for r, v in mine):
             append(index, [OutputEmitted(index, "suppressed", ts=now())])
             continue
         append(index, [GrainDispatched("assemble", src, 0, ts=now())])

@@ -1,0 +1,134 @@
+"""The memory store and the Redis store agree on every operation (a stateful machine)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from rayorch.core.facts import (
+    REPORT_GROUP_FAILURE,
+    REPORT_PRESENT,
+    REPORT_RECORD_FAILURE,
+    Fact,
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    SourceAdmitted,
+)
+from rayorch.core.ids import Path
+from rayorch.store import GrainSealedError, LineageStore, open_store
+from rayorch.store.scripted_run import scripted_plan
+
+pytestmark = pytest.mark.integration
+
+PLAN = scripted_plan()
+SHARDS = 2
+DRIVERS = ("a", "b")
+
+
+def grain_paths(shard: int) -> st.SearchStrategy[tuple[str, Path]]:
+    sources = st.sampled_from([i for i in range(4) if i % SHARDS == shard])
+    child = st.tuples(st.just("ocr"), st.tuples(sources, st.integers(0, 2)))
+    root = st.tuples(st.sampled_from(["render", "assemble"]), st.tuples(sources))
+    return st.one_of(child, root)
+
+
+def driver_fact(shard: int) -> st.SearchStrategy[Fact]:
+    def build(kind: str, grain: tuple[str, Path], gen: int) -> Fact:
+        call, path = grain
+        if kind == "dispatch":
+            return GrainDispatched(call, path, gen)
+        if kind == "retry":
+            return GrainRetried(call, path, gen, "crash")
+        if kind == "fail":
+            return GrainFailed(call, path, gen, "gave up")
+        return SourceAdmitted(path[0], ("x",))
+
+    return st.builds(build, st.sampled_from(["dispatch", "dispatch", "retry", "fail", "admit"]),
+                     grain_paths(shard), st.integers(0, 2))
+
+
+reports = st.builds(
+    lambda grain, gen, outcome: GrainCommitted(
+        grain[0], grain[1], gen, outcome,
+        ("v",) if outcome == REPORT_PRESENT else None,
+        None if outcome == REPORT_PRESENT else "bad"),
+    st.one_of(grain_paths(0), grain_paths(1)),
+    st.integers(0, 2),
+    st.sampled_from([REPORT_PRESENT, REPORT_PRESENT, REPORT_RECORD_FAILURE,
+                     REPORT_GROUP_FAILURE]),
+)
+
+
+def outcome(fn: Any) -> Any:
+    """The result of a call, or a comparable description of the error it raised."""
+    try:
+        return ("ok", fn())
+    except GrainSealedError as exc:
+        return ("error", "GrainSealedError", exc.grains)
+    except Exception as exc:  # noqa: BLE001 - compared between the stores
+        return ("error", type(exc).__name__)
+
+
+class StoresAgree(RuleBasedStateMachine):
+    stores: tuple[LineageStore, LineageStore]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = f"sm-{uuid.uuid4().hex[:10]}"
+        for store in self.stores:
+            store.open_run(self.run, PLAN, shards=SHARDS, micro_batch=1)
+        self.epochs: dict[tuple[int, str], int] = {}
+
+    def both(self, fn: Any) -> Any:
+        results = [outcome(lambda s=s: fn(s)) for s in self.stores]
+        assert results[0] == results[1]
+        return results[0]
+
+    @rule(shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS))
+    def acquire(self, shard: int, driver: str) -> None:
+        result = self.both(lambda s: s.acquire_lease(self.run, shard, driver, ttl_s=600))
+        if result[0] == "ok":
+            self.epochs[(shard, driver)] = result[1]
+
+    @rule(shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS))
+    def release(self, shard: int, driver: str) -> None:
+        epoch = self.epochs.get((shard, driver), 0)
+        self.both(lambda s: s.release_lease(self.run, shard, driver, epoch))
+
+    @rule(data=st.data(), shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS),
+          stale=st.booleans())
+    def append(self, data: st.DataObject, shard: int, driver: str, stale: bool) -> None:
+        facts = data.draw(st.lists(driver_fact(shard), max_size=4))
+        epoch = self.epochs.get((shard, driver), 0) - (1 if stale else 0)
+        self.both(lambda s: s.append(self.run, shard, epoch, facts))
+
+    @rule(batch=st.lists(reports, min_size=1, max_size=6))
+    def commit(self, batch: list[GrainCommitted]) -> None:
+        self.both(lambda s: s.commit(self.run, batch))
+
+    @invariant()
+    def same_facts_and_tables(self) -> None:
+        for shard in range(SHARDS):
+            self.both(lambda s, k=shard: [(f.seq, f.domain, f.fact) for f in s.read(self.run, k)])
+            self.both(lambda s, k=shard: s.barriers(self.run, k))
+            self.both(lambda s, k=shard: s.lease_holder(self.run, k))
+
+
+def test_memory_and_redis_stores_agree(redis_url: str) -> None:
+    redis_store = open_store(redis_url)
+
+    class Machine(StoresAgree):
+        stores = (open_store("memory://"), redis_store)
+
+    Machine.TestCase.settings = settings(settings(), stateful_step_count=25)
+    try:
+        run_state_machine_as_test(Machine)
+    finally:
+        redis_store.close()
