@@ -72,7 +72,7 @@ def outcome(fn: Any) -> Any:
         return ("ok", fn())
     except GrainSealedError as exc:
         return ("error", "GrainSealedError", exc.grains)
-    except Exception as exc:  # noqa: BLE001 - compared between the stores
+    except Exception as exc:  # compared between the stores
         return ("error", type(exc).__name__)
 
 
