@@ -1,0 +1,131 @@
+"""Store pieces that need no server: sharding, keys, URLs, errors, payload files, leases."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from rayorch.core.errors import RayorchError, StoreError
+from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, SourceAdmitted
+from rayorch.store import (
+    FencedError,
+    GrainSealedError,
+    LeaseHeldError,
+    LeaseLostError,
+    PayloadError,
+    RunMismatchError,
+    RunNotFoundError,
+    StoreAuthError,
+    StoreUnavailableError,
+    StoreURLError,
+    StoreVersionError,
+    open_store,
+    shard_of,
+)
+from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
+from rayorch.store.memory import MemoryStore
+from rayorch.store.payload import PayloadStore
+from rayorch.store.redis_store import RedisStore, parse_version, redact_url
+from rayorch.store.scripted_run import scripted_plan
+
+
+def test_shard_of_groups_micro_batches() -> None:
+    assert [shard_of(i, 2, 3) for i in range(8)] == [0, 0, 1, 1, 2, 2, 0, 0]
+    assert {shard_of(i, 1, 1) for i in range(10)} == {0}
+
+
+def test_every_key_of_a_shard_shares_its_hash_tag() -> None:
+    keys = ShardKeys("run-1", 3)
+    everything = keys.all_keys(("root", "root/0"))
+    assert all("{run-1:3}" in k for k in everything)
+    assert keys.facts("root/0") == "ro:{run-1:3}:facts:root/0"
+    assert meta_key("run-1") == "ro:{run-1}:meta"
+    assert grain_field("ocr@1", (4, 0, 2)) == "ocr@1|4.0.2"
+    assert barrier_member("ocr", (4, 0)) == "ocr|4.0"
+    assert valid_run_id("a_b.c-1") and not valid_run_id("a:b") and not valid_run_id("{x}")
+
+
+def test_urls_are_redacted_and_versions_parsed() -> None:
+    assert redact_url("redis://bob:pw@h:6380/1") == "redis://bob:***@h:6380/1"
+    assert redact_url("rediss://:pw@h/0") == "rediss://:***@h/0"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+    assert parse_version("7.0.15") == (7, 0, 15) and parse_version("6.2.6") < (7, 0)
+
+
+def test_bad_urls_are_plain_errors() -> None:
+    with pytest.raises(StoreURLError, match="unknown scheme 'mysql'"):
+        open_store("mysql://x")
+    with pytest.raises(StoreURLError, match="integers"):
+        open_store("redis://h/0?payload_threshold=big")
+    with pytest.raises(StoreURLError):
+        open_store("memory://a/b")
+
+
+def test_redis_store_options_stay_out_of_the_redis_url(tmp_path: Path) -> None:
+    store = RedisStore(f"redis://u:pw@h:1/2?payload_dir={tmp_path}&payload_threshold=10&retries=3")
+    assert store.payloads.root == tmp_path and store.payloads.threshold == 10
+    assert store.retries == 3 and store.safe_url.startswith("redis://u:***@h:1/2")
+    clone = pickle.loads(pickle.dumps(store))
+    assert isinstance(clone, RedisStore) and clone.url == store.url
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        StoreUnavailableError("redis://h:1/0", "refused"),
+        StoreAuthError("redis://h:1/0", "WRONGPASS"),
+        StoreVersionError("redis://h:1/0", "6.2.0"),
+        RunNotFoundError("r", "memory://x"),
+        RunMismatchError("r", "plan fingerprint", "aa", "bb"),
+        LeaseHeldError("r", 1, "d", 4),
+        LeaseLostError("r", 1, 4),
+        FencedError("r", 1, 4, 5),
+        GrainSealedError("r", 0, [("ocr", (1, 2))]),
+        PayloadError("r/ocr/x", "missing"),
+    ],
+)
+def test_store_errors_pickle_and_say_what_to_do(error: StoreError) -> None:
+    assert isinstance(error, RayorchError)
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error) and str(again) == str(error)
+    assert len(str(error)) > 40 and "." in str(error)
+
+
+def test_memory_store_names_are_shared_in_process() -> None:
+    a = open_store("memory://shared-unit")
+    assert open_store("memory://shared-unit") is a
+    assert pickle.loads(pickle.dumps(a)) is a
+    assert open_store("memory://") is not open_store("memory://")
+
+
+def test_memory_leases_expire_on_the_store_clock() -> None:
+    now = [100.0]
+    store = MemoryStore(clock=lambda: now[0])
+    store.open_run("r", scripted_plan())
+    epoch = store.acquire_lease("r", 0, "a", ttl_s=5)
+    now[0] += 4
+    store.renew_lease("r", 0, "a", epoch, ttl_s=5)
+    now[0] += 4
+    with pytest.raises(LeaseHeldError):
+        store.acquire_lease("r", 0, "b", ttl_s=5)
+    now[0] += 2
+    assert store.lease_holder("r", 0) is None
+    with pytest.raises(LeaseLostError):
+        store.append("r", 0, epoch, [SourceAdmitted(0, ("a",))])
+    assert store.acquire_lease("r", 0, "b", ttl_s=5) == epoch + 1
+
+
+def test_payload_files_round_trip_and_stay_inside_their_directory(tmp_path: Path) -> None:
+    payloads = PayloadStore(tmp_path, threshold=8)
+    report = GrainCommitted("ocr", (1, 2), 0, REPORT_PRESENT, (b"\x00" * 100, (1, "two")))
+    slim, ref = payloads.externalize("run", report, "tok")
+    assert slim.outputs is None and slim.payload_ref == ref == "run/ocr/1.2.g0.tok.msgpack"
+    assert payloads.resolve(slim).outputs == report.outputs
+    assert payloads.refs("run") == {ref}
+    with pytest.raises(PayloadError, match="outside"):
+        payloads.load("../../etc/passwd")
+    payloads.delete(ref)
+    with pytest.raises(PayloadError, match="cannot read"):
+        payloads.load(ref)
