@@ -7,7 +7,8 @@ Each repetition runs every system once, interleaved, each in a fresh process wit
 the same declared resources. Reported per system (median over repetitions): E2E,
 time to the first completed parent, p50/p99 parent completion time (all measured from
 the start of the run at the driver), each as a ratio to the lower bound
-(DESIGN section 10) and to rayorch. Writes ``<out-dir>/fanout.json``.
+(DESIGN section 10) and to rayorch; and start-up (run start to the first UDF call: actor
+and worker start, which the bound leaves out). Writes ``<out-dir>/fanout.json``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ METRICS = (
     ("first_parent_s", "first parent"),
     ("p50_parent_s", "p50 parent"),
     ("p99_parent_s", "p99 parent"),
+    ("startup_s", "start-up"),
 )
 
 

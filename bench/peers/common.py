@@ -60,13 +60,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def gpu_trace_totals(trace_dir: Path) -> dict[str, int]:
-    """GPU UDF records processed in total and of poisoned parents (from the traces)."""
-    lines = [t for t in load_traces(trace_dir) if t["stage"] == "gpu"]
+def trace_totals(trace_dir: Path, t0: float) -> dict[str, float]:
+    """From the traces: start-up (run start to the first UDF call) and GPU UDF counts."""
+    lines = load_traces(trace_dir)
+    gpu = [t for t in lines if t["stage"] == "gpu"]
     return {
-        "gpu_calls": len(lines),
-        "gpu_records": sum(t["records"] for t in lines),
-        "gpu_poisoned_records": sum(t["poisoned"] for t in lines),
+        "startup_s": lines[0]["start"] - t0 if lines else float("nan"),
+        "gpu_calls": len(gpu),
+        "gpu_records": sum(t["records"] for t in gpu),
+        "gpu_poisoned_records": sum(t["poisoned"] for t in gpu),
     }
 
 
@@ -92,7 +94,8 @@ def summarize(system: str, config: BenchConfig, log: ArrivalLog, trace_dir: Path
         "failed_parents": check.failed_as_expected,
         "children": sum(p["n"] for p in parents),
         "trace_dir": str(trace_dir),
-        **gpu_trace_totals(trace_dir),
+        "arrivals_s": sorted(times),
+        **trace_totals(trace_dir, log.t0),
     }
 
 
