@@ -182,11 +182,11 @@ def run_pipeline(
     )
     session: RunSession = open_session(plan, store, run_id, settings, address=address)
     if not quiet:
-        print(
-            f"rayorch: run {session.run_id} (store {session.public_store_url}); "
-            f"audit with: rayorch audit {session.run_id} --store {session.public_store_url}",
-            file=sys.stderr,
-        )
+        if session.commits_in_actor:
+            hint = f"audit with: rayorch audit {session.run_id} --store {session.public_store_url}"
+        else:
+            hint = "in-memory lineage: run with store='redis://...' to audit it later"
+        print(f"rayorch: run {session.run_id} ({hint})", file=sys.stderr)
     loop = DriverLoop(session, plan, rows, total, settings)
     return RunHandle(loop, ordered)
 

@@ -203,6 +203,9 @@ class ActorPool:
                 f"actor of {self.module.name!r} died: {type(exc).__name__}: {_first_line(exc)}"
             )
             if current:
+                # Every batch queued on the dead actor died with it, for the same reason.
+                for queued in slot.queue:
+                    queued.kill_cause = queued.kill_cause or cause
                 self.replace(slot)
             return BatchOutcome(batch, None, cause)
         if result.physical_failure is not None:

@@ -19,7 +19,7 @@ import ray
 from rayorch.actors.pool import ActorPool, ActorSlot, BatchOutcome, InFlightBatch
 from rayorch.actors.worker import BatchTask
 from rayorch.core.commit import CommitVerdict
-from rayorch.core.errors import NoProgressError
+from rayorch.core.errors import NoProgressError, RayorchError
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     REPORT_PRESENT,
@@ -41,6 +41,10 @@ from rayorch.store.base import RunLayout, barrier_fact
 from rayorch.store.errors import GrainSealedError
 
 IDLE_WAIT_S = 0.5
+
+
+class UnstorableValueError(RayorchError):
+    """A source value or output cannot be encoded for the lineage store."""
 
 
 def item_result(index: int, items: Sequence[Item], names: Sequence[str]) -> Any:
@@ -315,9 +319,16 @@ class DriverLoop:
             for k in self.session.epochs if shard is None else (shard,):
                 by_shard.setdefault(k, []).append(fact)
         for shard, shard_facts in by_shard.items():
-            self.session.store.append(
-                self.session.run_id, shard, self.session.epochs[shard], shard_facts
-            )
+            try:
+                self.session.store.append(
+                    self.session.run_id, shard, self.session.epochs[shard], shard_facts
+                )
+            except TypeError as exc:
+                raise UnstorableValueError(
+                    f"a fact could not be written to the lineage store: {exc}. Source items "
+                    "(and, with a durable store, module outputs) must be msgpack-able values; "
+                    "convert sets and custom objects to lists, dicts or tuples"
+                ) from exc
 
     def _flush(self) -> None:
         """Write the queued facts, one fenced append per shard."""
