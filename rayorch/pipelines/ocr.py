@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from rayorch.core.errors import RayorchError
+from rayorch import RayorchError
 
 Page = dict[str, Any]
 """One rendered page: ``{"page", "width", "height", "text"}`` plus ``"png"`` when rendered."""

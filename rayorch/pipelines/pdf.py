@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import rayorch as ro
-from rayorch import F
-from rayorch.core.outcome import FailedResult, RecordFailure
+from rayorch import F, FailedResult, RecordFailure
 from rayorch.pipelines.ocr import (
     OcrEngine,
     OcrEngineError,
