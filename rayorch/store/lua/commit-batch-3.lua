@@ -26,7 +26,7 @@ local grains, barriers, seqkey = KEYS[1], KEYS[2], KEYS[3]
 local n = tonumber(ARGV[1])
 local token = ARGV[2]
 local overlay = {}      -- grain field -> new value (sealed by this call)
-local new_barriers = {} -- member -> true
+local barred = {}       -- member -> true/false (the barrier set, read once per parent)
 local verdicts = {}
 local accepted = {}     -- report indexes to write, in order
 local barrier_of = {}   -- report index -> ARGV index of its BarrierInstalled bytes
@@ -51,7 +51,9 @@ for i = 1, n do
     if ctoken == my_token then v = 1 else v = -3 end  -- 1: replay of this very call
   elseif phase ~= 2 then
     v = -1
-  elseif member ~= '' and (new_barriers[member] or redis.call('SISMEMBER', barriers, member) == 1) then
+  elseif member ~= '' and barred[member] ~= false and
+      (barred[member] or redis.call('SISMEMBER', barriers, member) == 1) then
+    barred[member] = true
     v = -4
   elseif gen ~= cgen then
     v = -2
@@ -60,8 +62,9 @@ for i = 1, n do
     overlay[field] = '3:' .. gen .. ':' .. my_token
     accepted[#accepted + 1] = i
     writes = writes + 1
+    if member ~= '' and barred[member] == nil then barred[member] = false end
     if installs then
-      new_barriers[member] = true
+      barred[member] = true
       barrier_of[i] = barrier_arg
       writes = writes + 1
     end

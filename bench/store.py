@@ -1,0 +1,206 @@
+"""Lineage store throughput: committed Grains/s per shard and rebuild facts/s.
+
+    python bench/store.py                      # a private redis-server, then the memory store
+    python bench/store.py --url redis://host:6379/0 --grains 50000
+    python bench/store.py --results bench/RESULTS.md   # append the table there
+
+One shard, one client thread. Commit: N child Grains are dispatched first (untimed),
+then their reports are committed in batches of 1, 16 and 64 (one store round trip
+per batch). Rebuild: every fact of the shard is read back in order and decoded, then
+also folded through the kernel. Targets: >= 30k Grains/s per shard with batching,
+rebuild >= 1M facts/min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rayorch.core.facts import (
+    REPORT_PRESENT,
+    ExpansionClosed,
+    GrainCommitted,
+    GrainDispatched,
+    OutputEmitted,
+    SourceAdmitted,
+)
+from rayorch.core.plan import Plan
+from rayorch.store import LineageStore, open_store
+from rayorch.store.scripted_run import scripted_plan
+
+PAGES_PER_SOURCE = 100
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server on a free port in a temp dir, no persistence; stopped by PID."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("redis-server is not installed; pass --url")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as workdir:
+        proc = subprocess.Popen(
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
+             "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def paths(grains: int) -> list[tuple[int, int]]:
+    return [(i // PAGES_PER_SOURCE, i % PAGES_PER_SOURCE) for i in range(grains)]
+
+
+def bench_commits(store: LineageStore, grains: int, batch: int) -> float:
+    """Committed Grains per second on one shard with ``batch`` reports per commit call."""
+    run = f"bench-commit-{batch}-{time.time_ns()}"
+    store.open_run(run, scripted_plan(), shards=1, micro_batch=1)
+    epoch = store.acquire_lease(run, 0, "bench", ttl_s=3600)
+    todo = paths(grains)
+    for start in range(0, len(todo), 1000):
+        chunk = todo[start:start + 1000]
+        store.append(run, 0, epoch, [GrainDispatched("ocr", p, 0) for p in chunk])
+    reports = [GrainCommitted("ocr", p, 0, REPORT_PRESENT, (f"text of page {p}",), ts=time.time())
+               for p in todo]
+    started = time.perf_counter()
+    for start in range(0, len(reports), batch):
+        verdicts = store.commit(run, reports[start:start + batch])
+        assert all(v.accepted for v in verdicts)
+    elapsed = time.perf_counter() - started
+    store.delete_run(run)
+    return grains / elapsed
+
+
+def write_sources(store: LineageStore, run: str, epoch: int, sources: int) -> None:
+    """Whole source items as a driver writes them: render, 100 OCR pages, assemble."""
+    for index in range(sources):
+        src = (index,)
+        store.append(run, 0, epoch, [SourceAdmitted(index, (f"doc{index}",)),
+                                     GrainDispatched("render", src, 0)])
+        pages = [f"page {o}" for o in range(PAGES_PER_SOURCE)]
+        store.commit(run, [GrainCommitted("render", src, 0, REPORT_PRESENT, (pages,))])
+        children = [(index, o) for o in range(PAGES_PER_SOURCE)]
+        store.append(run, 0, epoch,
+                     [ExpansionClosed("root/0", src, "succeeded", PAGES_PER_SOURCE)]
+                     + [GrainDispatched("ocr", p, 0) for p in children])
+        store.commit(run, [GrainCommitted("ocr", p, 0, REPORT_PRESENT, (f"text {p}",))
+                           for p in children])
+        store.append(run, 0, epoch, [GrainDispatched("assemble", src, 0)])
+        store.commit(run, [GrainCommitted("assemble", src, 0, REPORT_PRESENT, ("doc",))])
+        store.append(run, 0, epoch, [OutputEmitted(index, "present")])
+
+
+def bench_rebuild(store: LineageStore, facts: int) -> tuple[int, float, float | None]:
+    """(facts, read+decode facts/s, read+decode+kernel-fold facts/s) for one shard."""
+    run = f"bench-rebuild-{time.time_ns()}"
+    store.open_run(run, scripted_plan(), shards=1, micro_batch=1)
+    epoch = store.acquire_lease(run, 0, "bench", ttl_s=3600)
+    write_sources(store, run, epoch, max(1, facts // (2 * PAGES_PER_SOURCE + 7)))
+    started = time.perf_counter()
+    total = sum(1 for _ in store.iter_facts(run, 0))
+    read_rate = total / (time.perf_counter() - started)
+    fold_rate = None
+    try:
+        from rayorch.core.state import Kernel
+    except ImportError:
+        Kernel = None  # type: ignore[assignment,misc]
+    if Kernel is not None:
+        started = time.perf_counter()
+        kernel = Kernel(Plan.from_description(store.run_info(run).plan))
+        for stored in store.iter_facts(run, 0):
+            kernel.apply(stored.fact)
+        assert kernel.finished
+        fold_rate = total / (time.perf_counter() - started)
+    store.delete_run(run)
+    return total, read_rate, fold_rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a Redis URL (default: start a private redis-server)")
+    parser.add_argument("--grains", type=int, default=20_000)
+    parser.add_argument("--facts", type=int, default=200_000)
+    parser.add_argument("--results", type=Path, help="append the table to this markdown file")
+    args = parser.parse_args()
+
+    rows: list[dict[str, object]] = []
+
+    def measure(name: str, url: str) -> None:
+        store = open_store(url)
+        for batch in (1, 16, 64):
+            grains = args.grains if batch > 1 else max(1000, args.grains // 4)
+            rate = bench_commits(store, grains, batch)
+            rows.append({"store": name, "metric": f"commit batch {batch}", "grains": grains,
+                         "per_s": round(rate)})
+            print(f"{name}: commit batch {batch:>2}: {rate:,.0f} Grains/s", flush=True)
+        total, read_rate, fold_rate = bench_rebuild(store, args.facts)
+        rates: list[tuple[str, float | None]] = [
+            ("rebuild: read + decode", read_rate), ("rebuild: read + decode + fold", fold_rate)]
+        for metric, per_s in rates:
+            if per_s is None:
+                continue
+            rows.append({"store": name, "metric": f"{metric} ({total} facts)",
+                         "per_s": round(per_s), "per_min": round(per_s * 60)})
+            print(f"{name}: {metric}: {per_s:,.0f} facts/s ({per_s * 60 / 1e6:.2f}M facts/min)",
+                  flush=True)
+        store.close()
+
+    if args.url:
+        measure("redis", args.url)
+    else:
+        with private_redis() as url:
+            measure("redis", url)
+    measure("memory", "memory://")
+    print(json.dumps(rows))
+    if args.results:
+        write_results(args.results, rows, " ".join(sys.argv))
+
+
+def write_results(path: Path, rows: list[dict[str, object]], command: str) -> None:
+    lines = [
+        "",
+        f"## Lineage store (`bench/store.py`), {time.strftime('%Y-%m-%d %H:%M')}",
+        "",
+        f"Command: `python {command}` on {platform.node()} ({os.cpu_count()} CPUs, shared), "
+        "one shard, one client thread, local redis-server 7 without persistence.",
+        "",
+        "| store | metric | per second | per minute |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for row in rows:
+        per_min = row.get("per_min")
+        lines.append(f"| {row['store']} | {row['metric']} | {row['per_s']:,} | "
+                     f"{'' if per_min is None else f'{per_min:,}'} |")
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
