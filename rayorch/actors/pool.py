@@ -114,6 +114,14 @@ class ActorPool:
         try:
             ray.get(ready)
         except ray.exceptions.RayError as exc:
+            if "No module named" in str(exc):
+                raise PoolError(
+                    f"the actors of module {self.module.name!r} cannot import the code of "
+                    f"{self.module.target_name!r}: {_first_line_with(exc, 'No module named')}. "
+                    "Ray workers do not see your script's sys.path: install your code as a "
+                    "package, start Ray with runtime_env={'working_dir': ...} (or PYTHONPATH), "
+                    "or call ray.cloudpickle.register_pickle_by_value(your_module)"
+                ) from exc
             raise PoolError(
                 f"building module {self.module.name!r} in its actor failed: {exc}; "
                 "check the module's constructor and arguments"
@@ -242,3 +250,10 @@ class ActorPool:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else ""
+
+
+def _first_line_with(exc: BaseException, needle: str) -> str:
+    for line in str(exc).splitlines():
+        if needle in line:
+            return line.strip().removeprefix("ModuleNotFoundError: ")
+    return _first_line(exc)
