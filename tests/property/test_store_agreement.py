@@ -129,6 +129,6 @@ def test_memory_and_redis_stores_agree(redis_url: str) -> None:
 
     Machine.TestCase.settings = settings(settings(), stateful_step_count=25)
     try:
-        run_state_machine_as_test(Machine)
+        run_state_machine_as_test(Machine)  # type: ignore[no-untyped-call]
     finally:
         redis_store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 import redis
@@ -52,7 +53,7 @@ class PythonGate:
     def commit(self, reports: list[GrainCommitted]) -> list[CommitVerdict]:
         verdicts = []
         for r in reports:
-            phase, gen = self.phase.get((r.call, r.path), (None, 0))
+            phase, gen = self.phase.get((r.call, r.path)) or (None, 0)
             barred = len(r.path) > 1 and (r.call, r.path[:-1]) in self.barriers
             verdict = commit_verdict(phase, gen, r.generation, barred)
             if verdict.accepted:
@@ -65,7 +66,7 @@ class PythonGate:
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # fresh run id per example
 @given(steps=st.lists(step, max_size=30))
-def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, object]]) -> None:
+def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, Any]]) -> None:
     store = open_store(redis_url)
     run = f"diff-{uuid.uuid4().hex[:10]}"
     store.open_run(run, PLAN, shards=SHARDS, micro_batch=1)
@@ -73,8 +74,10 @@ def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, o
     gate = PythonGate()
     for kind, payload in steps:
         if kind == "driver":
-            action, (call, path) = payload  # type: ignore[misc]
-            phase, gen = gate.phase.get((call, path), (None, 0))
+            action: str = payload[0]
+            call: str = payload[1][0]
+            path: Path = payload[1][1]
+            phase, gen = gate.phase.get((call, path)) or (None, 0)
             fact: Fact
             if action == "dispatch":
                 fact = GrainDispatched(call, path, gen)
@@ -93,8 +96,8 @@ def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, o
                 gate.phase[(call, path)] = new
         else:
             batch = []
-            for (call, path), delta, outcome in payload:  # type: ignore[attr-defined]
-                gen = max(0, gate.phase.get((call, path), (None, 0))[1] + delta)
+            for (call, path), delta, outcome in payload:
+                gen = max(0, (gate.phase.get((call, path)) or (None, 0))[1] + delta)
                 outputs = ("v",) if outcome == REPORT_PRESENT else None
                 batch.append(GrainCommitted(call, path, gen, outcome, outputs, "c"))
             expected = gate.commit(batch)
@@ -113,12 +116,13 @@ def test_a_retried_commit_call_answers_as_the_first_one(redis_url: str) -> None:
     store.append("replay", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)])
     keys = ShardKeys("replay", 0)
     report = GrainCommitted("ocr", (0, 0), 0, REPORT_PRESENT, ("v",))
-    args = [2, "token-1",
+    args: list[Any] = [2, "token-1",
             grain_field("ocr", (0, 0)), 0, "ocr|0", "0", 1, encode_fact(report),
             grain_field("ocr", (0, 0)), 0, "ocr|0", "0", 1, encode_fact(report)]
     client = redis.Redis.from_url(redis_url)
-    call = [COMMIT_BATCH.source, 4, keys.grains, keys.barriers, keys.seq, keys.facts("root/0")]
-    assert client.eval(*call, *args) == [1, -3]
-    assert client.eval(*call, *args) == [1, -3]  # the replay: same answers, nothing written
+    keys_and_args = [keys.grains, keys.barriers, keys.seq, keys.facts("root/0"), *args]
+    assert client.eval(COMMIT_BATCH.source, 4, *keys_and_args) == [1, -3]
+    # the replay: same answers, nothing written
+    assert client.eval(COMMIT_BATCH.source, 4, *keys_and_args) == [1, -3]
     assert len(store.read("replay", 0, domain="root/0")) == 2  # dispatch + one commit
     assert store.commit("replay", [report]) == [CommitVerdict.SEALED]  # a new call: duplicate
