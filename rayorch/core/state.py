@@ -266,7 +266,11 @@ class Kernel:
         phase_of = self._phase
         items = self._items
         out0 = info.outputs[0]
+        pending = self._pending
+        source = parent[0]
         for ordinal in range(self._expansions[(info.domain, parent)]):
+            if source not in pending:
+                return  # the source completed: its Items were released
             path = (*parent, ordinal)
             grain = (info.id, path)
             phase = phase_of.get(grain)
@@ -501,7 +505,10 @@ class Kernel:
     def _broadcast_from(self, info: BroadcastInfo, path: Path, value: Any) -> None:
         """An ancestor Item resolved: hand it to every existing descendant in the target Domain."""
         item = broadcast_item(value)
+        pending = self._pending
         for child in self.tables.descendants(self._expansions, path, info.chain):
+            if path[0] not in pending:
+                return  # the source completed: its Items were released
             if (info.output, child) not in self._items:
                 self._resolve(info.output, child, item)
 

@@ -1,0 +1,46 @@
+"""Comparing a kernel run with the reference interpreter (DESIGN 4.7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rayorch.core.executor import ExecutionResult
+from rayorch.core.facts import BarrierInstalled, ExpansionClosed, GrainCommitted, GrainFailed
+from rayorch.core.outcome import Item, Outcome
+from rayorch.core.reference import ReferenceResult
+
+
+def comparable(item: Item) -> tuple[Any, ...]:
+    """Outcome and value; the cause only where it is schedule-invariant (Failed)."""
+    if item.outcome is Outcome.PRESENT:
+        return ("present", item.value)
+    if item.outcome is Outcome.FAILED:
+        return ("failed", item.cause)
+    return (item.outcome.value,)
+
+
+def _tainted(path: tuple[int, ...], parents: set[tuple[int, ...]]) -> bool:
+    """Below a GroupFailure barrier's parent: which siblings ran is up to the schedule."""
+    return any(len(p) < len(path) and path[: len(p)] == p for p in parents)
+
+
+def assert_same_as_reference(run: ExecutionResult, ref: ReferenceResult) -> None:
+    """Final outputs and lineage (expansions, ordinals) equal; one terminal fact per Grain."""
+    got = {i: tuple(comparable(x) for x in items) for i, items in run.outputs.items()}
+    want = {i: tuple(comparable(x) for x in items) for i, items in ref.outputs.items()}
+    assert got == want, f"outputs differ:\n kernel    {got}\n reference {want}"
+    barrier_parents = {f.parent for f in run.log if isinstance(f, BarrierInstalled)}
+    barrier_parents |= {p for _, p in ref.barriers}
+    kernel_x = {
+        (f.domain, f.parent): (f.outcome, f.count)
+        for f in run.log
+        if isinstance(f, ExpansionClosed) and not _tainted(f.parent, barrier_parents)
+    }
+    ref_x = {k: v for k, v in ref.expansions.items() if not _tainted(k[1], barrier_parents)}
+    assert kernel_x == ref_x, "lineage (expansions and their child counts) differs"
+    closed = [(f.domain, f.parent) for f in run.log if isinstance(f, ExpansionClosed)]
+    assert len(closed) == len(set(closed)), "an Expansion was closed twice"
+    sealed = [(f.call, f.path) for f in run.log if isinstance(f, (GrainCommitted, GrainFailed))]
+    assert len(sealed) == len(set(sealed)), "a Grain got two terminal facts"
+    assert run.log == run.kernel.log, "the executor's fact log and the kernel's log differ"
+    assert sorted(run.completion_order) == sorted(ref.outputs), "a source was emitted twice"
