@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kernel_helpers import Driver, Parse
+from test_kernel_support import Driver, Parse
 
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.errors import InvalidTransition, NoProgressError

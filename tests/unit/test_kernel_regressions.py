@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_helpers import Driver
+from test_kernel_support import Driver
 
 import rayorch as ro
 from rayorch import F
