@@ -22,7 +22,7 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
@@ -74,7 +74,7 @@ class RunHandle:
     def __next__(self) -> tuple[int, Any]:
         return next(self._results)
 
-    def _iterate(self) -> Iterator[tuple[int, Any]]:
+    def _iterate(self) -> Generator[tuple[int, Any], None, None]:
         waiting: dict[int, Any] = {}
         next_index = 0
         try:
@@ -89,7 +89,7 @@ class RunHandle:
             for index in sorted(waiting):
                 yield index, waiting.pop(index)
         finally:
-            self.close()
+            self._release()
 
     def collect(self) -> list[Any]:
         """Run to the end; the values in source order (``FailedResult`` where not Present)."""
@@ -97,7 +97,11 @@ class RunHandle:
         return [value for _, value in pairs]
 
     def close(self) -> None:
-        """Stop the run's actors and release its leases (idempotent)."""
+        """Stop the run (also mid-way): kill its actors, release its leases (idempotent)."""
+        self._results.close()
+        self._release()
+
+    def _release(self) -> None:
         if not self._closed:
             self._closed = True
             self._loop.close()

@@ -29,6 +29,7 @@ from rayorch.core.facts import (
     GrainFailed,
     GrainRetried,
     OutputEmitted,
+    RunCompleted,
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey
@@ -80,6 +81,7 @@ class DriverLoop:
         self._unsaved: list[Fact] = []
         self._batch_ids = itertools.count()
         self._catch_up_cursor = dict.fromkeys(range(session.info.shards), 0)
+        self._admitted_per_shard = dict.fromkeys(range(session.info.shards), 0)
         self._call_specs: dict[CallId, CallSpec] = {}
         for node in plan.calls:
             assert node.call is not None
@@ -122,12 +124,18 @@ class DriverLoop:
                 self._show()
             self._finish()
         finally:
-            if self._progress is not None:
-                self._progress.stop(self.stats)
+            self._stop_progress()
+
+    def _stop_progress(self) -> None:
+        if self._progress is not None:
+            progress, self._progress = self._progress, None
+            progress.stop(self.stats)
 
     def close(self) -> None:
+        """Stop the progress display, the actors and the leases (idempotent)."""
         if not self._closed:
             self._closed = True
+            self._stop_progress()
             self.session.close()
 
     # -- admission --------------------------------------------------------------
@@ -146,6 +154,7 @@ class DriverLoop:
             chunk = list(itertools.islice(self._sources, take))
             for values in chunk:
                 self._fold(SourceAdmitted(self._next_index, tuple(values), ts=now))
+                self._admitted_per_shard[self.session.info.shard_of(self._next_index)] += 1
                 self._next_index += 1
             admitted += len(chunk)
             if len(chunk) < take:
@@ -315,6 +324,11 @@ class DriverLoop:
     def _append_now(self, facts: Sequence[Fact]) -> None:
         by_shard: dict[int, list[Fact]] = {}
         for fact in facts:
+            if isinstance(fact, RunCompleted):
+                # The kernel spans every shard; each shard's stream records its own sources.
+                for k, count in self._admitted_per_shard.items():
+                    by_shard.setdefault(k, []).append(RunCompleted(count, ts=fact.ts))
+                continue
             shard = self.layout.shard_of_fact(fact)
             for k in self.session.epochs if shard is None else (shard,):
                 by_shard.setdefault(k, []).append(fact)

@@ -22,6 +22,7 @@ from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.store.base import LineageStore, RunInfo, open_store
+from rayorch.store.errors import FencedError, LeaseLostError
 
 LEASE_TTL_S = 30.0
 
@@ -68,7 +69,16 @@ class RunSession:
         if not force and now - self.renewed < self.lease_ttl_s / 3:
             return
         for shard, epoch in self.epochs.items():
-            self.store.renew_lease(self.run_id, shard, self.driver_id, epoch, self.lease_ttl_s)
+            try:
+                self.store.renew_lease(self.run_id, shard, self.driver_id, epoch, self.lease_ttl_s)
+            except FencedError:
+                raise  # another driver took the shard over: this one must stop
+            except LeaseLostError:
+                # Expired while the caller was slow to ask for the next result and nobody
+                # took it: take it again (a new epoch fences anything written before).
+                self.epochs[shard] = self.store.acquire_lease(
+                    self.run_id, shard, self.driver_id, self.lease_ttl_s
+                )
         self.renewed = now
 
     def close(self) -> None:

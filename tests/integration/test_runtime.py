@@ -24,6 +24,7 @@ from rayorch.core.facts import GrainCommitted, GrainRetried
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
 from rayorch.runtime.loop import item_result
+from rayorch.store.audit import audit_run
 from rayorch.store.base import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -95,7 +96,12 @@ class Count:
 
 class Summary:
     def __call__(self, doc_parts: list[list[Any]]) -> list[Any]:
-        return [{"sections": len(parts), "lines": sum(p[0] for p in parts)} for parts in doc_parts]
+        # The joined text makes the result depend on ordinal order at both reduce levels.
+        return [
+            {"sections": len(parts), "lines": sum(p[0] for p in parts),
+             "text": ";".join(p[1] for p in parts)}
+            for parts in doc_parts
+        ]
 
 
 class Nested(ro.Pipeline):
@@ -122,6 +128,12 @@ def nested_docs(n: int) -> list[Any]:
     return [(f"d{i}", [(i * 7 + k) % 5 for k in range(i % 4)]) for i in range(n)]
 
 
+def assert_audit_ok(store_url: str, run_id: str) -> None:
+    """The run's stored facts pass every invariant of ``rayorch audit``."""
+    report = audit_run(open_store(store_url), run_id)
+    assert report.ok, [str(v) for v in report.violations]
+
+
 def comparable(value: Any) -> Any:
     """A result with the cause of a FailedResult left out (causes of Suppressed may differ)."""
     if isinstance(value, FailedResult):
@@ -142,12 +154,15 @@ def reference_results(pipeline: ro.Pipeline, inputs: list[Any]) -> list[Any]:
 def test_nested_fanout_matches_reference(store_url: str, policy: str) -> None:
     docs = nested_docs(24)
     pipeline = Nested(policy=policy)
-    run = pipeline.run(docs, store=store_url, progress=False, micro_batch=4, max_active_sources=8)
+    run = pipeline.run(
+        docs, store=store_url, progress=False, micro_batch=4, shards=2, max_active_sources=8
+    )
     got = list(run)
     assert [i for i, _ in got] == list(range(len(docs)))  # ordered=True: source order
     assert [comparable(v) for _, v in got] == reference_results(pipeline, docs)
     store = open_store(store_url)
     assert store.run_info(run.run_id).fingerprint == pipeline.compile().fingerprint()
+    assert_audit_ok(store_url, run.run_id)
 
 
 def test_unordered_results_and_failures_come_back(store_url: str) -> None:
@@ -205,7 +220,9 @@ def test_group_failure_suppresses_queued_siblings_before_dispatch(
     # 59 siblings are still queued when its GroupFailure commits.
     docs = [("big", 60, [0]), ("small", 3, [])]
     pipeline = Poisoned(str(tmp_path))
-    got = pipeline.run(docs, store=store_url, progress=False, depth=1).collect()
+    run = pipeline.run(docs, store=store_url, progress=False, depth=1)
+    got = run.collect()
+    assert_audit_ok(store_url, run.run_id)
     assert isinstance(got[0], FailedResult)
     assert got[0].outcome is Outcome.SUPPRESSED
     assert got[1] == 3
@@ -273,6 +290,7 @@ def test_sigkilled_actor_gives_same_outputs_and_rejects_stale_commit(
     before = len(facts)
     assert store.commit(run.run_id, [stale]) == [CommitVerdict.SEALED]
     assert len(list(store.iter_facts(run.run_id, 0))) == before
+    assert_audit_ok(store_url, run.run_id)
 
 
 class Flaky:
