@@ -102,9 +102,11 @@ class DriverLoop:
             self._progress.start()
         try:
             while True:
+                self.session.renew_leases()  # first: the caller may have been slow
                 admitted = self._admit()
                 dispatched = self._dispatch()
                 yield from self._emit_completed()
+                self.session.renew_leases()  # the caller may have held on to a result
                 if self._exhausted and not self._batches and self.kernel.finished:
                     break
                 if not self._batches:
@@ -120,7 +122,6 @@ class DriverLoop:
                 self._collect()
                 self._enforce_timeouts()
                 self._flush()
-                self.session.renew_leases()
                 self._show()
             self._finish()
         finally:

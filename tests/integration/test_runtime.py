@@ -364,3 +364,34 @@ def test_gpu_pools_are_scheduled_on_declared_gpus(ray_local: None) -> None:
     assert {ids[0] for ids in gpus} <= {0, 1}
     with pytest.raises(PoolError, match="GPU: 3 needed, 2 available"):
         OnGpus(1, 3).run([1], progress=False)
+
+
+def test_wrong_inputs_are_refused_before_anything_runs() -> None:
+    from rayorch.driver import DriverError
+
+    with pytest.raises(DriverError, match="takes 1 input"):
+        Nested().run([1, 2], [3, 4])
+    with pytest.raises(DriverError, match="different lengths"):
+        OnTwo().run([1], [2, 3])
+
+
+class Pair:
+    def __call__(self, xs: list[int], ys: list[int]) -> list[int]:
+        return [x + y for x, y in zip(xs, ys)]
+
+
+class OnTwo(ro.Pipeline):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pair = ro.RayModule(Pair, num_cpus=0.1)
+
+    def forward(self, xs: Any, ys: Any) -> Any:
+        return self.pair(xs, ys)
+
+
+def test_two_inputs_and_redacted_store_url(ray_local: None) -> None:
+    from rayorch.runtime.session import redact_url
+
+    assert OnTwo().run([1, 2, 3], [10, 20, 30], progress=False).collect() == [11, 22, 33]
+    assert redact_url("redis://user:secret@host:6379/0") == "redis://user:***@host:6379/0"
+    assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
