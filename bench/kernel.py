@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from typing import Any
 
 import rayorch as ro
 from rayorch import F
@@ -32,7 +33,7 @@ class Parse(ro.Pipeline):
         self.ocr = ro.RayModule(_unused, batch_size=batch, policy=policy)
         self.assemble = ro.RayModule(_unused, batch_size=16)
 
-    def forward(self, docs: ro.Port) -> ro.Port:
+    def forward(self, docs: ro.Port) -> Any:
         return self.assemble(F.reduce(self.ocr(F.expand(self.render(docs)))))
 
 

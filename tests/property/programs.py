@@ -189,7 +189,7 @@ class RandomPipeline(ro.Pipeline):
             )
             setattr(self, name, module)
             self.kinds[name] = kind
-        return module  # type: ignore[no-any-return]
+        return module
 
     def _build(self, block: tuple[Op, ...], depth: int) -> None:
         for op in block:

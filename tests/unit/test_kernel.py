@@ -34,6 +34,7 @@ def finish(driver: Driver) -> None:
         for call in driver.kernel.ready_calls():
             for grain, gen in driver.dispatch(call):
                 (value,) = driver.kernel.inputs_of(grain)
+                result: object
                 if call == "render":
                     result = list(range(value))
                 else:
