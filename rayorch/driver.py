@@ -64,6 +64,11 @@ class RunHandle:
         return self._loop.session.store_url
 
     @property
+    def store(self) -> Any:
+        """The run's :class:`~rayorch.store.base.LineageStore` (e.g. for ``audit_run``)."""
+        return self._loop.session.store
+
+    @property
     def stats(self) -> Any:
         """Live counters of the run (:class:`rayorch.progress.RunStats`)."""
         return self._loop.stats
