@@ -90,7 +90,7 @@ def gpu_idle_breakdown(result: SimResult) -> dict[str, float]:
     gpu_end = max(last.values())
     head = sum(first.get(a, gpu_end) for a in range(gpus)) / gpus
     tail = sum(gpu_end - last.get(a, 0.0) for a in range(gpus)) / gpus
-    between = sum(last[a] - first[a] - busy[a] for a in first) / gpus
+    between = max(0.0, sum(last[a] - first[a] - busy[a] for a in first) / gpus)
     return {"idle_before_first_s": head, "idle_between_s": between,
             "idle_tail_s": tail, "after_last_gpu_s": result.makespan_s - gpu_end}
 
