@@ -24,10 +24,10 @@ from typing import Any
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-import ray  # noqa: E402
+import ray
 
-import rayorch as ro  # noqa: E402
-from rayorch import F  # noqa: E402
+import rayorch as ro
+from rayorch import F
 
 
 class Children:
