@@ -70,6 +70,10 @@ _DROPPED = Absent(Outcome.DROPPED, None)
 UNBOUNDED = 1 << 40
 
 
+class _AlreadyApplied(Exception):
+    """The fact was applied before (identical): a no-op that is not logged again."""
+
+
 class Kernel:
     """The lineage state of one run (or one shard) and its scheduler.
 
@@ -144,6 +148,9 @@ class Kernel:
         log.append(fact)
         try:
             handler(fact)
+        except _AlreadyApplied:
+            log.pop()
+            return []
         except InvalidTransition:
             log.pop()
             self._announce = []
@@ -167,7 +174,7 @@ class Kernel:
         known = self._sources.get(index)
         if known is not None:
             if known == fact:
-                return
+                raise _AlreadyApplied
             raise self._reject(f"source {index} was already admitted with other values", (index,))
         if len(fact.values) != self.tables.num_inputs:
             raise self._reject(
@@ -191,8 +198,10 @@ class Kernel:
             self._ready[fact.call] -= 1
             self._in_flight += 1
             return
-        if phase == IN_FLIGHT and generation == fact.generation:
-            return  # the same dispatch again
+        if (phase in (IN_FLIGHT, SEALED, BARRED) and fact.generation <= generation) or (
+            phase == READY and fact.generation < generation
+        ):
+            raise _AlreadyApplied  # this dispatch is already history
         if phase is None and self._barred(grain):
             return  # a barrier suppressed it before this dispatch landed: changes nothing
         raise self._reject(
@@ -204,7 +213,7 @@ class Kernel:
         phase_of = self._phase
         if phase_of.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != fact.generation:
             if phase_of.get(grain) == SEALED and self._sealed_by.get(grain) == fact:
-                return  # an identical commit again
+                raise _AlreadyApplied  # an identical commit again
             verdict = self.verdict(fact)
             raise self._reject(
                 f"GrainCommitted {format_grain(grain)} generation {fact.generation} does not pass "
@@ -304,8 +313,10 @@ class Kernel:
             self._ready[fact.call] += 1
             self.queues[fact.call].push_recovery(grain, fact.generation)
             return
-        if (phase == READY and generation == fact.generation) or phase == BARRED:
-            return  # the same retry again, or a barrier already suppressed the grain
+        if phase == BARRED:
+            return  # a barrier already suppressed the grain: changes nothing
+        if phase == READY and generation == fact.generation:
+            raise _AlreadyApplied  # the same retry again
         raise self._reject(
             f"GrainRetried {format_grain(grain)} to generation {fact.generation}: the grain is "
             f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
@@ -321,8 +332,10 @@ class Kernel:
             for port in self.tables.calls[fact.call].outputs:
                 self._resolve(port, fact.path, failure)
             return
-        if phase == BARRED or (phase == SEALED and self._sealed_by.get(grain) == fact):
-            return
+        if phase == BARRED:
+            return  # a barrier already suppressed the grain: changes nothing
+        if phase == SEALED and self._sealed_by.get(grain) == fact:
+            raise _AlreadyApplied
         raise self._reject(
             f"GrainFailed {format_grain(grain)} generation {fact.generation}: the grain is "
             f"{PHASE_NAMES.get(phase)} at generation {self._gen.get(grain, 0)}", grain)

@@ -185,6 +185,20 @@ def test_identical_announcements_are_no_ops_and_conflicting_ones_raise() -> None
     assert kernel.snapshot() == before
 
 
+def test_an_identical_primary_fact_again_is_a_no_op_that_is_not_logged_twice() -> None:
+    driver = started([2])
+    kernel = driver.kernel
+    (grain, gen), = driver.dispatch("ocr", 1)
+    driver.commit(grain, gen, 3)
+    before = kernel.snapshot()
+    for fact in (SourceAdmitted(0, (2,)), GrainDispatched(grain[0], grain[1], gen),
+                 GrainCommitted(grain[0], grain[1], gen, REPORT_PRESENT, (3,))):
+        assert kernel.apply(fact) == []
+    assert kernel.snapshot() == before
+    with pytest.raises(InvalidTransition, match="commit gate"):  # same grain, other value
+        kernel.apply(GrainCommitted(grain[0], grain[1], gen, REPORT_PRESENT, (4,)))
+
+
 def test_rebuild_from_the_log_reaches_the_identical_state() -> None:
     driver = started([3, 0, 2], batch=2)
     batch = driver.dispatch("ocr", 2)
