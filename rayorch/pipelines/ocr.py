@@ -212,8 +212,7 @@ class VllmEngine:
             model=model,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
-            limit_mm_per_prompt={"image": 1},
-            **llm_options,
+            **{"limit_mm_per_prompt": {"image": 1}, **llm_options},
         )
         self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
 
