@@ -193,7 +193,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_runs_parser, add_audit_parser, add_show_parser]
+def add_run_parser(sub: Any) -> None:
+    """``rayorch run pdf ...`` (defined with the shipped pipelines)."""
+    from rayorch.pipelines.run_command import add_run_parser as add
+
+    add(sub)
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
