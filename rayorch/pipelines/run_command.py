@@ -33,7 +33,9 @@ def add_run_parser(sub: Any) -> None:
     )
     parser.add_argument("pipeline", choices=PIPELINES, help="which pipeline to run")
     parser.add_argument("--input", required=True, help="a PDF file or a directory of PDFs")
-    parser.add_argument("--output", required=True, help="directory for .md files and documents.jsonl")
+    parser.add_argument(
+        "--output", required=True, help="directory for .md files and documents.jsonl"
+    )
     parser.add_argument("--store", default="memory://", help="lineage store URL (default: memory://)")
     parser.add_argument("--ocr", default="text", help="OCR engine: text | rapidocr | vllm")
     parser.add_argument("--model", default=None, help="model name for --ocr vllm")
