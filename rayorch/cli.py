@@ -3,6 +3,7 @@
     rayorch runs  --store URL                 list the runs
     rayorch audit RUN --store URL [--json]    verify a run's lineage invariants
     rayorch show  RUN ENTITY --store URL      the lineage tree of one source item
+    rayorch timeline RUN --store URL -o run.png   per-Call windows and throughput
 
 Each subcommand is one ``add_<name>_parser`` function that registers its parser
 and one ``cmd_<name>`` function that runs it; add new ones to ``SUBCOMMANDS``.
@@ -200,8 +201,44 @@ def add_run_parser(sub: Any) -> None:
     add(sub)
 
 
+# -- timeline -----------------------------------------------------------------------
+def add_timeline_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "timeline", help="draw a run's per-Call windows, throughput, failovers and retries",
+        description="Draw a run's timeline from its stored facts: per Call its active window "
+        "and throughput (grains committed per second), failovers and physical retries.",
+    )
+    parser.add_argument("run", help="run id")
+    _add_store_options(parser)
+    parser.add_argument("-o", "--output", help="PNG file to write (e.g. run.png)")
+    parser.add_argument("--bin", type=float, default=None, metavar="SECONDS",
+                        help="throughput bin width (default: about 60 bins over the run)")
+    parser.add_argument("--dpi", type=int, default=120, help="picture resolution (default 120)")
+    parser.set_defaults(func=cmd_timeline)
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from rayorch.inspect.timeline import draw_timeline, format_seconds, load_timeline
+
+    if not args.output and not args.json:
+        raise RayorchError("nothing to do: pass -o FILE.png for the picture, --json for the "
+                           "computed numbers, or both")
+    if args.bin is not None and args.bin <= 0:
+        raise RayorchError(f"--bin must be a positive number of seconds, not {args.bin}")
+    timeline = load_timeline(_store(args), args.run, bin_s=args.bin)
+    if args.output:
+        draw_timeline(timeline, args.output, dpi=args.dpi)
+    if args.json:
+        _print_json(timeline.as_dict())
+    else:
+        print(f"run {timeline.run_id}: {len(timeline.windows)} Calls, {timeline.committed} "
+              f"grains committed in {format_seconds(timeline.elapsed)}; wrote {args.output}")
+    return EXIT_OK
+
+
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
+    add_timeline_parser,
 ]
 
 
