@@ -313,6 +313,44 @@ class PlanTables:
 
 
 # == audit helpers: stories, invariants, stuck runs ====================================
+def expansion_outcome(state: int) -> tuple[str, int]:
+    if state == DROPPED_X:
+        return "dropped", 0
+    if state == FAILED_X:
+        return "failed", 0
+    return "succeeded", state
+
+
+def broadcast_item(value: Any) -> Any:
+    if type(value) is Absent and value.outcome is not Outcome.DROPPED:
+        return suppressed_by(value)
+    return value
+
+
+def snapshot_kernel(kernel: Kernel) -> dict[str, Any]:
+    """A kernel's complete fold state (not the pop cursor), for rebuild comparisons."""
+    return {
+        "items": dict(kernel._items),
+        "phase": dict(kernel._phase),
+        "gen": dict(kernel._gen),
+        "sealed_by": dict(kernel._sealed_by),
+        "barriers": dict(kernel._barriers),
+        "expansions": dict(kernel._expansions),
+        "reduce_left": dict(kernel._reduce_left),
+        "pending": dict(kernel._pending),
+        "sources": dict(kernel._sources),
+        "completed": list(kernel._completed),
+        "outputs": dict(kernel._outputs),
+        "emitted": set(kernel._emitted),
+        "ready": dict(kernel._ready),
+        "in_flight": kernel._in_flight,
+        "queues": {c: q.live() for c, q in kernel.queues.items()},
+        "total": kernel._total,
+        "run_completed": kernel._run_completed,
+        "log": list(kernel.log),
+    }
+
+
 def story_filter(tables: PlanTables, obj: Any) -> Callable[[Fact], bool]:
     """A predicate selecting the facts that touch ``obj``.
 
@@ -448,7 +486,10 @@ __all__ = [
     "PlanTables",
     "ReduceInfo",
     "as_item",
+    "broadcast_item",
     "describe_stuck",
+    "expansion_outcome",
+    "snapshot_kernel",
     "story_filter",
     "suppressed_by",
     "validate_kernel",

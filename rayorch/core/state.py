@@ -55,7 +55,10 @@ from rayorch.core.scheduler import (
     PlanTables,
     ReduceInfo,
     as_item,
+    broadcast_item,
     describe_stuck,
+    expansion_outcome,
+    snapshot_kernel,
     story_filter,
     suppressed_by,
     validate_kernel,
@@ -659,40 +662,7 @@ class Kernel:
 
     def snapshot(self) -> dict[str, Any]:
         """The complete fold state, for comparing a rebuilt kernel with the original."""
-        return {
-            "items": dict(self._items),
-            "phase": dict(self._phase),
-            "gen": dict(self._gen),
-            "sealed_by": dict(self._sealed_by),
-            "barriers": dict(self._barriers),
-            "expansions": dict(self._expansions),
-            "reduce_left": dict(self._reduce_left),
-            "pending": dict(self._pending),
-            "sources": dict(self._sources),
-            "completed": list(self._completed),
-            "outputs": dict(self._outputs),
-            "emitted": set(self._emitted),
-            "ready": dict(self._ready),
-            "in_flight": self._in_flight,
-            "queues": {c: q.live() for c, q in self.queues.items()},
-            "total": self._total,
-            "run_completed": self._run_completed,
-            "log": list(self.log),
-        }
-
-
-def expansion_outcome(state: int) -> tuple[str, int]:
-    if state == DROPPED_X:
-        return "dropped", 0
-    if state == FAILED_X:
-        return "failed", 0
-    return "succeeded", state
-
-
-def broadcast_item(value: Any) -> Any:
-    if type(value) is Absent and value.outcome is not Outcome.DROPPED:
-        return suppressed_by(value)
-    return value
+        return snapshot_kernel(self)
 
 
 __all__ = ["BARRED", "IN_FLIGHT", "READY", "SEALED", "Kernel"]
