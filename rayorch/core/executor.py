@@ -253,7 +253,8 @@ class Executor:
                 self.stats["committed"] += 1
                 if report.outcome == REPORT_GROUP_FAILURE and len(report.path) > 1:
                     self.write(BarrierInstalled(report.call, report.path[:-1], report.cause or ""))
-                if self.options.bogus_report_rate and self.rng.random() < self.options.bogus_report_rate:
+                rate = self.options.bogus_report_rate
+                if rate and self.rng.random() < rate:
                     self._bogus.append(report)  # a duplicate delivery
             else:
                 self.stats["rejected"] += 1

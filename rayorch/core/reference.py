@@ -52,7 +52,9 @@ def _suppressed(cause_item: Item, origin: str) -> Item:
     return Item(Outcome.SUPPRESSED, None, f"{origin} failed: {cause_item.cause}")
 
 
-def evaluate(plan: Plan, sources: Sequence[tuple[Any, ...]], first_index: int = 0) -> ReferenceResult:
+def evaluate(
+    plan: Plan, sources: Sequence[tuple[Any, ...]], first_index: int = 0
+) -> ReferenceResult:
     """Evaluate ``plan`` on ``sources`` (one tuple of forward arguments each)."""
     result = ReferenceResult(outputs={})
     items = result.items
@@ -67,7 +69,8 @@ def evaluate(plan: Plan, sources: Sequence[tuple[Any, ...]], first_index: int = 
         kind = node.kind
         if kind is NodeKind.INPUT:
             for path in entities[ROOT]:
-                items[(node.outputs[0], path)] = present(sources[path[0] - first_index][node.arg_index])
+                value = sources[path[0] - first_index][node.arg_index]
+                items[(node.outputs[0], path)] = present(value)
         elif kind is NodeKind.CALL:
             if node.call is not None and node.call.module not in functions:
                 functions[node.call.module] = instantiate(plan.module(node.call.module))
@@ -152,9 +155,10 @@ def _evaluate_call(
         elif any(i.outcome is Outcome.DROPPED for i in inputs):
             outs = [DROPPED] * len(node.outputs)
         elif barrier:
-            outs = [Item(Outcome.SUPPRESSED, None, "suppressed by a GroupFailure")] * len(node.outputs)
+            outs = [Item(Outcome.SUPPRESSED, None, "GroupFailure")] * len(node.outputs)
         else:
-            outs = _run_record(fn, options.max_attempts, options, call, tuple(i.value for i in inputs))
+            row = tuple(i.value for i in inputs)
+            outs = _run_record(fn, options.max_attempts, options, call, row)
             if outs and isinstance(outs[0], GroupFailure) and len(path) > 1:
                 result.barriers.add((call.id, path[:-1]))
             outs = [
