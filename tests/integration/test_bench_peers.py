@@ -11,6 +11,7 @@ from bench.workload import BenchConfig, largest_parents, make_parents
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+ENGINE = {"rayorch": "ray", "raydata": "ray.data", "daft": "daft"}
 SMALL = BenchConfig(parents=12, max_children=60, gpu_a=0.005, gpu_b=0.0005, batch_size=8)
 
 
@@ -18,6 +19,7 @@ SMALL = BenchConfig(parents=12, max_children=60, gpu_a=0.005, gpu_b=0.0005, batc
 def test_system_reassembles_every_parent_and_fails_only_poisoned_ones(
     system: str, tmp_path: Path
 ) -> None:
+    pytest.importorskip(ENGINE[system])  # Ray Data and Daft come with the bench extra
     poisoned = largest_parents(make_parents(SMALL), 0.2)
     config = SMALL.replace(poisoned=poisoned)
     record = run_in_subprocess(system, config, tmp_path, system, timeout_s=170)
