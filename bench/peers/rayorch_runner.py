@@ -26,8 +26,8 @@ from bench.workload import (
 class Render:
     """Batched render: one list of parents in, one list of child records per parent out."""
 
-    def __init__(self, config: dict[str, Any], trace_dir: str | None) -> None:
-        self.config = BenchConfig.from_json(config)
+    def __init__(self, config: BenchConfig, trace_dir: str | None) -> None:
+        self.config = config
         self.trace = StageTrace(trace_dir, "render")
 
     def __call__(self, parents: list[dict[str, int]]) -> list[list[dict[str, int]]]:
@@ -40,8 +40,8 @@ class Render:
 class FakeGpu:
     """Batched fake GPU: a batch of child records (any parents) costs ``a + b*B`` seconds."""
 
-    def __init__(self, config: dict[str, Any], trace_dir: str | None) -> None:
-        self.config = BenchConfig.from_json(config)
+    def __init__(self, config: BenchConfig, trace_dir: str | None) -> None:
+        self.config = config
         self.poisoned = frozenset(self.config.poisoned)
         self.trace = StageTrace(trace_dir, "gpu")
 
@@ -63,8 +63,8 @@ class FakeGpu:
 class Assemble:
     """Batched assemble: each input is one parent's GPU outputs, already in ordinal order."""
 
-    def __init__(self, config: dict[str, Any], trace_dir: str | None) -> None:
-        self.config = BenchConfig.from_json(config)
+    def __init__(self, config: BenchConfig, trace_dir: str | None) -> None:
+        self.config = config
         self.trace = StageTrace(trace_dir, "assemble")
 
     def __call__(self, groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -83,18 +83,16 @@ def build_pipeline(config: BenchConfig, trace_dir: str | None) -> Any:
     import rayorch as ro
     from rayorch import F
 
-    plain_config = config.to_json() | {"poisoned": list(config.poisoned)}
-
     class Fanout(ro.Pipeline):
         def __init__(self) -> None:
             super().__init__()
             self.render = ro.RayModule(Render, batch_size=1, num_cpus=0.5,
-                                       config=plain_config, trace_dir=trace_dir)
+                                       config=config, trace_dir=trace_dir)
             self.gpu = ro.RayModule(
                 FakeGpu, batch_size=config.batch_size, num_gpus=1, replicas=config.gpus,
-                num_cpus=0.1, policy=config.policy, config=plain_config, trace_dir=trace_dir,
+                num_cpus=0.1, policy=config.policy, config=config, trace_dir=trace_dir,
             )
-            self.assemble = ro.RayModule(Assemble, num_cpus=0.5, config=plain_config,
+            self.assemble = ro.RayModule(Assemble, num_cpus=0.5, config=config,
                                          trace_dir=trace_dir)
 
         def forward(self, docs: Any) -> Any:
