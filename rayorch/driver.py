@@ -30,7 +30,7 @@ from rayorch.core.plan import Plan
 from rayorch.runtime.loop import DriverLoop
 from rayorch.runtime.session import RunSession, RunSettings, open_session
 
-__all__ = ["DriverError", "RunHandle", "run_pipeline"]
+__all__ = ["DriverError", "ReplicaHandle", "RunHandle", "create_run", "join_run", "run_pipeline"]
 
 
 class DriverError(RayorchError):
@@ -199,3 +199,127 @@ def run_pipeline(
     loop = DriverLoop(session, plan, rows, total, settings)
     return RunHandle(loop, ordered)
 
+
+
+# -- driver replicas ------------------------------------------------------------------------
+def create_run(
+    pipeline: type | str,
+    inputs: Sequence[Iterable[Any]],
+    *,
+    store: str,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    out_dir: str | None = None,
+    micro_batch: int = 16,
+    shards: int = 4,
+    max_active_sources: int | None = 256,
+    depth: int | None = None,
+) -> str:
+    """Create a run that any number of drivers can run (:func:`join_run`, ``rayorch driver``).
+
+    ``pipeline`` is an importable ``ro.Pipeline`` class (or ``"pkg.module:Class"``) built
+    with ``args``/``kwargs`` by every driver; ``inputs`` (one iterable per ``forward``
+    argument) are recorded in full with the run; each finished source is written to
+    ``out_dir/<index>.msgpack``. Returns the run id. Nothing runs until a driver joins.
+    """
+    from rayorch.runtime.manifest import (
+        RunManifest,
+        check_storable,
+        import_path,
+        pipeline_path,
+    )
+    from rayorch.store.base import open_store
+
+    if micro_batch < 1 or shards < 1:
+        raise DriverError("micro_batch and shards must be >= 1")
+    path = pipeline if isinstance(pipeline, str) else pipeline_path(pipeline)
+    cls = import_path(path)
+    if isinstance(pipeline, str):
+        path = pipeline_path(cls)
+    kwargs = dict(kwargs or {})
+    plan = cls(*args, **kwargs).compile()
+    rows_iter, _ = _zip_inputs(plan, inputs)
+    rows = [tuple(row) for row in rows_iter]
+    check_storable(rows, args, kwargs)
+    run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
+                           None if out_dir is None else str(out_dir), max_active_sources, depth)
+    lineage = open_store(store)
+    try:
+        lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
+                         config={"max_active_sources": max_active_sources,
+                                 "sources": len(rows), "replicas": True})
+        lineage.save_manifest(run_id, manifest.encode())
+    finally:
+        lineage.close()
+    return run_id
+
+
+class ReplicaHandle:
+    """One driver replica on a run: an iterator of the ``(index, value)`` it emitted.
+
+    Iterate it (or call :meth:`wait`) to drive; it returns when every shard of the run
+    is done, whichever driver did the work. ``.stats`` counts this driver's part.
+    """
+
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
+        self._results: Iterator[tuple[int, Any]] = driver.results()
+
+    @property
+    def run_id(self) -> str:
+        return str(self._driver.run_id)
+
+    @property
+    def driver_id(self) -> str:
+        return str(self._driver.driver_id)
+
+    @property
+    def stats(self) -> Any:
+        """:class:`rayorch.runtime.replica.ReplicaStats` of this driver."""
+        return self._driver.stats
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        return self
+
+    def __next__(self) -> tuple[int, Any]:
+        return next(self._results)
+
+    def wait(self) -> int:
+        """Drive until the run is complete; how many outputs this driver emitted."""
+        return sum(1 for _ in self)
+
+    def close(self) -> None:
+        """Leave the run (the other drivers, or a later one, take its shards over)."""
+        self._results.close()
+        self._driver.close()
+
+    def __enter__(self) -> ReplicaHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def join_run(
+    run_id: str,
+    *,
+    store: str,
+    address: str | None = None,
+    driver_id: str | None = None,
+    lease_ttl_s: float | None = None,
+    quiet: bool = False,
+) -> ReplicaHandle:
+    """Join ``run_id`` (made by :func:`create_run`) as one more driver; see :class:`ReplicaHandle`.
+
+    Starting one driver on a run whose drivers all died resumes it.
+    """
+    from rayorch.runtime.replica import REPLICA_LEASE_TTL_S, ReplicaDriver
+
+    log = (lambda line: None) if quiet else None
+    driver = ReplicaDriver(store, run_id, driver_id=driver_id, address=address,
+                           lease_ttl_s=lease_ttl_s or REPLICA_LEASE_TTL_S, log=log)
+    if not quiet:
+        print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
+    return ReplicaHandle(driver)

@@ -22,6 +22,9 @@ from rayorch.core.plan import ModuleSpec
 
 RemoteWorker = ray.remote(ModuleWorker)
 
+SHARED_NAMESPACE = "rayorch"
+"""Ray namespace of the named, detached actors that the drivers of a run share."""
+
 
 class PoolError(RayorchError):
     """An actor pool could not be built or scheduled."""
@@ -75,11 +78,20 @@ class ActorPool:
         *,
         name_prefix: str | None = None,
         depth: int | None = None,
+        shared: bool = False,
     ) -> None:
+        """``shared``: the actors are named, detached and found by name (``get_if_exists``),
+        so every driver of a run uses the same ones; one actor per slot index (its name
+        carries no incarnation), and :meth:`shutdown` only forgets them (see
+        :meth:`kill_shared`). Needs ``name_prefix``.
+        """
         opts = module.options
+        if shared and name_prefix is None:
+            raise PoolError("a shared actor pool needs a name_prefix (the run's actor names)")
         self.module = module
         self.binding = binding
         self.name_prefix = name_prefix
+        self.shared = shared
         # With a timeout a batch must start when submitted, so no pipelining.
         self.depth = depth if depth is not None else (1 if opts.timeout_s is not None else 2)
         self.replaced = 0
@@ -97,9 +109,37 @@ class ActorPool:
         }
         if opts.resources:
             options["resources"] = dict(opts.resources)
-        if self.name_prefix is not None:
+        if self.shared:
+            options.update(name=self.shared_name(index), namespace=SHARED_NAMESPACE,
+                           lifetime="detached", get_if_exists=True)
+        elif self.name_prefix is not None:
             options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
         return RemoteWorker.options(**options).remote(self.module, self.binding)
+
+    def shared_name(self, index: int) -> str:
+        """The Ray name of slot ``index``'s shared actor."""
+        return f"{self.name_prefix}:{self.module.name}:{index}"
+
+    def _await_name_released(self, slot: ActorSlot, timeout_s: float = 5.0) -> None:
+        """Wait until the slot's name no longer points at the dead actor we just killed."""
+        old_id = getattr(slot.handle, "_actor_id", None)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                current = ray.get_actor(self.shared_name(slot.index), namespace=SHARED_NAMESPACE)
+            except ValueError:
+                return
+            if getattr(current, "_actor_id", None) != old_id:
+                return
+            time.sleep(0.05)
+
+    def kill_shared(self) -> None:
+        """Kill the run's shared actors by name (the driver that sees the run complete)."""
+        for slot in self.slots:
+            with contextlib.suppress(ValueError):
+                handle = ray.get_actor(self.shared_name(slot.index), namespace=SHARED_NAMESPACE)
+                ray.kill(handle, no_restart=True)
+            slot.queue.clear()
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Block until every actor has built its user target (raises on failure)."""
@@ -147,14 +187,20 @@ class ActorPool:
         slot.queue.clear()
         with contextlib.suppress(ValueError):  # already gone
             ray.kill(slot.handle, no_restart=True)
+        if self.shared:
+            # Another driver may have replaced it already: then get_if_exists finds that one.
+            self._await_name_released(slot)
         slot.incarnation += 1
         slot.retiring = False
         slot.handle = self._spawn(slot.index, slot.incarnation)
         self.replaced += 1
 
     def shutdown(self) -> None:
-        """Kill every actor of the pool."""
+        """Kill every actor of the pool (a shared pool's actors are left to the other drivers)."""
         for slot in self.slots:
+            if self.shared:
+                slot.queue.clear()
+                continue
             with contextlib.suppress(ValueError):
                 ray.kill(slot.handle, no_restart=True)
             slot.queue.clear()

@@ -16,6 +16,7 @@ path). A worker knows nothing of the plan.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from rayorch.core.facts import (
 from rayorch.core.ids import CallId, Path
 from rayorch.core.outcome import GroupFailure, RecordFailure
 from rayorch.core.plan import CallSpec, ModuleSpec
+
+STORE_OUTAGE_S = 300.0
+"""How long a worker keeps retrying a commit while the lineage store is unreachable."""
 
 GrainTag = tuple[Path, int]
 """``(path, generation)`` of one Grain in a batch."""
@@ -155,4 +159,25 @@ class ModuleWorker:
 
             self._store = open_store(self._binding.url)
         assert self._binding is not None
-        return tuple(int(v) for v in self._store.commit(self._binding.run_id, reports))
+        from rayorch.store.errors import StoreUnavailableError
+
+        deadline = time.monotonic() + STORE_OUTAGE_S
+        delay = 0.2
+        told = False
+        while True:
+            try:
+                verdicts = self._store.commit(self._binding.run_id, reports)
+            except StoreUnavailableError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                if not told:  # one line per outage, not one per attempt
+                    print(f"rayorch worker {os.getpid()}: {exc}; retrying the commit with "
+                          "backoff", file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if told:
+                print(f"rayorch worker {os.getpid()}: lineage store reachable again",
+                      file=sys.stderr, flush=True)
+            return tuple(int(v) for v in verdicts)

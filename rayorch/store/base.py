@@ -364,6 +364,34 @@ class LineageStore(ABC):
     def barriers(self, run_id: str, shard: int) -> frozenset[tuple[CallId, Path]]:
         """The installed GroupFailure barriers ``(call, parent)`` of a shard."""
 
+    # -- driver replicas -----------------------------------------------------------
+    @abstractmethod
+    def save_manifest(self, run_id: str, manifest: bytes) -> bytes:
+        """Keep what a driver needs to run the run without its creator (first write wins).
+
+        Returns the stored manifest (the existing one when the run already had one).
+        """
+
+    @abstractmethod
+    def load_manifest(self, run_id: str) -> bytes | None:
+        """The run's manifest, or None when the run was started by a lone ``run()``."""
+
+    @abstractmethod
+    def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
+        """Register ``driver`` as alive on the run for ``ttl_s`` seconds (``0``: it left)."""
+
+    @abstractmethod
+    def live_drivers(self, run_id: str) -> list[str]:
+        """The drivers whose last heartbeat has not expired, sorted."""
+
+    @abstractmethod
+    def mark_shard_done(self, run_id: str, shard: int) -> None:
+        """Record that every source of ``shard`` is complete and emitted (idempotent)."""
+
+    @abstractmethod
+    def done_shards(self, run_id: str) -> frozenset[int]:
+        """The shards marked done."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (the store can still be re-opened from its URL)."""
 

@@ -5,6 +5,9 @@ touches one shard stays in one Redis Cluster slot::
 
     ro:{<run>}:meta                     hash    run description (plan, fingerprint, config)
     ro:runs                             set     ids of all runs
+    ro:{<run>}:manifest                 string  msgpack: pipeline import path, args, sources
+    ro:{<run>}:drivers                  zset    driver id -> heartbeat deadline (unix ms)
+    ro:{<run>}:done                     set     shards whose sources are all complete
     ro:{<run>:<k>}:facts:<domain>       stream  shard k's facts of one Domain (id = seq-0)
     ro:{<run>:<k>}:grains               hash    "call|path" -> "phase:generation[:token]"
     ro:{<run>:<k>}:barriers             set     "call|parent_path" of GroupFailure barriers
@@ -34,6 +37,18 @@ def valid_run_id(run_id: str) -> bool:
 
 def meta_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:meta"
+
+
+def manifest_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:manifest"
+
+
+def drivers_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:drivers"
+
+
+def done_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:done"
 
 
 def grain_field(call: CallId, path: Path) -> str:

@@ -81,6 +81,9 @@ class _Shard:
 class _Run:
     layout: RunLayout
     shards: list[_Shard]
+    manifest: bytes | None = None
+    drivers: dict[str, float] = field(default_factory=dict)  # driver -> deadline
+    done: set[int] = field(default_factory=set)
 
 
 class MemoryStore(LineageStore):
@@ -259,6 +262,41 @@ class MemoryStore(LineageStore):
                         state.add(item.domain, barrier_fact(item.report))
             self._changed.notify_all()
         return verdicts
+
+    # -- driver replicas -----------------------------------------------------------
+    def save_manifest(self, run_id: str, manifest: bytes) -> bytes:
+        with self._lock:
+            run = self._run(run_id)
+            if run.manifest is None:
+                run.manifest = bytes(manifest)
+            return run.manifest
+
+    def load_manifest(self, run_id: str) -> bytes | None:
+        with self._lock:
+            return self._run(run_id).manifest
+
+    def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
+        with self._lock:
+            run = self._run(run_id)
+            if ttl_s <= 0:
+                run.drivers.pop(driver, None)
+            else:
+                run.drivers[driver] = self._clock() + ttl_s
+
+    def live_drivers(self, run_id: str) -> list[str]:
+        with self._lock:
+            now = self._clock()
+            return sorted(d for d, deadline in self._run(run_id).drivers.items() if deadline > now)
+
+    def mark_shard_done(self, run_id: str, shard: int) -> None:
+        with self._lock:
+            run = self._run(run_id)
+            run.layout.check_shard(shard)
+            run.done.add(shard)
+
+    def done_shards(self, run_id: str) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._run(run_id).done)
 
     def _select(self, state: _Shard, after: int, limit: int, domain: DomainId | None
                 ) -> list[StoredFact]:

@@ -67,7 +67,15 @@ from rayorch.store.errors import (
     StoreURLError,
     StoreVersionError,
 )
-from rayorch.store.keys import RUNS_KEY, ShardKeys, grain_field, meta_key
+from rayorch.store.keys import (
+    RUNS_KEY,
+    ShardKeys,
+    done_key,
+    drivers_key,
+    grain_field,
+    manifest_key,
+    meta_key,
+)
 from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore
 
 MIN_REDIS_VERSION = (7, 0)
@@ -318,7 +326,8 @@ class RedisStore(LineageStore):
             pipe = client.pipeline(transaction=False)
             for shard in range(layout.info.shards):
                 pipe.delete(*ShardKeys(run_id, shard).all_keys(layout.domains))
-            pipe.delete(meta_key(run_id))
+            pipe.delete(meta_key(run_id), manifest_key(run_id), drivers_key(run_id),
+                        done_key(run_id))
             pipe.srem(RUNS_KEY, run_id)
             pipe.execute()
         self._layouts.pop(run_id, None)
@@ -527,6 +536,50 @@ class RedisStore(LineageStore):
             (call, parse_path(path))
             for call, _, path in (_text(m).rpartition("|") for m in members)
         )
+
+    # -- driver replicas -----------------------------------------------------------
+    def save_manifest(self, run_id: str, manifest: bytes) -> bytes:
+        self._layout(run_id)
+        client = self._client()
+        with self._errors():
+            client.set(manifest_key(run_id), manifest, nx=True)
+            stored: Any = client.get(manifest_key(run_id))
+        return bytes(stored) if stored is not None else bytes(manifest)
+
+    def load_manifest(self, run_id: str) -> bytes | None:
+        self._layout(run_id)
+        with self._errors():
+            raw: Any = self._client().get(manifest_key(run_id))
+        return None if raw is None else bytes(raw)
+
+    def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
+        key = drivers_key(run_id)
+        client = self._client()
+        with self._errors():
+            if ttl_s <= 0:
+                client.zrem(key, driver)
+                return
+            now_ms = int(time.time() * 1000)
+            pipe = client.pipeline(transaction=False)
+            pipe.zadd(key, {driver: now_ms + int(ttl_s * 1000)})
+            pipe.zremrangebyscore(key, "-inf", now_ms - 3_600_000)  # long gone drivers
+            pipe.execute()
+
+    def live_drivers(self, run_id: str) -> list[str]:
+        now_ms = int(time.time() * 1000)
+        with self._errors():
+            members: Any = self._client().zrangebyscore(drivers_key(run_id), now_ms + 1, "+inf")
+        return sorted(_text(m) for m in members)
+
+    def mark_shard_done(self, run_id: str, shard: int) -> None:
+        self._layout(run_id).check_shard(shard)
+        with self._errors():
+            self._client().sadd(done_key(run_id), shard)
+
+    def done_shards(self, run_id: str) -> frozenset[int]:
+        with self._errors():
+            members = self._client().smembers(done_key(run_id))
+        return frozenset(int(m) for m in members)
 
     def collect_payload_garbage(self, run_id: str) -> list[str]:
         """Delete payload files of the run that no committed fact refers to."""

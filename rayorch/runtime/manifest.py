@@ -1,0 +1,168 @@
+"""What a run carries so that any driver can run it without the one that created it.
+
+At run creation the manifest records the pipeline's import path and constructor
+arguments, every source row (so a driver can admit the sources of any shard), the
+output sink and the driver knobs. It is msgpack (no pickle), kept in the lineage
+store beside the run (``save_manifest``; first writer wins).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rayorch.core.errors import RayorchError
+from rayorch.core.facts import pack_value, unpack_value
+from rayorch.core.outcome import FailedResult
+
+MANIFEST_VERSION = 1
+
+
+class ManifestError(RayorchError):
+    """A run cannot be recorded for driver replicas, or its record cannot be used."""
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """The run's pipeline (by import path), its sources and where its outputs go."""
+
+    pipeline: str  # "package.module:QualName"
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[tuple[Any, ...], ...] = ()
+    out_dir: str | None = None
+    max_active_sources: int | None = 256
+    depth: int | None = None
+
+    def encode(self) -> bytes:
+        return pack_value([MANIFEST_VERSION, self.pipeline, list(self.args), self.kwargs,
+                           [list(row) for row in self.sources], self.out_dir,
+                           self.max_active_sources, self.depth])
+
+    @classmethod
+    def decode(cls, blob: bytes) -> RunManifest:
+        try:
+            version, pipeline, args, kwargs, sources, out_dir, cap, depth = unpack_value(blob)
+        except Exception as exc:
+            raise ManifestError(f"the run's manifest cannot be read ({exc})") from exc
+        if version != MANIFEST_VERSION:
+            raise ManifestError(f"run manifest version {version} is not supported "
+                                f"(this rayorch reads {MANIFEST_VERSION}); upgrade rayorch")
+        return cls(pipeline, tuple(args), dict(kwargs), tuple(tuple(r) for r in sources),
+                   out_dir, cap, depth)
+
+    def build_pipeline(self) -> Any:
+        """Import the pipeline class and construct it with the recorded arguments."""
+        cls = import_path(self.pipeline)
+        try:
+            return cls(*self.args, **self.kwargs)
+        except Exception as exc:
+            raise ManifestError(
+                f"constructing the run's pipeline {self.pipeline}(*{self.args!r}, "
+                f"**{self.kwargs!r}) failed: {exc}"
+            ) from exc
+
+
+def import_path(path: str) -> Any:
+    """``"pkg.mod:Qual.Name"`` -> the object; :class:`ManifestError` in plain words if absent."""
+    module_name, _, qualname = path.partition(":")
+    if not module_name or not qualname:
+        raise ManifestError(f"{path!r} is not an import path of the form 'package.module:Class'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ManifestError(
+            f"the pipeline module {module_name!r} cannot be imported here ({exc}); install the "
+            "code on every driver machine or set PYTHONPATH"
+        ) from exc
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ManifestError(f"{module_name!r} has no {qualname!r}: {path!r} names nothing")
+    return obj
+
+
+def pipeline_path(pipeline_cls: type) -> str:
+    """The import path of a pipeline class; refuses classes another process cannot import."""
+    module, qualname = pipeline_cls.__module__, pipeline_cls.__qualname__
+    if module == "__main__":
+        raise ManifestError(
+            f"the pipeline class {qualname} is defined in __main__ (the running script), which "
+            "another driver process cannot import; move it into an importable module"
+        )
+    if "<locals>" in qualname:
+        raise ManifestError(
+            f"the pipeline class {qualname} is defined inside a function, which another driver "
+            "process cannot import; define it at module level"
+        )
+    path = f"{module}:{qualname}"
+    if import_path(path) is not pipeline_cls:
+        raise ManifestError(f"{path} does not import back as the same class; define the "
+                            "pipeline class once, at module level")
+    return path
+
+
+def check_storable(rows: Sequence[tuple[Any, ...]], args: Any, kwargs: Any) -> None:
+    """Raise :class:`ManifestError` unless sources and constructor arguments are msgpack-able."""
+    try:
+        pack_value([list(args), dict(kwargs)])
+    except TypeError as exc:
+        raise ManifestError(f"the pipeline's constructor arguments cannot be recorded: {exc}; "
+                            "pass plain values (str, numbers, lists, dicts)") from exc
+    for index, row in enumerate(rows):
+        try:
+            pack_value(list(row))
+        except TypeError as exc:
+            raise ManifestError(f"source {index} cannot be recorded: {exc}") from exc
+
+
+class OutputSink:
+    """One file per source index, written atomically: ``<dir>/<index>.msgpack``.
+
+    A file holds ``{"index", "outcome", "value" | "cause"}``. Writing is idempotent
+    (the same result overwrites itself), so a driver that takes over completes an
+    output whose file was written but whose ``OutputEmitted`` fact was not.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def path_of(self, index: int) -> Path:
+        return self.directory / f"{index}.msgpack"
+
+    def write(self, index: int, value: Any) -> None:
+        if isinstance(value, FailedResult):
+            record = {"index": index, "outcome": value.outcome.value, "cause": value.cause}
+        else:
+            record = {"index": index, "outcome": "present", "value": value}
+        blob = pack_value(record)
+        fd, tmp = tempfile.mkstemp(prefix=f".{index}.", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path_of(index))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def read_all(self) -> dict[int, dict[str, Any]]:
+        """Every output file, by source index."""
+        out: dict[int, dict[str, Any]] = {}
+        for path in self.directory.glob("*.msgpack"):
+            if path.name.startswith("."):
+                continue
+            record = unpack_value(path.read_bytes())
+            out[int(record["index"])] = record
+        return out
+
+
+__all__ = ["ManifestError", "OutputSink", "RunManifest", "check_storable", "import_path",
+           "pipeline_path"]
