@@ -446,8 +446,9 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
     windows = timeline.windows
     n_rows = max(len(windows), 1)
     lane = bool(timeline.failovers)
+    height = 2.4 + 0.55 * (n_rows + lane) + 3.2
     fig, (ax_win, ax_rate) = plt.subplots(
-        2, 1, sharex=True, figsize=(13, 2.4 + 0.55 * (n_rows + lane) + 3.2),
+        2, 1, sharex=True, figsize=(13, height),
         gridspec_kw={"height_ratios": [0.55 * (n_rows + lane) + 0.6, 3.2]},
     )
     colors = plt.get_cmap("tab10")
@@ -473,9 +474,25 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
     if retried:
         ax_win.scatter([r.t for r in retried], [rows[r.call] for r in retried], marker="|",
                        s=260, linewidths=2, color="crimson", zorder=5)
+        # Several retries at one spot (a lost batch) read as one tick: say how many.
+        bunches = Counter((r.call, round(r.t / (span * 0.01))) for r in retried)
+        for (call, slot), n in bunches.items():
+            if n > 1:
+                ax_win.text(slot * span * 0.01, rows[call] - 0.36, f"{n}x", color="crimson",
+                            fontsize=7.5, ha="center", va="bottom", fontweight="bold")
     if failed:
         ax_win.scatter([r.t for r in failed], [rows[r.call] for r in failed], marker="x",
                        s=60, linewidths=2, color="black", zorder=6)
+    first = min((w.start for w in windows), default=0.0)
+    if first > span * 0.05:
+        for ax in (ax_win, ax_rate):
+            ax.axvspan(0, first, color="gray", alpha=0.08, linewidth=0)
+        ax_win.text(first / 2, n_rows - 0.55, "start-up before the first dispatch\n"
+                    "(leases, actor pools)", ha="center", va="bottom", fontsize=8,
+                    color="dimgray")
+    if not windows:
+        ax_win.text(0.5, 0.5, "no Grain dispatched yet", transform=ax_win.transAxes,
+                    ha="center", va="center", fontsize=11, color="gray")
     ax_win.set_yticks(range(len(windows)), [w.call for w in windows])
     ax_win.set_ylim(n_rows - 0.4, -0.6 - (1.0 if lane else 0.0))
     ax_win.set_ylabel("Call")
@@ -527,10 +544,12 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
     if any(f.same_driver for f in timeline.failovers):
         handles.append(Line2D([], [], color="purple", linestyle=":",
                               label="lease re-acquired (same driver)"))
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.805, 0.86), fontsize=8.5,
-               frameon=True, title="legend", title_fontsize=9)
+    if handles:
+        fig.legend(handles=handles, loc="upper left",
+                   bbox_to_anchor=(0.805, 1 - 0.55 / height), fontsize=8.5,
+                   frameon=True, title="legend", title_fontsize=9)
     head, tail = title_lines(timeline)
-    fig.suptitle(f"{head}\n{tail}", fontsize=10.5, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 0.8, 0.95))
+    fig.suptitle(f"{head}\n{tail}", fontsize=10.5, x=0.01, y=0.995, ha="left", va="top")
+    fig.tight_layout(rect=(0, 0, 0.8, 1 - 0.42 / height), h_pad=1.2)
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
