@@ -4,6 +4,9 @@
     rayorch audit RUN --store URL [--json]    verify a run's lineage invariants
     rayorch show  RUN ENTITY --store URL      the lineage tree of one source item
     rayorch timeline RUN --store URL -o run.png   per-Call windows and throughput
+    rayorch driver RUN --store URL            join a run as one more driver replica
+    rayorch resume RUN --store URL            continue a run whose drivers all died
+    rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
 
 Each subcommand is one ``add_<name>_parser`` function that registers its parser
 and one ``cmd_<name>`` function that runs it; add new ones to ``SUBCOMMANDS``.
@@ -236,9 +239,65 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- driver / resume / status (driver replicas) ----------------------------------------
+def add_driver_parser(sub: Any) -> None:
+    parser = sub.add_parser("driver", help="join a run as one more driver replica")
+    _add_replica_options(parser)
+    parser.set_defaults(func=cmd_driver)
+
+
+def add_resume_parser(sub: Any) -> None:
+    parser = sub.add_parser("resume", help="continue a run whose drivers all died")
+    _add_replica_options(parser)
+    parser.set_defaults(func=cmd_driver)
+
+
+def _add_replica_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run id (made by rayorch.driver.create_run)")
+    parser.add_argument("--store", help="lineage store URL (default: $RAYORCH_STORE)")
+    parser.add_argument("--address", help="Ray cluster to join (default: start a local one)")
+    parser.add_argument("--driver-id", help="this driver's name (default: host-pid-random)")
+    parser.add_argument("--lease-ttl", type=float, default=None,
+                        help="shard lease TTL in seconds (default 10)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def cmd_driver(args: argparse.Namespace) -> int:
+    from rayorch.driver import join_run
+
+    url = args.store or os.environ.get("RAYORCH_STORE")
+    if not url:
+        raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
+    handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
+                      lease_ttl_s=args.lease_ttl, quiet=args.quiet)
+    with handle:
+        handle.wait()
+    print(handle.stats.summary(), file=sys.stderr)
+    print(f"run {args.run}: complete")
+    return EXIT_OK
+
+
+def add_status_parser(sub: Any) -> None:
+    parser = sub.add_parser("status", help="progress of a run: parents, Calls, drivers, leases")
+    parser.add_argument("run", help="run id")
+    _add_store_options(parser)
+    parser.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rayorch.runtime.status import run_status
+
+    status = run_status(_store(args), args.run)
+    if args.json:
+        _print_json(status.as_dict())
+    else:
+        print("\n".join(status.lines()))
+    return EXIT_OK
+
+
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
-    add_timeline_parser,
+    add_timeline_parser, add_driver_parser, add_resume_parser, add_status_parser,
 ]
 
 

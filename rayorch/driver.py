@@ -265,7 +265,7 @@ class ReplicaHandle:
 
     def __init__(self, driver: Any) -> None:
         self._driver = driver
-        self._results: Iterator[tuple[int, Any]] = driver.results()
+        self._results: Generator[tuple[int, Any], None, None] = driver.results()
 
     @property
     def run_id(self) -> str:

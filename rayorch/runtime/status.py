@@ -1,0 +1,132 @@
+"""Progress of a run from its stored facts: what ``rayorch status`` prints.
+
+Reads only the store (facts, leases, the driver registry, the manifest); imports no
+user code, so it works on any run, running, finished or abandoned.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rayorch.core.facts import (
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    OutputEmitted,
+    RunCompleted,
+    SourceAdmitted,
+)
+from rayorch.runtime.manifest import RunManifest
+from rayorch.store.base import LineageStore
+
+
+@dataclass
+class ShardStatus:
+    shard: int
+    holder: str | None
+    epoch: int | None
+    done: bool
+    completed_fact: bool
+    facts: int
+
+
+@dataclass
+class RunStatus:
+    """Counts of one run, as its facts tell them."""
+
+    run_id: str
+    total: int | None
+    admitted: int = 0
+    emitted_present: int = 0
+    emitted_not_present: int = 0
+    calls: dict[str, Counter[str]] = field(default_factory=dict)
+    shards: list[ShardStatus] = field(default_factory=list)
+    drivers: list[str] = field(default_factory=list)
+    failovers: int = 0
+
+    @property
+    def in_progress(self) -> int:
+        return self.admitted - self.emitted_present - self.emitted_not_present
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.shards) and all(s.done or s.completed_fact for s in self.shards) and (
+            self.total is None or self.emitted_present + self.emitted_not_present == self.total)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id, "complete": self.complete, "total": self.total,
+            "parents": {"done": self.emitted_present, "failed": self.emitted_not_present,
+                        "in_progress": self.in_progress,
+                        "not_admitted": None if self.total is None
+                        else self.total - self.admitted},
+            "calls": {call: dict(c) for call, c in self.calls.items()},
+            "drivers": self.drivers, "failover_retries": self.failovers,
+            "shards": [{"shard": s.shard, "holder": s.holder, "epoch": s.epoch, "done": s.done,
+                        "facts": s.facts} for s in self.shards],
+        }
+
+    def lines(self) -> list[str]:
+        total = "?" if self.total is None else str(self.total)
+        state = "complete" if self.complete else "not complete"
+        out = [f"run {self.run_id}: {state}; parents {total}: {self.emitted_present} done, "
+               f"{self.emitted_not_present} failed, {self.in_progress} in progress, "
+               f"{'?' if self.total is None else self.total - self.admitted} not admitted"]
+        for call, c in self.calls.items():
+            parts = ", ".join(f"{k} {n}" for k, n in sorted(c.items()))
+            out.append(f"  call {call}: {parts}")
+        out.append(f"  live drivers ({len(self.drivers)}): {', '.join(self.drivers) or '-'}")
+        for s in self.shards:
+            lease = f"held by {s.holder} (epoch {s.epoch})" if s.holder else "free"
+            out.append(f"  shard {s.shard}: {'done' if s.done else lease}, {s.facts} facts")
+        if self.failovers:
+            out.append(f"  {self.failovers} grains re-dispatched after a driver failover")
+        return out
+
+
+def run_status(store: LineageStore, run_id: str) -> RunStatus:
+    """Fold the run's facts into counts; add leases and live drivers."""
+    info = store.run_info(run_id)
+    blob = store.load_manifest(run_id)
+    total: int | None = None
+    if blob is not None:
+        total = len(RunManifest.decode(blob).sources)
+    elif isinstance(info.config.get("sources"), int):
+        total = int(info.config["sources"])
+    status = RunStatus(run_id, total, drivers=store.live_drivers(run_id))
+    done = store.done_shards(run_id)
+    for shard in range(info.shards):
+        facts = 0
+        completed = False
+        for stored in store.iter_facts(run_id, shard):
+            facts += 1
+            fact = stored.fact
+            if isinstance(fact, SourceAdmitted):
+                status.admitted += 1
+            elif isinstance(fact, OutputEmitted):
+                if fact.outcome == "present":
+                    status.emitted_present += 1
+                else:
+                    status.emitted_not_present += 1
+            elif isinstance(fact, GrainDispatched):
+                status.calls.setdefault(fact.call, Counter())["dispatched"] += 1
+            elif isinstance(fact, GrainCommitted):
+                status.calls.setdefault(fact.call, Counter())[fact.outcome] += 1
+            elif isinstance(fact, GrainRetried):
+                status.calls.setdefault(fact.call, Counter())["retried"] += 1
+                status.failovers += fact.cause == "driver failover"
+            elif isinstance(fact, GrainFailed):
+                status.calls.setdefault(fact.call, Counter())["failed"] += 1
+            elif isinstance(fact, RunCompleted):
+                completed = True
+        holder = store.lease_holder(run_id, shard)
+        status.shards.append(ShardStatus(
+            shard, None if holder is None else holder.driver,
+            None if holder is None else holder.epoch, shard in done, completed, facts))
+    return status
+
+
+__all__ = ["RunStatus", "ShardStatus", "run_status"]
