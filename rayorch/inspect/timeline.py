@@ -61,8 +61,7 @@ class PlottingUnavailableError(RayorchError):
     def __str__(self) -> str:
         return (
             "drawing a timeline needs matplotlib, which is not installed: "
-            "`pip install matplotlib` (or `pip install rayorch[inspect]`), "
-            "or pass --json for the numbers alone"
+            "`pip install matplotlib`, or pass --json for the numbers alone"
         )
 
 
