@@ -1,0 +1,220 @@
+"""How the Grain lifecycle facts change the kernel, and the commit gate.
+
+:class:`GrainLifecycle` is the middle layer of :class:`~rayorch.core.state.Kernel`: it
+folds ``GrainDispatched`` (READY -> IN_FLIGHT), ``GrainCommitted`` (IN_FLIGHT -> SEALED,
+outputs resolved), ``GrainRetried`` (back to READY on the recovery queue, generation + 1),
+``GrainFailed`` and ``BarrierInstalled`` (siblings suppressed; an in-flight one BARRED),
+and answers ``verdict`` (DESIGN 4.4) and ``physical_failure`` for the caller. Facts that
+are already history raise :class:`AlreadyApplied` (a no-op that is not logged again).
+"""
+
+from __future__ import annotations
+
+from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
+from rayorch.core.facts import (
+    REPORT_GROUP_FAILURE,
+    REPORT_PRESENT,
+    REPORT_RECORD_FAILURE,
+    BarrierInstalled,
+    Fact,
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+)
+from rayorch.core.ids import GrainKey, Path, format_grain, format_path
+from rayorch.core.outcome import Outcome
+from rayorch.core.plan_tables import CallInfo
+from rayorch.core.propagation import Absent, ItemPropagation
+from rayorch.core.scheduler import BARRED, IN_FLIGHT, PHASE_NAMES, READY, SEALED
+
+
+class AlreadyApplied(Exception):
+    """The fact was applied before (identical): a no-op that is not logged again."""
+
+
+class GrainLifecycle(ItemPropagation):
+    """Folds the facts of a Grain's lifecycle; see the module docstring."""
+
+    def _on_dispatched(self, fact: GrainDispatched) -> None:
+        grain = (fact.call, fact.path)
+        phase = self._phase.get(grain)
+        generation = self._gen.get(grain, 0)
+        if phase == READY and generation == fact.generation:
+            self._phase[grain] = IN_FLIGHT
+            self._ready[fact.call] -= 1
+            self._in_flight += 1
+            return
+        if (phase in (IN_FLIGHT, SEALED, BARRED) and fact.generation <= generation) or (
+            phase == READY and fact.generation < generation
+        ):
+            raise AlreadyApplied  # this dispatch is already history
+        if phase is None and self._barred(grain):
+            return  # a barrier suppressed it before this dispatch landed: changes nothing
+        raise self._reject(
+            f"GrainDispatched {format_grain(grain)} generation {fact.generation}: the grain is "
+            f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
+
+    def _on_committed(self, fact: GrainCommitted) -> None:
+        grain = (fact.call, fact.path)
+        phase_of = self._phase
+        if phase_of.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != fact.generation:
+            if phase_of.get(grain) == SEALED and self._sealed_by.get(grain) == fact:
+                raise AlreadyApplied  # an identical commit again
+            verdict = self.verdict(fact)
+            raise self._reject(
+                f"GrainCommitted {format_grain(grain)} generation {fact.generation} does not pass "
+                f"the commit gate ({verdict.name}); only reports accepted by verdict() may be "
+                "applied", grain)
+        info = self._calls[fact.call]
+        outcome = fact.outcome
+        path = fact.path
+        if outcome == REPORT_PRESENT:
+            outputs = fact.outputs
+            if outputs is None or len(outputs) != info.num_outputs:
+                got = "a payload reference" if outputs is None else f"{len(outputs)}"
+                raise self._reject(
+                    f"GrainCommitted {format_grain(grain)}: expected {info.num_outputs} inline "
+                    f"output value(s), got {got}; resolve payload_ref to values before applying",
+                    grain)
+            phase_of[grain] = SEALED
+            self._sealed_by[grain] = fact
+            self._in_flight -= 1
+            if info.num_outputs == 1:
+                self._resolve(info.outputs[0], path, outputs[0])
+            else:
+                for port, value in zip(info.outputs, outputs):
+                    self._resolve(port, path, value)
+            return
+        if outcome != REPORT_RECORD_FAILURE and outcome != REPORT_GROUP_FAILURE:
+            raise self._reject(f"GrainCommitted {format_grain(grain)}: unknown outcome {outcome!r}",
+                               grain)
+        phase_of[grain] = SEALED
+        self._sealed_by[grain] = fact
+        self._in_flight -= 1
+        failure = Absent(Outcome.FAILED, fact.cause or outcome, format_grain(grain))
+        for port in info.outputs:
+            self._resolve(port, path, failure)
+        if outcome == REPORT_GROUP_FAILURE and len(path) > 1:
+            key = (info.id, path[:-1])
+            if key not in self._barriers:
+                self._install_barrier(info, path[:-1], f"GroupFailure at {format_grain(grain)}: "
+                                      f"{fact.cause or 'group failure'}")
+
+    def _on_barrier(self, fact: BarrierInstalled) -> None:
+        info = self.tables.calls.get(fact.call)
+        if info is None or info.root:
+            raise self._reject(f"BarrierInstalled for {fact.call!r} under {fact.parent}: no such "
+                               "Call in a child Domain", fact.parent)
+        if (fact.call, fact.parent) in self._barriers:
+            return  # installed with its GroupFailure commit
+        if self._expansions.get((info.domain, fact.parent), -1) < 0:
+            raise self._reject(f"BarrierInstalled under {format_path(fact.parent)}: that parent "
+                               f"has no children in {info.domain}", fact.parent)
+        self._install_barrier(info, fact.parent, fact.cause or "group failure")
+
+    def _install_barrier(self, info: CallInfo, parent: Path, cause: str) -> None:
+        """Suppress every not-yet-sealed sibling of ``info`` under ``parent``."""
+        self._barriers[(info.id, parent)] = cause
+        if parent[0] not in self._pending:
+            return  # the source is already complete: nothing left to suppress
+        suppressed = Absent(Outcome.SUPPRESSED, cause)
+        phase_of = self._phase
+        items = self._items
+        out0 = info.outputs[0]
+        pending = self._pending
+        source = parent[0]
+        for ordinal in range(self._expansions[(info.domain, parent)]):
+            if source not in pending:
+                return  # the source completed: its Items were released
+            path = (*parent, ordinal)
+            grain = (info.id, path)
+            phase = phase_of.get(grain)
+            if phase == READY:
+                del phase_of[grain]
+                self._ready[info.id] -= 1
+            elif phase == IN_FLIGHT:
+                phase_of[grain] = BARRED
+                self._in_flight -= 1
+            elif phase is not None or (out0, path) in items:
+                continue  # sealed, barred, or decided by its inputs
+            self._suppressed[info.id] += 1
+            for port in info.outputs:
+                self._resolve(port, path, suppressed)
+
+    def _barred(self, grain: GrainKey) -> bool:
+        return len(grain[1]) > 1 and (grain[0], grain[1][:-1]) in self._barriers
+
+    def _on_retried(self, fact: GrainRetried) -> None:
+        grain = (fact.call, fact.path)
+        phase = self._phase.get(grain)
+        generation = self._gen.get(grain, 0)
+        info = self.tables.calls.get(fact.call)
+        if info is not None and phase == IN_FLIGHT and fact.generation == generation + 1:
+            if fact.generation >= info.max_attempts:
+                raise self._reject(
+                    f"GrainRetried {format_grain(grain)} to generation {fact.generation}, but "
+                    f"max_attempts is {info.max_attempts}: write GrainFailed instead", grain)
+            self._phase[grain] = READY
+            self._gen[grain] = fact.generation
+            self._in_flight -= 1
+            self._ready[fact.call] += 1
+            self.queues[fact.call].push_recovery(grain, fact.generation)
+            return
+        if phase == BARRED:
+            return  # a barrier already suppressed the grain: changes nothing
+        if phase == READY and generation == fact.generation:
+            raise AlreadyApplied  # the same retry again
+        raise self._reject(
+            f"GrainRetried {format_grain(grain)} to generation {fact.generation}: the grain is "
+            f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
+
+    def _on_failed(self, fact: GrainFailed) -> None:
+        grain = (fact.call, fact.path)
+        phase = self._phase.get(grain)
+        if phase == IN_FLIGHT and self._gen.get(grain, 0) == fact.generation:
+            self._phase[grain] = SEALED
+            self._sealed_by[grain] = fact
+            self._in_flight -= 1
+            failure = Absent(Outcome.FAILED, fact.cause, format_grain(grain))
+            for port in self.tables.calls[fact.call].outputs:
+                self._resolve(port, fact.path, failure)
+            return
+        if phase == BARRED:
+            return  # a barrier already suppressed the grain: changes nothing
+        if phase == SEALED and self._sealed_by.get(grain) == fact:
+            raise AlreadyApplied
+        raise self._reject(
+            f"GrainFailed {format_grain(grain)} generation {fact.generation}: the grain is "
+            f"{PHASE_NAMES.get(phase)} at generation {self._gen.get(grain, 0)}", grain)
+
+
+    def physical_failure(
+        self, batch: list[tuple[GrainKey, int]], cause: str, ts: float = 0.0
+    ) -> list[Fact]:
+        """Facts for a failed attempt: GrainRetried (gen + 1) or GrainFailed after max_attempts.
+
+        Only Grains still in flight with that generation are affected (not barred, not sealed).
+        The caller writes and applies the returned facts.
+        """
+        facts: list[Fact] = []
+        for grain, generation in batch:
+            if self._phase.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != generation:
+                continue
+            call, path = grain
+            if generation + 1 >= self.tables.calls[call].max_attempts:
+                facts.append(GrainFailed(call, path, generation, cause, ts=ts))
+            else:
+                facts.append(GrainRetried(call, path, generation + 1, cause, ts=ts))
+        return facts
+
+    def verdict(self, report: GrainCommitted) -> CommitVerdict:
+        """The commit gate (DESIGN 4.4) for one report; changes nothing."""
+        grain = (report.call, report.path)
+        phase = self._phase.get(grain)
+        barred = phase == BARRED
+        gate_phase = None if phase is None else GrainPhase(IN_FLIGHT if barred else phase)
+        return commit_verdict(gate_phase, self._gen.get(grain, 0), report.generation, barred)
+
+
+__all__ = ["AlreadyApplied", "GrainLifecycle"]
