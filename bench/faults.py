@@ -1,0 +1,480 @@
+"""Fault-injection harness: driver replicas under SIGKILL, SIGSTOP and Redis restarts.
+
+A real nested fan-out pipeline (doc -> long-tailed pages -> regions -> sleep-modelled
+"GPU" OCR -> reduce -> reduce) runs on a local Ray cluster (``ray.init`` here; the
+drivers join it with ``--address``) by 2-3 ``rayorch driver`` processes sharing a run
+in a private redis-server with AOF. Meanwhile the harness SIGKILLs drivers (and starts
+replacements), SIGKILLs pool actors, SIGSTOPs a driver past its lease TTL and then
+SIGCONTs it, and kills and restarts Redis. At the end it checks the outputs against the
+reference interpreter and the run against ``rayorch audit``, and prints faults by kind,
+outputs lost and duplicated (both must be 0), Grains re-run and recovery per failover.
+
+    python -m bench.faults                          # a short run (about a minute)
+    python -m bench.faults --soak --driver-kills 50 --actor-kills 50 --docs 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rayorch as ro
+from rayorch import F
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- the pipeline (module level: drivers import it as bench.faults:FaultPipeline) ---------
+def _note_pid(pid_dir: str | None, module: str) -> None:
+    """Record this actor's pid so the harness can SIGKILL it."""
+    if pid_dir:
+        Path(pid_dir, f"{module}-{os.getpid()}").touch()
+
+
+def pages_of(doc: str) -> int:
+    """Long-tailed page count (1..40), deterministic per document."""
+    rng = random.Random(doc)
+    return min(40, int(rng.paretovariate(1.1)))
+
+
+class SplitDoc:
+    def __init__(self, pid_dir: str | None = None) -> None:
+        _note_pid(pid_dir, "split")
+
+    def __call__(self, docs: list[str]) -> list[Any]:
+        out: list[Any] = []
+        for doc in docs:
+            if doc.endswith("!bad"):
+                out.append(ro.RecordFailure(f"unreadable: {doc}"))
+            else:
+                out.append([f"{doc}/p{p}" for p in range(pages_of(doc))])
+        return out
+
+
+class SplitPage:
+    def __init__(self, pid_dir: str | None = None) -> None:
+        _note_pid(pid_dir, "regions")
+
+    def __call__(self, pages: list[str]) -> list[Any]:
+        return [[f"{page}/r{r}" for r in range(1 + len(page) % 3)] for page in pages]
+
+
+class SleepGpu:
+    """A GPU stage modelled as ``a + b * batch`` seconds of sleep."""
+
+    def __init__(self, a_ms: float = 20.0, b_ms: float = 2.0, pid_dir: str | None = None) -> None:
+        self.a, self.b = a_ms / 1000, b_ms / 1000
+        _note_pid(pid_dir, "ocr")
+
+    def __call__(self, regions: list[str]) -> list[str]:
+        time.sleep(self.a + self.b * len(regions))
+        return [r.upper() for r in regions]
+
+
+class JoinRegions:
+    def __init__(self, pid_dir: str | None = None) -> None:
+        _note_pid(pid_dir, "join")
+
+    def __call__(self, groups: list[list[str]]) -> list[str]:
+        return ["+".join(g) for g in groups]
+
+
+class Assemble:
+    def __init__(self, pid_dir: str | None = None) -> None:
+        _note_pid(pid_dir, "assemble")
+
+    def __call__(self, docs: list[list[str]]) -> list[dict[str, Any]]:
+        return [{"pages": len(pages), "text": "|".join(pages)} for pages in docs]
+
+
+class FaultPipeline(ro.Pipeline):
+    """doc -> pages (long tail) -> regions -> OCR ("GPU") -> page text -> document."""
+
+    def __init__(self, gpu_ms: float = 20.0, pid_dir: str | None = None,
+                 max_attempts: int = 1000) -> None:
+        super().__init__()
+        common: dict[str, Any] = {"num_cpus": 0.25, "max_attempts": max_attempts,
+                                  "pid_dir": pid_dir}
+        self.split = ro.RayModule(SplitDoc, batch_size=4, **common)
+        self.regions = ro.RayModule(SplitPage, batch_size=16, **common)
+        self.ocr = ro.RayModule(SleepGpu, a_ms=gpu_ms, b_ms=gpu_ms / 10, replicas=2,
+                                batch_size=16, num_gpus=0.5, pid_dir=pid_dir,
+                                max_attempts=max_attempts, num_cpus=0.25)
+        self.join = ro.RayModule(JoinRegions, batch_size=16, **common)
+        self.assemble = ro.RayModule(Assemble, batch_size=4, **common)
+
+    def forward(self, docs: Any) -> Any:
+        pages = F.expand(self.split(docs))
+        regions = F.expand(self.regions(pages))
+        texts = self.ocr(regions)
+        return self.assemble(F.reduce(self.join(F.reduce(texts))))
+
+
+def make_docs(n: int) -> list[str]:
+    return [f"doc{i}" + ("!bad" if i % 23 == 7 else "") for i in range(n)]
+
+
+# -- processes ------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Redis:
+    """A private redis-server with AOF (appendfsync always) that can be killed and restarted."""
+
+    def __init__(self, workdir: Path) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise SystemExit("redis-server is not installed")
+        self.exe, self.workdir, self.port = exe, workdir, free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+             str(self.workdir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--loglevel", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+
+@dataclass
+class DriverProc:
+    driver_id: str
+    proc: subprocess.Popen[bytes]
+    stopped: bool = False
+
+
+@dataclass
+class Harness:
+    """One fault-injection run; see the module docstring."""
+
+    docs: int = 40
+    drivers: int = 2
+    shards: int = 6
+    micro_batch: int = 2
+    driver_kills: int = 2
+    actor_kills: int = 4
+    stops: int = 1
+    redis_restarts: int = 1
+    gpu_ms: float = 20.0
+    lease_ttl: float = 3.0
+    interval: float = 3.0
+    timeout: float = 600.0
+    seed: int = 0
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rofaults-")))
+    verbose: bool = False
+    faults: Counter[str] = field(default_factory=Counter)
+    kills: list[tuple[float, str, list[int]]] = field(default_factory=list)
+    procs: list[DriverProc] = field(default_factory=list)
+    _n: int = 0
+
+    def log(self, line: str) -> None:
+        print(f"[faults {time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+    # -- drivers -------------------------------------------------------------------------
+    def spawn_driver(self, run_id: str, url: str, address: str) -> None:
+        self._n += 1
+        driver_id = f"d{self._n}"
+        env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}",
+                   RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        out = open(self.workdir / f"{driver_id}.log", "wb")  # noqa: SIM115 - owned by Popen
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
+             "--address", address, "--driver-id", driver_id, "--lease-ttl", str(self.lease_ttl)],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        self.procs.append(DriverProc(driver_id, proc))
+
+    def live(self) -> list[DriverProc]:
+        return [p for p in self.procs if p.proc.poll() is None]
+
+    def run(self) -> dict[str, Any]:
+        import ray
+
+        from bench.faults import FaultPipeline as Importable
+        from rayorch.core.reference import evaluate
+        from rayorch.driver import create_run
+        from rayorch.store import open_store
+        from rayorch.store.audit import audit_run
+
+        rng = random.Random(self.seed)
+        redis = Redis(self.workdir)
+        redis.start()
+        pid_dir = self.workdir / "pids"
+        pid_dir.mkdir()
+        out_dir = self.workdir / "out"
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=self.verbose,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+        address = ray.get_runtime_context().gcs_address
+        docs = make_docs(self.docs)
+        try:
+            run_id = create_run(Importable, [docs], store=redis.url,
+                                kwargs={"gpu_ms": self.gpu_ms, "pid_dir": str(pid_dir)},
+                                out_dir=str(out_dir), shards=self.shards,
+                                micro_batch=self.micro_batch, max_active_sources=8)
+            store = open_store(redis.url + "?retries=40")
+            self.log(f"run {run_id}: {self.docs} docs, {self.shards} shards, "
+                     f"{self.drivers} drivers, logs in {self.workdir}")
+            started = time.monotonic()
+            for _ in range(self.drivers):
+                self.spawn_driver(run_id, redis.url, address)
+            plan = self._inject(rng, store, run_id, redis, pid_dir, address, started)
+            elapsed = time.monotonic() - started
+            return self._check(store, run_id, out_dir, docs, plan, elapsed, evaluate, audit_run)
+        finally:
+            for p in self.procs:
+                if p.proc.poll() is None:
+                    if p.stopped:
+                        p.proc.send_signal(signal.SIGCONT)
+                    p.proc.kill()
+                    p.proc.wait(10)
+            ray.shutdown()
+            redis.stop()
+
+    # -- faults ----------------------------------------------------------------------------
+    def _inject(self, rng: random.Random, store: Any, run_id: str, redis: Redis,
+                pid_dir: Path, address: str, started: float) -> Any:
+        from rayorch.store.errors import StoreUnavailableError
+
+        todo = (["driver"] * self.driver_kills + ["actor"] * self.actor_kills
+                + ["stop"] * self.stops + ["redis"] * self.redis_restarts)
+        rng.shuffle(todo)
+        shards = store.run_info(run_id).shards
+        next_fault = time.monotonic() + self.interval
+        while time.monotonic() - started < self.timeout:
+            try:
+                if len(store.done_shards(run_id)) == shards:
+                    break
+            except StoreUnavailableError:
+                pass
+            if not self.live() or all(p.stopped for p in self.live()):
+                self.spawn_driver(run_id, redis.url, address)
+            if todo and time.monotonic() >= next_fault:
+                kind = todo.pop()
+                self._fault(kind, rng, store, run_id, redis, pid_dir, address)
+                next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * self.interval
+            time.sleep(0.1)
+        else:
+            raise SystemExit(f"the run did not complete within {self.timeout:.0f}s "
+                             f"(logs in {self.workdir})")
+        if todo:
+            self.log(f"run completed before {len(todo)} faults could be injected")
+        deadline = time.monotonic() + 60
+        for p in self.procs:
+            if p.stopped:
+                p.proc.send_signal(signal.SIGCONT)
+                p.stopped = False
+            if p.proc.poll() is None:
+                p.proc.wait(max(1.0, deadline - time.monotonic()))
+        from rayorch.core.plan import Plan
+
+        return Plan.from_description(store.run_info(run_id).plan)
+
+    def _fault(self, kind: str, rng: random.Random, store: Any, run_id: str, redis: Redis,
+               pid_dir: Path, address: str) -> None:
+        live = [p for p in self.live() if not p.stopped]
+        if kind == "driver" and live:
+            victim = rng.choice(live)
+            held = [k for k in range(store.run_info(run_id).shards)
+                    if (h := store.lease_holder(run_id, k)) is not None
+                    and h.driver == victim.driver_id]
+            victim.proc.kill()
+            victim.proc.wait(10)
+            self.kills.append((time.time(), victim.driver_id, held))
+            self.faults["driver SIGKILL"] += 1
+            self.log(f"SIGKILL driver {victim.driver_id} (held shards {held})")
+            self.spawn_driver(run_id, redis.url, address)
+        elif kind == "actor":
+            pids = [int(f.name.rsplit("-", 1)[1]) for f in pid_dir.iterdir()]
+            alive = [pid for pid in pids if _alive(pid)]
+            if alive:
+                pid = rng.choice(alive)
+                os.kill(pid, signal.SIGKILL)
+                self.faults["actor SIGKILL"] += 1
+                self.log(f"SIGKILL actor pid {pid}")
+        elif kind == "stop" and len(live) > 1:
+            holders = {h.driver for k in range(store.run_info(run_id).shards)
+                       if (h := store.lease_holder(run_id, k)) is not None}
+            victim = rng.choice([p for p in live if p.driver_id in holders] or live)
+            victim.proc.send_signal(signal.SIGSTOP)
+            victim.stopped = True
+            self.faults["driver SIGSTOP/SIGCONT"] += 1
+            pause = 2.5 * self.lease_ttl
+            self.log(f"SIGSTOP driver {victim.driver_id} for {pause:.1f}s")
+
+            def resume() -> None:
+                if victim.proc.poll() is None:
+                    victim.proc.send_signal(signal.SIGCONT)
+                victim.stopped = False
+                self.log(f"SIGCONT driver {victim.driver_id}")
+
+            threading.Timer(pause, resume).start()
+        elif kind == "redis":
+            redis.kill()
+            down = rng.uniform(1.0, 3.0)
+            self.faults["redis kill+restart"] += 1
+            self.log(f"SIGKILL redis-server, restart in {down:.1f}s")
+            time.sleep(down)
+            redis.start()
+
+    # -- checks ------------------------------------------------------------------------------
+    def _check(self, store: Any, run_id: str, out_dir: Path, docs: list[str], plan: Any,
+               elapsed: float, evaluate: Any, audit_run: Any) -> dict[str, Any]:
+        from rayorch.core.facts import GrainRetried, LeaseAcquired, OutputEmitted
+        from rayorch.runtime.manifest import OutputSink
+
+        reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
+        files = OutputSink(str(out_dir)).read_all()
+        emitted: Counter[int] = Counter()
+        retried: Counter[str] = Counter()
+        leases: list[tuple[float, int, str]] = []
+        for shard, facts in store.read_run(run_id).items():
+            for stored in facts:
+                fact = stored.fact
+                if isinstance(fact, OutputEmitted):
+                    emitted[fact.index] += 1
+                elif isinstance(fact, GrainRetried):
+                    key = "driver failover" if fact.cause == "driver failover" else (
+                        "actor died" if "died" in fact.cause or "replaced" in fact.cause
+                        else "other")
+                    retried[key] += 1
+                elif isinstance(fact, LeaseAcquired):
+                    leases.append((fact.ts, shard, fact.driver))
+        wrong = []
+        for index, items in reference.items():
+            record = files.get(index)
+            item = items[0]
+            if record is None:
+                continue
+            if item.present != (record["outcome"] == "present") or (
+                    item.present and record["value"] != item.value):
+                wrong.append(index)
+        lost = sorted(set(reference) - {i for i in files if emitted[i] >= 1})
+        duplicated = sorted(i for i, n in emitted.items() if n > 1)
+        recovery = []
+        for t_kill, victim, held in self.kills:
+            waits = [min((ts for ts, k, d in leases if k == shard and ts > t_kill and d != victim),
+                         default=float("nan")) - t_kill for shard in held]
+            if waits:
+                recovery.append(round(max(waits), 2))
+        audit = audit_run(store, run_id)
+        result = {
+            "run": run_id, "docs": len(docs), "elapsed_s": round(elapsed, 1),
+            "faults": dict(self.faults), "outputs_lost": len(lost),
+            "outputs_duplicated": len(duplicated), "outputs_wrong": len(wrong),
+            "grains_rerun": dict(retried), "recovery_s": recovery, "audit_ok": audit.ok,
+            "audit_violations": [str(v) for v in audit.violations[:5]],
+            "drivers_started": self._n, "workdir": str(self.workdir),
+        }
+        return result
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def report(result: dict[str, Any]) -> str:
+    rec = result["recovery_s"]
+    finite = [r for r in rec if r == r]
+    lines = [
+        f"run {result['run']}: {result['docs']} docs in {result['elapsed_s']}s "
+        f"({result['drivers_started']} driver processes started)",
+        "faults injected: " + (", ".join(f"{k} {n}" for k, n in sorted(result["faults"].items()))
+                               or "none"),
+        f"outputs lost: {result['outputs_lost']}",
+        f"outputs duplicated: {result['outputs_duplicated']}",
+        f"outputs different from the reference: {result['outputs_wrong']}",
+        "grains re-run: " + (", ".join(f"{k} {n}" for k, n in sorted(
+            result["grains_rerun"].items())) or "none"),
+        "recovery per driver failover (s, kill -> shards re-leased): " + (
+            ", ".join(f"{r:.2f}" for r in rec) or "-")
+        + (f"  [median {sorted(finite)[len(finite) // 2]:.2f}, max {max(finite):.2f}]"
+           if finite else ""),
+        f"audit: {'OK' if result['audit_ok'] else 'FAILED ' + str(result['audit_violations'])}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--soak", action="store_true",
+                        help="long soak defaults: 600 docs, 3 drivers, 50+50 kills")
+    parser.add_argument("--docs", type=int)
+    parser.add_argument("--drivers", type=int)
+    parser.add_argument("--shards", type=int)
+    parser.add_argument("--driver-kills", type=int)
+    parser.add_argument("--actor-kills", type=int)
+    parser.add_argument("--stops", type=int)
+    parser.add_argument("--redis-restarts", type=int)
+    parser.add_argument("--interval", type=float, help="seconds between faults (mean)")
+    parser.add_argument("--lease-ttl", type=float)
+    parser.add_argument("--gpu-ms", type=float)
+    parser.add_argument("--timeout", type=float)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the result as JSON to this file")
+    parser.add_argument("--verbose", action="store_true", help="show Ray worker output")
+    args = parser.parse_args(argv)
+    base: dict[str, Any] = {}
+    if args.soak:
+        base = {"docs": 600, "drivers": 3, "shards": 12, "driver_kills": 50, "actor_kills": 50,
+                "stops": 5, "redis_restarts": 3, "interval": 4.0, "timeout": 1500.0}
+    for name in ("docs", "drivers", "shards", "driver_kills", "actor_kills", "stops",
+                 "redis_restarts", "interval", "lease_ttl", "gpu_ms", "timeout"):
+        if getattr(args, name) is not None:
+            base[name] = getattr(args, name)
+    harness = Harness(seed=args.seed, verbose=args.verbose, **base)
+    result = harness.run()
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    ok = (result["outputs_lost"] == 0 and result["outputs_duplicated"] == 0
+          and result["outputs_wrong"] == 0 and result["audit_ok"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
