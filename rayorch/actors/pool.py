@@ -152,7 +152,19 @@ class ActorPool:
                 f"({self.describe_resources()}); lower replicas/num_gpus or add nodes"
             )
         try:
-            ray.get(ready)
+            if not self.shared:
+                ray.get(ready)
+            # Shared actors may be killed while another driver uses them: replace those.
+            for slot, ref in zip(self.slots if self.shared else [], refs):
+                for attempt in range(5):
+                    try:
+                        ray.get(ref, timeout=timeout_s)
+                        break
+                    except ray.exceptions.RayActorError as exc:
+                        if attempt == 4 or "process has died" not in str(exc):
+                            raise
+                        self.replace(slot)
+                        ref = slot.handle.ping.remote()
         except ray.exceptions.RayError as exc:
             if "No module named" in str(exc):
                 raise PoolError(

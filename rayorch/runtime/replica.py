@@ -42,12 +42,14 @@ from rayorch.actors.worker import BatchTask, StoreBinding
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
+    ExpansionClosed,
     Fact,
     GrainCommitted,
     GrainDispatched,
     GrainFailed,
     GrainRetried,
     OutputEmitted,
+    RunCompleted,
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey, Path
@@ -110,6 +112,13 @@ class ReplicaStats:
                 f"{self.store_outages} store outages, slowest takeover {took:.2f}s")
 
 
+def with_quick_retries(url: str, retries: int = 3) -> str:
+    """A Redis URL whose client gives up reconnecting after ``retries`` attempts."""
+    if not url.lower().startswith(("redis://", "rediss://")) or "retries=" in url:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}retries={retries}"
+
+
 def new_driver_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -147,7 +156,9 @@ class ReplicaDriver:
         self.driver_id = driver_id or new_driver_id()
         self.lease_ttl_s = lease_ttl_s
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.store = open_store(store_url)
+        # Few reconnect attempts inside redis-py: an outage surfaces here within a second,
+        # is reported once, and the loop backs off and rebuilds from the store.
+        self.store = open_store(with_quick_retries(store_url))
         self.info = self.store.run_info(run_id)
         blob = self.store.load_manifest(run_id)
         if blob is None:
@@ -318,10 +329,15 @@ class ReplicaDriver:
         in_flight: dict[GrainKey, int] = {}
         admitted: set[int] = set()
         cursor = emitted = folded = 0
+        # Announcements the fold derives that the store lacks (their writer died first).
+        missing: list[Fact] = []
         for stored in self.store.iter_facts(self.run_id, k):
             cursor, fact = stored.seq, stored.fact
-            kernel.apply(fact)
+            derived = kernel.apply(fact)
             folded += 1
+            if isinstance(fact, ExpansionClosed | RunCompleted) and fact in missing:
+                missing.remove(fact)
+            missing.extend(derived)
             if isinstance(fact, GrainDispatched):
                 in_flight[(fact.call, fact.path)] = fact.generation
             elif isinstance(fact, GrainCommitted | GrainRetried | GrainFailed):
@@ -331,7 +347,8 @@ class ReplicaDriver:
             elif isinstance(fact, OutputEmitted):
                 emitted += 1
         pending = deque(i for i in self.shard_sources[k] if i not in admitted)
-        st = ShardState(k, epoch, kernel, pending, len(self.shard_sources[k]), cursor, emitted)
+        st = ShardState(k, epoch, kernel, pending, len(self.shard_sources[k]), cursor, emitted,
+                        missing)
         if not pending:
             st.unsaved.extend(kernel.close_input())
         mine = {((b.task.call.id, path), gen) for b in self._batches.values()
