@@ -59,7 +59,7 @@ class GrainLifecycle(ItemPropagation):
         grain = (fact.call, fact.path)
         phase_of = self._phase
         if phase_of.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != fact.generation:
-            if phase_of.get(grain) == SEALED and self._sealed_by.get(grain) == fact:
+            if phase_of.get(grain) == SEALED and self._sealed_with(grain, fact):
                 raise AlreadyApplied  # an identical commit again
             verdict = self.verdict(fact)
             raise self._reject(
@@ -142,6 +142,20 @@ class GrainLifecycle(ItemPropagation):
             for port in info.outputs:
                 self._resolve(port, path, suppressed)
 
+    def _sealed_with(self, grain: GrainKey, fact: Fact) -> bool:
+        """``fact`` (being applied, last in the log) is the one that sealed ``grain`` before.
+
+        Once the Grain's source completes, its sealing fact is released from ``_sealed_by``;
+        an identical re-applied fact is then found in the log (a rare path, not the hot one).
+        """
+        sealed = self._sealed_by.get(grain)
+        if sealed is not None:
+            return sealed == fact
+        if grain[1][0] in self._pending:
+            return False
+        log = self.log
+        return log.index(fact) != len(log) - 1
+
     def _barred(self, grain: GrainKey) -> bool:
         return len(grain[1]) > 1 and (grain[0], grain[1][:-1]) in self._barriers
 
@@ -182,7 +196,7 @@ class GrainLifecycle(ItemPropagation):
             return
         if phase == BARRED:
             return  # a barrier already suppressed the grain: changes nothing
-        if phase == SEALED and self._sealed_by.get(grain) == fact:
+        if phase == SEALED and self._sealed_with(grain, fact):
             raise AlreadyApplied
         raise self._reject(
             f"GrainFailed {format_grain(grain)} generation {fact.generation}: the grain is "

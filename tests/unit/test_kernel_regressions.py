@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_kernel_support import Driver
 
 import rayorch as ro
 from rayorch import F
+from rayorch.core.errors import InvalidTransition
+from rayorch.core.facts import GrainCommitted, GrainFailed
 from rayorch.core.outcome import Outcome
 from rayorch.core.state import Kernel
 
@@ -59,3 +62,22 @@ def test_group_failure_that_completes_its_source_before_the_barrier_loop_ends() 
     assert kernel.finished
     [(index, (item,))] = kernel.pop_completed()
     assert index == 0 and item.outcome is Outcome.SUPPRESSED
+
+
+def test_an_identical_commit_again_after_its_source_completed_is_a_no_op() -> None:
+    """Found by test_kernel_machine: once a source completes, the facts that sealed its
+    Grains are released, so an identical re-applied GrainCommitted / GrainFailed was taken
+    for a conflicting one and rejected. Fix: it is then looked up in the log."""
+    kernel = Kernel(FilteredGroup().compile())
+    driver = Driver(kernel)
+    driver.admit(0, 7)
+    [(fan, gen)] = driver.dispatch("fan")
+    driver.write(GrainFailed(fan[0], fan[1], gen, "crash"))
+    assert kernel.finished  # the source is complete: its sealing facts were released
+    for fact in list(driver.log):
+        if isinstance(fact, GrainFailed):
+            assert kernel.apply(fact) == []
+    assert kernel.log == driver.log
+    other = GrainCommitted(fan[0], fan[1], gen, "present", ([0],))
+    with pytest.raises(InvalidTransition, match="commit gate"):
+        kernel.apply(other)
