@@ -1,6 +1,6 @@
 """The driver loop: admit, dispatch, collect, commit, emit (DESIGN section 8).
 
-The pure :class:`~rayorch.core.scheduler.Kernel` decides everything; this loop
+The pure :class:`~rayorch.core.state.Kernel` decides everything; this loop
 performs its decisions on Ray and the lineage store and feeds the results back as
 facts. Every fact the kernel folds is also written to the store, in fold order:
 driver facts through a fenced ``append``, worker reports through the commit gate
@@ -374,13 +374,10 @@ class DriverLoop:
     def _show(self) -> None:
         if self._progress is None:
             return
-        ready_count = getattr(self.kernel, "ready_count", None)
-        suppressed_count = getattr(self.kernel, "suppressed_count", None)
+        kernel = self.kernel
         for call_id, stats in self.stats.calls.items():
-            if ready_count is not None:
-                stats.ready = ready_count(call_id)
-            if suppressed_count is not None:
-                stats.suppressed = suppressed_count(call_id)
+            stats.ready = kernel.ready_count(call_id)
+            stats.suppressed = kernel.suppressed_count(call_id)
         self.stats.actors_replaced = sum(p.replaced for p in self.session.pools.values())
         self._progress.update(self.stats)
 
