@@ -1,0 +1,241 @@
+"""Driver replicas: registry, manifest, fencing of a deposed driver, resume, and fault injection.
+
+Real Ray (the session's local instance, or the harness's own in a subprocess) and real
+redis-server (private, on a free port; AOF where Redis is killed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rayorch as ro
+from bench.faults import FaultPipeline, make_docs
+from rayorch import F
+from rayorch.cli import main as cli_main
+from rayorch.core.facts import LeaseAcquired, OutputEmitted
+from rayorch.core.reference import evaluate
+from rayorch.driver import create_run, join_run
+from rayorch.runtime.manifest import ManifestError, OutputSink
+from rayorch.runtime.replica import ReplicaDriver
+from rayorch.store.audit import audit_run
+from rayorch.store.base import LineageStore, open_store
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def outputs_match_reference(out_dir: Path, docs: list[str]) -> None:
+    reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
+    files = OutputSink(str(out_dir)).read_all()
+    assert sorted(files) == sorted(reference)
+    for index, (item,) in reference.items():
+        record = files[index]
+        assert (record["outcome"] == "present") == item.present, index
+        if item.present:
+            assert record["value"] == item.value, index
+
+
+def emitted_counts(store: LineageStore, run_id: str) -> Counter[int]:
+    counts: Counter[int] = Counter()
+    for facts in store.read_run(run_id).values():
+        for stored in facts:
+            if isinstance(stored.fact, OutputEmitted):
+                counts[stored.fact.index] += 1
+    return counts
+
+
+# -- store registry (both stores, no Ray) ------------------------------------------------------
+@pytest.fixture(params=["memory", "redis"])
+def any_store(request: pytest.FixtureRequest) -> LineageStore:
+    if request.param == "memory":
+        return open_store(f"memory://failover-{time.monotonic_ns()}")
+    return open_store(request.getfixturevalue("redis_url"))
+
+
+@pytest.mark.timeout(30)
+def test_store_registry_manifest_and_done_shards(any_store: LineageStore) -> None:
+    plan = FaultPipeline().compile()
+    any_store.open_run("reg", plan, shards=3, micro_batch=2)
+    assert any_store.load_manifest("reg") is None
+    assert any_store.save_manifest("reg", b"first") == b"first"
+    assert any_store.save_manifest("reg", b"second") == b"first"  # first writer wins
+    any_store.heartbeat("reg", "b", 30)
+    any_store.heartbeat("reg", "a", 30)
+    any_store.heartbeat("reg", "c", 0.05)
+    time.sleep(0.2)
+    assert any_store.live_drivers("reg") == ["a", "b"]
+    any_store.heartbeat("reg", "b", 0)  # left
+    assert any_store.live_drivers("reg") == ["a"]
+    any_store.mark_shard_done("reg", 2)
+    any_store.mark_shard_done("reg", 2)
+    assert any_store.done_shards("reg") == frozenset({2})
+
+
+# -- manifest -------------------------------------------------------------------------------
+class LocalModule:
+    def __call__(self, xs: list[Any]) -> list[Any]:
+        return xs
+
+
+@pytest.mark.timeout(30)
+def test_create_run_refuses_a_class_other_drivers_cannot_import(redis_url: str) -> None:
+    class Local(ro.Pipeline):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = ro.RayModule(LocalModule)
+
+        def forward(self, xs: Any) -> Any:
+            return self.m(xs)
+
+    with pytest.raises(ManifestError, match="inside a function"):
+        create_run(Local, [[1, 2]], store=redis_url)
+    Local.__module__ = "__main__"
+    with pytest.raises(ManifestError, match="__main__"):
+        create_run(Local, [[1, 2]], store=redis_url)
+    with pytest.raises(ManifestError, match="cannot be imported"):
+        create_run("no_such_module_xyz:Pipe", [[1]], store=redis_url)
+    bad = FaultPipeline
+    with pytest.raises(ManifestError, match="source 0 cannot be recorded"):
+        create_run(bad, [[{1, 2}]], store=redis_url)
+
+
+# -- a deposed driver is fenced off --------------------------------------------------------------
+@pytest.mark.timeout(150)
+def test_deposed_driver_is_fenced_and_the_run_completes_once(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """Driver A stalls past its lease TTL (as under SIGSTOP); B takes over and finishes;
+    when A wakes up every write it tries is rejected and it stops touching the shards."""
+    docs = make_docs(16)
+    out = tmp_path / "out"
+    run_id = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 30},
+                        out_dir=str(out), shards=2, micro_batch=2, max_active_sources=4)
+    a_log: list[str] = []
+    a = ReplicaDriver(redis_url, run_id, driver_id="a", lease_ttl_s=1.0, log=a_log.append)
+    a_results = a.results()
+    first = next(a_results)
+    assert set(a.shards) == {0, 1}
+    time.sleep(1.6)  # A is frozen: its leases and its heartbeat expire
+    b = ReplicaDriver(redis_url, run_id, driver_id="b", lease_ttl_s=1.0, log=lambda _: None)
+    b_emitted = [index for index, _ in b.results()]
+    rest = [index for index, _ in a_results]  # A wakes up: fenced everywhere
+    assert rest == []
+    assert a.stats.shards_lost >= 1
+    assert any("stops touching" in line for line in a_log)
+    store = open_store(redis_url)
+    counts = emitted_counts(store, run_id)
+    assert set(counts.values()) == {1}, "every output is emitted exactly once"
+    assert sorted([first[0], *b_emitted]) == sorted(counts) == list(range(len(docs)))
+    epochs = [s.fact.epoch for facts in store.read_run(run_id).values() for s in facts
+              if isinstance(s.fact, LeaseAcquired) and s.fact.driver == "b"]
+    assert epochs and min(epochs) >= 2
+    outputs_match_reference(out, docs)
+    assert audit_run(store, run_id).ok
+
+
+# -- resume after every driver died; status ----------------------------------------------------
+def _driver_cmd(run_id: str, url: str, address: str, driver_id: str) -> list[str]:
+    return [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
+            "--address", address, "--driver-id", driver_id, "--lease-ttl", "2"]
+
+
+@pytest.mark.timeout(150)
+def test_resume_after_all_drivers_died_and_status(
+    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    docs = make_docs(24)
+    out = tmp_path / "out"
+    run_id = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 40},
+                        out_dir=str(out), shards=3, micro_batch=2, max_active_sources=4)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.Popen(_driver_cmd(run_id, redis_url, address, "doomed"), env=env,
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while not any(out.glob("*.msgpack")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert cli_main(["status", run_id, "--store", redis_url, "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert not before["complete"]
+    assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2"]) == 0
+    capsys.readouterr()
+    assert cli_main(["status", run_id, "--store", redis_url, "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["complete"] and after["parents"]["in_progress"] == 0
+    assert after["parents"]["done"] + after["parents"]["failed"] == len(docs)
+    store = open_store(redis_url)
+    assert set(emitted_counts(store, run_id).values()) == {1}
+    outputs_match_reference(out, docs)
+    assert audit_run(store, run_id).ok
+
+
+# -- API: join_run on the memory store (one process) ------------------------------------------
+class Double:
+    def __call__(self, xs: list[int]) -> list[Any]:
+        return [[x, x] for x in xs]
+
+
+class Sum:
+    def __call__(self, groups: list[list[int]]) -> list[int]:
+        return [sum(g) for g in groups]
+
+
+class Pairs(ro.Pipeline):
+    def __init__(self) -> None:
+        super().__init__()
+        self.double = ro.RayModule(Double, num_cpus=0.1, batch_size=3)
+        self.sum = ro.RayModule(Sum, num_cpus=0.1, batch_size=3)
+
+    def forward(self, xs: Any) -> Any:
+        return self.sum(F.reduce(F.expand(self.double(xs))))
+
+
+@pytest.mark.timeout(90)
+def test_join_run_on_the_memory_store(ray_local: None) -> None:
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    url = f"memory://join-{time.monotonic_ns()}"
+    run_id = create_run(Pairs, [list(range(10))], store=url, shards=2, micro_batch=3)
+    with join_run(run_id, store=url, quiet=True) as handle:
+        results = dict(handle)
+    assert results == {i: 2 * i for i in range(10)}
+    assert audit_run(open_store(url), run_id).ok
+
+
+# -- the fault-injection harness, short -----------------------------------------------------------
+@pytest.mark.timeout(240)
+def test_fault_harness_short(tmp_path: Path) -> None:
+    """2 drivers under SIGKILL of a driver and of actors, SIGSTOP/SIGCONT, a Redis restart."""
+    result_file = tmp_path / "result.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled",
+               RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.faults", "--docs", "60", "--drivers", "2", "--shards", "4",
+         "--driver-kills", "1", "--actor-kills", "2", "--stops", "1", "--redis-restarts", "1",
+         "--gpu-ms", "60", "--interval", "2", "--lease-ttl", "3", "--timeout", "180",
+         "--json", str(result_file)],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=230)
+    assert result_file.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(result_file.read_text())
+    assert result["outputs_lost"] == 0
+    assert result["outputs_duplicated"] == 0
+    assert result["outputs_wrong"] == 0
+    assert result["audit_ok"], result["audit_violations"]
+    assert sum(result["faults"].values()) >= 3, result["faults"]
+    assert proc.returncode == 0, proc.stdout[-3000:]
