@@ -8,7 +8,9 @@ those of DESIGN section 4, written as directly as possible:
 * input propagation: any input Failed/Suppressed -> Suppressed; any Dropped -> Dropped;
 * expand: Present(seq) -> children 0..m-1; Dropped -> expansion dropped; else failed;
 * reduce: Present(list of Present child values, ordinal order); any child Failed or
-  Suppressed -> Suppressed; expansion dropped -> Dropped; failed -> Suppressed;
+  Suppressed -> Suppressed; expansion dropped -> Dropped; failed -> Suppressed with the
+  expanded input's cause (``render[3] failed: ...``), or, for a Present value that is not
+  a sequence, a cause that says so;
 * filter: mask False -> Dropped; broadcast: every descendant sees the ancestor's Item;
 * RecordFailure -> Failed; GroupFailure -> Failed, and later siblings of that Call under
   the same parent are Suppressed (in the root Domain: that record only);
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rayorch.core.ids import ROOT, CallId, DomainId, Path, format_grain
+from rayorch.core.ids import ROOT, CallId, DomainId, Path, format_grain, format_path
 from rayorch.core.outcome import DROPPED, GroupFailure, Item, Outcome, RecordFailure, present
 from rayorch.core.plan import NodeKind, NodeSpec, Plan
 from rayorch.core.udf import UdfError, expansion_elements, instantiate, invoke_batch
@@ -52,6 +54,14 @@ def _suppressed(cause_item: Item, origin: str) -> Item:
     return Item(Outcome.SUPPRESSED, None, f"{origin} failed: {cause_item.cause}")
 
 
+def _not_a_sequence(domain: DomainId, path: Path, value: Any) -> Item:
+    return Item(
+        Outcome.SUPPRESSED, None,
+        f"F.expand into {domain} at {format_path(path)}: the value is a {type(value).__name__}, "
+        "not a sequence; the expanded module must return a list per record",
+    )
+
+
 def evaluate(
     plan: Plan, sources: Sequence[tuple[Any, ...]], first_index: int = 0
 ) -> ReferenceResult:
@@ -60,6 +70,7 @@ def evaluate(
     items = result.items
     entities: dict[DomainId, list[Path]] = {ROOT: [(first_index + i,) for i in range(len(sources))]}
     origin: dict[tuple[int, Path], str] = {}  # which Grain a Failed Item came from
+    failed_expansions: dict[tuple[DomainId, Path], Item] = {}  # what their reduces give
     functions: dict[str, Callable[..., Any]] = {}
 
     def cause_of(port: int, path: Path) -> str:
@@ -86,6 +97,10 @@ def evaluate(
                     result.expansions[(node.domain, path)] = ("dropped", 0)
                 elif elements is None:
                     result.expansions[(node.domain, path)] = ("failed", 0)
+                    failed_expansions[(node.domain, path)] = (
+                        _suppressed(item, cause_of(node.inputs[0], path)) if _bad(item)
+                        else _not_a_sequence(node.domain, path, item.value)
+                    )
                 else:
                     result.expansions[(node.domain, path)] = ("succeeded", len(elements))
                     for ordinal, element in enumerate(elements):
@@ -101,7 +116,7 @@ def evaluate(
                 if state == "dropped":
                     out = DROPPED
                 elif state == "failed":
-                    out = Item(Outcome.SUPPRESSED, None, "expansion failed")
+                    out = failed_expansions[(node.source_domain, path)]
                 elif failed:
                     i, member = failed[0]
                     out = _suppressed(member, cause_of(node.inputs[0], (*path, i)))
