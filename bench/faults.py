@@ -10,7 +10,7 @@ reference interpreter and the run against ``rayorch audit``, and prints faults b
 outputs lost and duplicated (both must be 0), Grains re-run and recovery per failover.
 
     python -m bench.faults                          # a short run (about a minute)
-    python -m bench.faults --soak --driver-kills 50 --actor-kills 50 --docs 600
+    python -m bench.faults --soak        # 2000 docs, 3 drivers, 50 + 50 kills (~10 min)
 """
 
 from __future__ import annotations
@@ -442,7 +442,7 @@ def report(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--soak", action="store_true",
-                        help="long soak defaults: 600 docs, 3 drivers, 50+50 kills")
+                        help="long soak defaults: 2000 docs, 3 drivers, 50+50 kills")
     parser.add_argument("--docs", type=int)
     parser.add_argument("--drivers", type=int)
     parser.add_argument("--shards", type=int)
@@ -460,8 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base: dict[str, Any] = {}
     if args.soak:
-        base = {"docs": 600, "drivers": 3, "shards": 12, "driver_kills": 50, "actor_kills": 50,
-                "stops": 5, "redis_restarts": 3, "interval": 4.0, "timeout": 1500.0}
+        base = {"docs": 2000, "drivers": 3, "shards": 12, "driver_kills": 50,
+                "actor_kills": 50, "stops": 5, "redis_restarts": 3, "interval": 2.5,
+                "gpu_ms": 60.0, "timeout": 1500.0}
     for name in ("docs", "drivers", "shards", "driver_kills", "actor_kills", "stops",
                  "redis_restarts", "interval", "lease_ttl", "gpu_ms", "timeout"):
         if getattr(args, name) is not None:
