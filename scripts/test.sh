@@ -4,15 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
 if ! command -v redis-server >/dev/null 2>&1; then
   echo "== installing redis-server (apt-get)"
-  if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 
 echo "== installing rayorch and test dependencies (pip)"
 python3 -m pip install -q --disable-pip-version-check -e ".[dev,pdf]"
+
+echo "== PDF corpus (texlive-humanities-doc from Debian, cached under .cache/corpus)"
+fetch_corpus() { python3 scripts/fetch_corpus.py --packages texlive-humanities-doc >/dev/null; }
+if ! fetch_corpus 2>/dev/null; then
+  # A fresh machine may have empty apt lists: update them once and retry.
+  $SUDO apt-get update -qq >/dev/null 2>&1 || true
+  fetch_corpus || echo "warning: corpus not fetched; tests/integration/test_pdf_pipeline.py will try again"
+fi
 
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-dev}"
