@@ -258,7 +258,7 @@ class Harness:
             started = time.monotonic()
             for _ in range(self.drivers):
                 self.spawn_driver(run_id, redis.url, address)
-            plan = self._inject(rng, store, run_id, redis, pid_dir, address, started)
+            plan = self._inject(rng, store, run_id, redis, pid_dir, out_dir, address, started)
             elapsed = time.monotonic() - started
             return self._check(store, run_id, out_dir, docs, plan, elapsed, evaluate, audit_run)
         finally:
@@ -273,7 +273,7 @@ class Harness:
 
     # -- faults ----------------------------------------------------------------------------
     def _inject(self, rng: random.Random, store: Any, run_id: str, redis: Redis,
-                pid_dir: Path, address: str, started: float) -> Any:
+                pid_dir: Path, out_dir: Path, address: str, started: float) -> Any:
         from rayorch.store.errors import StoreUnavailableError
 
         todo = (["driver"] * self.driver_kills + ["actor"] * self.actor_kills
@@ -292,7 +292,8 @@ class Harness:
             if todo and time.monotonic() >= next_fault:
                 kind = todo.pop()
                 self._fault(kind, rng, store, run_id, redis, pid_dir, address)
-                next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * self.interval
+                gap = min(self.interval, self._time_left(started, out_dir) / (len(todo) + 1))
+                next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * max(0.3, gap)
             time.sleep(0.1)
         else:
             raise SystemExit(f"the run did not complete within {self.timeout:.0f}s "
@@ -309,6 +310,15 @@ class Harness:
         from rayorch.core.plan import Plan
 
         return Plan.from_description(store.run_info(run_id).plan)
+
+    def _time_left(self, started: float, out_dir: Path) -> float:
+        """A guess of the run's remaining time (from the outputs written so far), times 0.8,
+        so that the planned faults fit in the run."""
+        done = sum(1 for _ in out_dir.glob("*.msgpack")) if out_dir.exists() else 0
+        if done < 5:
+            return float("inf")
+        elapsed = time.monotonic() - started
+        return 0.8 * elapsed * (self.docs - done) / done
 
     def _fault(self, kind: str, rng: random.Random, store: Any, run_id: str, redis: Redis,
                pid_dir: Path, address: str) -> None:
@@ -462,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.soak:
         base = {"docs": 2000, "drivers": 3, "shards": 12, "driver_kills": 50,
                 "actor_kills": 50, "stops": 5, "redis_restarts": 3, "interval": 2.5,
-                "gpu_ms": 60.0, "timeout": 1500.0}
+                "gpu_ms": 120.0, "timeout": 1500.0}
     for name in ("docs", "drivers", "shards", "driver_kills", "actor_kills", "stops",
                  "redis_restarts", "interval", "lease_ttl", "gpu_ms", "timeout"):
         if getattr(args, name) is not None:
