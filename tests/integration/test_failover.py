@@ -184,6 +184,44 @@ def test_resume_after_all_drivers_died_and_status(
     assert audit_run(store, run_id).ok
 
 
+# -- Redis killed and restarted mid-run (AOF) ----------------------------------------------------
+@pytest.mark.timeout(180)
+def test_redis_restart_mid_run_loses_no_fact_and_the_run_completes(
+    ray_local: None, redis_aof_server: Any, tmp_path: Path
+) -> None:
+    import ray
+
+    url = redis_aof_server.url
+    docs = make_docs(30)
+    out = tmp_path / "out"
+    run_id = create_run(FaultPipeline, [docs], store=url, kwargs={"gpu_ms": 40},
+                        out_dir=str(out), shards=2, micro_batch=2, max_active_sources=4)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    address = ray.get_runtime_context().gcs_address
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(_driver_cmd(run_id, url, address, "survivor"), env=env,
+                                cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 90
+    while len(list(out.glob("*.msgpack"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    store = open_store(url)
+    before = store.read_run(run_id)
+    store.close()
+    redis_aof_server.kill()
+    time.sleep(2.0)
+    redis_aof_server.start()
+    assert proc.wait(150) == 0, log.read_text()[-3000:]
+    after = open_store(url).read_run(run_id)
+    for shard, facts in before.items():
+        assert after[shard][: len(facts)] == facts, "a fact written before the crash is gone"
+    text = log.read_text()
+    assert "cannot reach the lineage store" in text and "reachable again" in text
+    assert set(emitted_counts(open_store(url), run_id).values()) == {1}
+    outputs_match_reference(out, docs)
+    assert audit_run(open_store(url), run_id).ok
+
+
 # -- API: join_run on the memory store (one process) ------------------------------------------
 class Double:
     def __call__(self, xs: list[int]) -> list[Any]:
