@@ -41,6 +41,7 @@ class ArrivalLog:
 
     t0: float = field(default_factory=time.time)
     arrivals: list[tuple[int, float, dict[str, Any] | None]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # system-specific measurements
 
     def restart(self) -> None:
         self.t0 = time.time()
@@ -96,6 +97,7 @@ def summarize(system: str, config: BenchConfig, log: ArrivalLog, trace_dir: Path
         "trace_dir": str(trace_dir),
         "arrivals_s": sorted(times),
         **trace_totals(trace_dir, log.t0),
+        **log.extra,
     }
 
 

@@ -10,6 +10,7 @@ the GPU UDF, and the parent comes back as a failed result.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from bench.peers.common import ArrivalLog
@@ -123,6 +124,25 @@ def run(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> None:
     pipeline = build_pipeline(config, trace_dir)
     parents = make_parents(config)
     log.restart()
-    for item in pipeline.run(parents, store="memory://", ordered=False):
+    store_url = f"memory://bench-{uuid.uuid4().hex[:8]}"  # named: readable after the run
+    handle = pipeline.run(parents, store=store_url, ordered=False)
+    for item in handle:
         doc, result = result_of(item)
         log.arrived(doc, result)
+    log.extra["barriers"] = barrier_summary(store_url, handle.run_id)
+
+
+def barrier_summary(store_url: str, run_id: str) -> dict[str, int]:
+    """Siblings of every GroupFailure barrier, by their state when it was installed."""
+    from rayorch.inspect.barriers import load_barrier_effects
+    from rayorch.store import open_store
+
+    effects = load_barrier_effects(open_store(store_url), run_id)
+    return {
+        "barriers": len(effects),
+        "siblings": sum(e.siblings for e in effects),
+        "committed_before": sum(e.committed_before for e in effects),
+        "in_flight_at_barrier": sum(e.in_flight_at_barrier for e in effects),
+        "undispatched_at_barrier": sum(e.undispatched_at_barrier for e in effects),
+        "suppressed_before_dispatch": sum(e.suppressed_before_dispatch for e in effects),
+    }
