@@ -4,21 +4,26 @@
     python bench/store.py --url redis://host:6379/0 --grains 50000
     python bench/store.py --results bench/RESULTS.md   # append the table there
 
-One shard, one client thread. Commit: N child Grains are dispatched first (untimed),
-then their reports are committed in batches of 1, 16 and 64 (one store round trip
-per batch). Rebuild: every fact of the shard is read back in order and decoded, then
-also folded through the kernel. Targets: >= 30k Grains/s per shard with batching,
-rebuild >= 1M facts/min.
+One shard. Commit: N child Grains are dispatched first (untimed), then their reports
+are committed in batches of 1, 16 and 64 (one store round trip per batch) by one
+client, and (Redis only) in batches of 16 and 64 by ``--clients`` client processes at
+once, each committing its own slice, as several actors commit to one shard in a run
+(rate = all Grains / from the first start to the last finish). Each commit figure is
+the median of ``--repeat`` runs. Rebuild: every fact of the shard is read back in
+order and decoded, then also folded through the kernel. Targets: >= 30k Grains/s per
+shard with batching, rebuild >= 1M facts/min.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +31,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -78,7 +84,31 @@ def paths(grains: int) -> list[tuple[int, int]]:
     return [(i // PAGES_PER_SOURCE, i % PAGES_PER_SOURCE) for i in range(grains)]
 
 
-def bench_commits(store: LineageStore, grains: int, batch: int) -> float:
+def reports_of(todo: list[tuple[int, int]]) -> list[GrainCommitted]:
+    return [GrainCommitted("ocr", p, 0, REPORT_PRESENT, (f"text of page {p}",), ts=time.time())
+            for p in todo]
+
+
+def commit_all(store: LineageStore, run: str, reports: list[GrainCommitted], batch: int) -> None:
+    for start in range(0, len(reports), batch):
+        verdicts = store.commit(run, reports[start:start + batch])
+        assert all(v.accepted for v in verdicts)
+
+
+def commit_client(url: str, run: str, todo: list[tuple[int, int]], batch: int,
+                  ready: Any, done: Any) -> None:
+    """One client process: commit its slice once every client is ready; report its clock."""
+    store = open_store(url)
+    store.run_info(run)  # connect and load the run before the clock starts
+    reports = reports_of(todo)
+    ready.wait()
+    started = time.monotonic()
+    commit_all(store, run, reports, batch)
+    done.put((started, time.monotonic()))
+    store.close()
+
+
+def bench_commits(store: LineageStore, grains: int, batch: int, clients: int = 1) -> float:
     """Committed Grains per second on one shard with ``batch`` reports per commit call."""
     run = f"bench-commit-{batch}-{time.time_ns()}"
     store.open_run(run, scripted_plan(), shards=1, micro_batch=1)
@@ -87,13 +117,26 @@ def bench_commits(store: LineageStore, grains: int, batch: int) -> float:
     for start in range(0, len(todo), 1000):
         chunk = todo[start:start + 1000]
         store.append(run, 0, epoch, [GrainDispatched("ocr", p, 0) for p in chunk])
-    reports = [GrainCommitted("ocr", p, 0, REPORT_PRESENT, (f"text of page {p}",), ts=time.time())
-               for p in todo]
-    started = time.perf_counter()
-    for start in range(0, len(reports), batch):
-        verdicts = store.commit(run, reports[start:start + batch])
-        assert all(v.accepted for v in verdicts)
-    elapsed = time.perf_counter() - started
+    if clients == 1:
+        reports = reports_of(todo)
+        started = time.perf_counter()
+        commit_all(store, run, reports, batch)
+        elapsed = time.perf_counter() - started
+    else:
+        ctx = multiprocessing.get_context("fork")
+        ready, done = ctx.Barrier(clients), ctx.Queue()
+        share = -(-grains // clients)
+        procs = [ctx.Process(target=commit_client,
+                             args=(store.url, run, todo[k * share:(k + 1) * share], batch,
+                                   ready, done))
+                 for k in range(clients)]
+        for proc in procs:
+            proc.start()
+        clocks = [done.get(timeout=600) for _ in procs]
+        for proc in procs:
+            proc.join(60)
+            assert proc.exitcode == 0, f"a commit client failed (exit code {proc.exitcode})"
+        elapsed = max(end for _, end in clocks) - min(start for start, _ in clocks)
     store.delete_run(run)
     return grains / elapsed
 
@@ -147,6 +190,10 @@ def main() -> None:
     parser.add_argument("--url", help="a Redis URL (default: start a private redis-server)")
     parser.add_argument("--grains", type=int, default=20_000)
     parser.add_argument("--facts", type=int, default=200_000)
+    parser.add_argument("--clients", type=int, default=4,
+                        help="client processes committing to one shard at once (Redis; 1: skip)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per commit figure (the median is reported)")
     parser.add_argument("--results", type=Path, help="append the table to this markdown file")
     args = parser.parse_args()
 
@@ -154,12 +201,17 @@ def main() -> None:
 
     def measure(name: str, url: str) -> None:
         store = open_store(url)
-        for batch in (1, 16, 64):
+        cases = [(batch, 1) for batch in (1, 16, 64)]
+        if name == "redis" and args.clients > 1:
+            cases += [(batch, args.clients) for batch in (16, 64)]
+        for batch, clients in cases:
             grains = args.grains if batch > 1 else max(1000, args.grains // 4)
-            rate = bench_commits(store, grains, batch)
-            rows.append({"store": name, "metric": f"commit batch {batch}", "grains": grains,
-                         "per_s": round(rate)})
-            print(f"{name}: commit batch {batch:>2}: {rate:,.0f} Grains/s", flush=True)
+            runs = [bench_commits(store, grains, batch, clients) for _ in range(args.repeat)]
+            rate = statistics.median(runs)
+            label = f"commit batch {batch}, {clients} client" + ("s" if clients > 1 else "")
+            rows.append({"store": name, "metric": label, "grains": grains, "per_s": round(rate)})
+            print(f"{name}: {label}: {rate:,.0f} Grains/s (median of "
+                  f"{', '.join(f'{r:,.0f}' for r in runs)})", flush=True)
         total, read_rate, fold_rate = bench_rebuild(store, args.facts)
         rates: list[tuple[str, float | None]] = [
             ("rebuild: read + decode", read_rate), ("rebuild: read + decode + fold", fold_rate)]
@@ -180,16 +232,18 @@ def main() -> None:
     measure("memory", "memory://")
     print(json.dumps(rows))
     if args.results:
-        write_results(args.results, rows, " ".join(sys.argv))
+        write_results(args.results, rows, " ".join(sys.argv), args.repeat)
 
 
-def write_results(path: Path, rows: list[dict[str, object]], command: str) -> None:
+def write_results(path: Path, rows: list[dict[str, object]], command: str, repeat: int) -> None:
     lines = [
         "",
         f"## Lineage store (`bench/store.py`), {time.strftime('%Y-%m-%d %H:%M')}",
         "",
         f"Command: `python {command}` on {platform.node()} ({os.cpu_count()} CPUs, shared), "
-        "one shard, one client thread, local redis-server 7 without persistence.",
+        f"one shard, local redis-server 7 without persistence, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; commit figures are medians of "
+        f"{repeat} runs; \"N clients\" = N client processes committing to the shard at once.",
         "",
         "| store | metric | per second | per minute |",
         "| --- | --- | ---: | ---: |",

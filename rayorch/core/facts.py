@@ -12,7 +12,9 @@ round trip through msgpack extension types.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import msgpack
@@ -178,11 +180,17 @@ class CodecError(RayorchError):
 # -- values: msgpack with tuples and numpy arrays ---------------------------------
 _EXT_TUPLE = 1
 _EXT_NDARRAY = 2
+_new_tuple = tuple.__new__
+
+
+def _ext(code: int, data: bytes) -> msgpack.ExtType:
+    # ExtType's own __new__ re-checks the types in Python; code and data are right here.
+    return _new_tuple(msgpack.ExtType, (code, data))
 
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, tuple):
-        return msgpack.ExtType(_EXT_TUPLE, pack_value(list(obj)))
+        return _ext(_EXT_TUPLE, pack_value(list(obj)))
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is a dependency
@@ -190,7 +198,7 @@ def _default(obj: Any) -> Any:
     if np is not None and isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
         header = [arr.dtype.str, list(arr.shape)]
-        return msgpack.ExtType(_EXT_NDARRAY, pack_value([header, arr.tobytes()]))
+        return _ext(_EXT_NDARRAY, pack_value([header, arr.tobytes()]))
     if np is not None and isinstance(obj, np.generic):
         return obj.item()
     raise TypeError(
@@ -210,9 +218,22 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
+# Idle packers, reused: building a Packer per value costs more than packing a small
+# fact. list.pop/append are atomic, so each thread (and each nested pack_value, for
+# a tuple inside a value) takes a packer of its own.
+_idle_packers: list[msgpack.Packer] = []
+
+
 def pack_value(value: Any) -> bytes:
     """Encode a user value as msgpack (tuples and numpy arrays preserved)."""
-    return msgpack.packb(value, default=_default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+    try:
+        packer = _idle_packers.pop()
+    except IndexError:
+        packer = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
+    try:
+        return packer.pack(value)  # type: ignore[no-any-return]
+    finally:  # the packer resets its buffer itself when packing fails
+        _idle_packers.append(packer)
 
 
 def unpack_value(data: bytes) -> Any:
@@ -220,10 +241,27 @@ def unpack_value(data: bytes) -> Any:
 
 
 # -- facts ------------------------------------------------------------------------
+def _field_getter(names: tuple[str, ...]) -> Callable[[Fact], tuple[Any, ...]]:
+    """One call that returns a fact's field values as a tuple, in ``names`` order."""
+    if len(names) == 1:  # attrgetter of one name returns the value itself
+        one = attrgetter(names[0])
+        return lambda fact: (one(fact),)
+    return attrgetter(*names)
+
+
+_GETTERS: dict[type[Fact], Callable[[Fact], tuple[Any, ...]]] = {
+    cls: _field_getter(_FIELDS[tag]) for tag, cls in FACT_TYPES.items()
+}
+# Positions of Entity paths in a fact's values (stored as tuples; lists from older writers).
+_PATH_POSITIONS: dict[str, tuple[int, ...]] = {
+    tag: tuple(i for i, name in enumerate(names) if name in _PATH_FIELDS)
+    for tag, names in _FIELDS.items()
+}
+
+
 def encode_fact(fact: Fact) -> bytes:
     """``[version, tag, ts, field...]`` as msgpack."""
-    values = [getattr(fact, name) for name in _FIELDS[fact.tag]]
-    return pack_value([CODEC_VERSION, fact.tag, fact.ts, *values])
+    return pack_value([CODEC_VERSION, fact.tag, fact.ts, *_GETTERS[type(fact)](fact)])
 
 
 def decode_fact(data: bytes) -> Fact:
@@ -237,10 +275,11 @@ def decode_fact(data: bytes) -> Fact:
     cls = FACT_TYPES.get(tag)
     if cls is None:
         raise CodecError(f"unknown fact type {tag!r}")
-    kwargs = dict(zip(_FIELDS[tag], values))
-    for name in _PATH_FIELDS.intersection(kwargs):
-        kwargs[name] = tuple(kwargs[name])
-    return cls(**kwargs, ts=ts)
+    del values[len(_FIELDS[tag]):]
+    for i in _PATH_POSITIONS[tag]:
+        if i < len(values) and type(values[i]) is not tuple:
+            values[i] = tuple(values[i])
+    return cls(*values, ts=ts)
 
 
 def fact_as_dict(fact: Fact) -> dict[str, Any]:

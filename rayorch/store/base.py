@@ -213,8 +213,15 @@ def prepare_driver_facts(
 def prepare_reports(
     layout: RunLayout, reports: Sequence[GrainCommitted]
 ) -> dict[int, list[PreparedReport]]:
-    """Group worker reports by shard, keeping each report's position in the call."""
+    """Group worker reports by shard, keeping each report's position in the call.
+
+    On the commit hot path: the Call's Domain and depth are looked up once per Call,
+    and a child's Grain field is its barrier member plus the ordinal (the same text
+    :func:`~rayorch.store.keys.grain_field` builds).
+    """
     by_shard: dict[int, list[PreparedReport]] = {}
+    micro_batch, shards = layout.info.micro_batch, layout.info.shards
+    call_depth: dict[CallId, tuple[DomainId, int]] = {}
     for position, report in enumerate(reports):
         if not isinstance(report, GrainCommitted):
             raise FactNotAllowedError(
@@ -226,14 +233,28 @@ def prepare_reports(
                 report.tag,
                 f"outcome {report.outcome!r} is not one of {sorted(REPORT_OUTCOMES)}",
             )
-        domain = layout.domain_of(report)
-        parent = report.path[:-1]
-        member = barrier_member(report.call, parent) if parent else ""
-        shard = layout.info.shard_of(report.path[0])
-        by_shard.setdefault(shard, []).append(
+        call, path = report.call, report.path
+        known = call_depth.get(call)
+        if known is None:
+            domain = layout._call(call)
+            known = call_depth[call] = (domain, domain_depth(domain))
+        domain, depth = known
+        if len(path) != depth + 1:
+            layout.domain_of(report)  # raises: the path does not fit the Call's Domain
+        if depth:
+            member = barrier_member(call, path[:-1])
+            grain = f"{member}.{path[-1]}"
+        else:
+            member = ""
+            grain = f"{call}|{path[0]}"
+        shard = shard_of(path[0], micro_batch, shards)
+        group = by_shard.get(shard)
+        if group is None:
+            group = by_shard[shard] = []
+        group.append(
             PreparedReport(
                 position,
-                grain_field(report.call, report.path),
+                grain,
                 report.generation,
                 member,
                 bool(member) and report.outcome == REPORT_GROUP_FAILURE,

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -77,40 +74,25 @@ from rayorch.store.keys import (
     meta_key,
 )
 from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore
+from rayorch.store.scripts import (
+    ACQUIRE_LEASE,
+    APPEND_FENCED,
+    COMMIT_BATCH,
+    CONFIG_MISMATCH,
+    FENCED,
+    FINGERPRINT_MISMATCH,
+    LEASE_HELD,
+    LEASE_LOST,
+    OPEN_RUN,
+    RENEW_LEASE,
+    VERDICTS,
+    LuaScript,
+    next_token,
+)
 
 MIN_REDIS_VERSION = (7, 0)
 MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket timeout)
-_LUA_DIR = Path(__file__).parent / "lua"
 _STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries")
-
-
-@dataclass(frozen=True)
-class LuaScript:
-    """One ``.lua`` file, run by SHA and reloaded when the server lost it."""
-
-    name: str
-    source: str
-
-    @property
-    def sha(self) -> str:
-        import hashlib
-
-        return hashlib.sha1(self.source.encode()).hexdigest()
-
-
-def _load_script(stem: str) -> LuaScript:
-    return LuaScript(stem, (_LUA_DIR / f"{stem}.lua").read_text())
-
-
-COMMIT_BATCH = _load_script("commit-batch-3")
-APPEND_FENCED = _load_script("append-fenced-4")
-ACQUIRE_LEASE = _load_script("acquire-lease-4")
-RENEW_LEASE = _load_script("renew-lease-1")
-OPEN_RUN = _load_script("open-run-1")
-
-# Return codes of the scripts (see their headers).
-LEASE_LOST, FENCED, GRAIN_SEALED, LEASE_HELD = -10, -11, -12, -20
-FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 
 
 class ReconnectRetry(Retry):
@@ -393,7 +375,7 @@ class RedisStore(LineageStore):
         prepared = prepare_driver_facts(layout, shard, facts)
         keys = ShardKeys(run_id, shard)
         streams: dict[DomainId, int] = {}
-        args: list[Any] = [epoch, uuid.uuid4().hex, len(prepared)]
+        args: list[Any] = [epoch, next_token(), len(prepared)]
         for item in prepared:
             index = streams.setdefault(item.domain, len(streams) + 1)
             args += [item.kind, item.grain, item.generation, index, encode_fact(item.fact)]
@@ -418,7 +400,7 @@ class RedisStore(LineageStore):
     def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
         layout = self._layout(run_id)
         groups = prepare_reports(layout, reports)
-        token = uuid.uuid4().hex
+        token = next_token()
         refs: dict[int, str] = {}
         calls: list[tuple[LuaScript, list[str], list[Any]]] = []
         positions: list[list[int]] = []
@@ -428,18 +410,25 @@ class RedisStore(LineageStore):
                 streams: dict[DomainId, int] = {}
                 args: list[Any] = [len(items), token]
                 barrier_args: list[bytes] = []
+                threshold = self.payloads.threshold
                 for item in items:
-                    encoded = encode_fact(item.report)
-                    if len(encoded) > self.payloads.threshold and item.report.outputs is not None:
+                    report = item.report
+                    encoded = encode_fact(report)
+                    if len(encoded) > threshold and report.outputs is not None:
                         slim, refs[item.position] = self.payloads.externalize(
-                            run_id, item.report, f"{token}-{item.position}"
+                            run_id, report, f"{token}-{item.position}"
                         )
                         encoded = encode_fact(slim)
-                    index = streams.setdefault(item.domain, len(streams) + 1)
-                    args += [item.grain, item.generation, item.barrier,
-                             "1" if item.installs_barrier else "0", index, encoded]
+                    index = streams.get(item.domain)
+                    if index is None:
+                        index = streams[item.domain] = len(streams) + 1
                     if item.installs_barrier:
-                        barrier_args.append(encode_fact(barrier_fact(item.report)))
+                        args.extend((item.grain, item.generation, item.barrier, "1", index,
+                                     encoded))
+                        barrier_args.append(encode_fact(barrier_fact(report)))
+                    else:
+                        args.extend((item.grain, item.generation, item.barrier, "0", index,
+                                     encoded))
                 stream_keys = [keys.facts(d) for d in streams]
                 calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
                               args + barrier_args))
@@ -452,7 +441,7 @@ class RedisStore(LineageStore):
         verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
         for shard_positions, result in zip(positions, results):
             for position, code in zip(shard_positions, result):
-                verdicts[position] = CommitVerdict(int(code))
+                verdicts[position] = VERDICTS[int(code)]
         for position, ref in refs.items():
             if not verdicts[position].accepted:
                 self.payloads.delete(ref)

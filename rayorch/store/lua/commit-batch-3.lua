@@ -8,7 +8,7 @@ KEYS[4..]    fact streams   one per Domain the reports use (ids "<seq>-0")
 ARGV[1]      n, the number of reports
 ARGV[2]      token, unique per call (a retried call after a lost reply answers as before)
 then 6 per report i (base = 2 + (i-1)*6):
-  +1 grain field "call|path"     +2 report generation
+  +1 grain field "call|path"     +2 report generation (decimal)
   +3 barrier member ("" = root Grain: no parent, no barrier)
   +4 "1" if this report installs a barrier (group_failure of a child Grain), else "0"
   +5 stream index: the report's stream is KEYS[3 + index]
@@ -21,45 +21,60 @@ Returns: one verdict per report, the codes of rayorch.core.commit.CommitVerdict:
 Appends: for each accepted report, in order, GrainCommitted and (if it installs one)
 BarrierInstalled, each as an entry {f = fact bytes} with id "<seq>-0".
 Every check runs before any write; later reports see earlier reports' effects.
+Cost per report: the Grain entries are read with one HMGET and sealed with one HSET per
+call (in chunks of CHUNK fields: unpack() has a stack limit); one XADD per fact written.
 ]]
 local grains, barriers, seqkey = KEYS[1], KEYS[2], KEYS[3]
 local n = tonumber(ARGV[1])
 local token = ARGV[2]
+local CHUNK = 1000
+
+local current = {}      -- report index -> stored Grain entry (false: none)
+do
+  local fields = {}
+  for i = 1, n do fields[i] = ARGV[2 + (i - 1) * 6 + 1] end
+  for first = 1, n, CHUNK do
+    local last = math.min(first + CHUNK - 1, n)
+    local got = redis.call('HMGET', grains, unpack(fields, first, last))
+    for j = 1, last - first + 1 do current[first + j - 1] = got[j] end
+  end
+end
+
 local overlay = {}      -- grain field -> new value (sealed by this call)
 local barred = {}       -- member -> true/false (the barrier set, read once per parent)
 local verdicts = {}
 local accepted = {}     -- report indexes to write, in order
+local sealed = {}       -- HSET arguments: field, value, ...
 local barrier_of = {}   -- report index -> ARGV index of its BarrierInstalled bytes
 local barrier_arg = 2 + 6 * n
 local writes = 0
 
 for i = 1, n do
   local b = 2 + (i - 1) * 6
-  local field, gen, member = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
-  local my_token = token .. ':' .. i
+  local field, gen, member = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local installs = ARGV[b + 4] == '1'
   if installs then barrier_arg = barrier_arg + 1 end
   local cur = overlay[field]
-  if cur == nil then cur = redis.call('HGET', grains, field) end
-  local phase, cgen, ctoken = -1, 0, nil
-  if cur then
-    local p, g, t = string.match(cur, '^(%d+):(%d+):?(.*)$')
-    phase, cgen, ctoken = tonumber(p), tonumber(g), t
-  end
+  if cur == nil then cur = current[i] end
+  local phase = cur and string.byte(cur, 1) or 0   -- 49 '1' ready, 50 '2' in flight, 51 '3' sealed
   local v
-  if phase == 3 then
-    if ctoken == my_token then v = 1 else v = -3 end  -- 1: replay of this very call
-  elseif phase ~= 2 then
+  if phase == 51 then
+    local ctoken = string.match(cur, '^%d+:%d+:(.*)$')
+    if ctoken == token .. ':' .. i then v = 1 else v = -3 end  -- 1: replay of this very call
+  elseif phase ~= 50 then
     v = -1
   elseif member ~= '' and barred[member] ~= false and
       (barred[member] or redis.call('SISMEMBER', barriers, member) == 1) then
     barred[member] = true
     v = -4
-  elseif gen ~= cgen then
+  elseif cur ~= '2:' .. gen and tonumber(string.match(cur, '^%d+:(%d+)')) ~= tonumber(gen) then
     v = -2
   else
     v = 1
-    overlay[field] = '3:' .. gen .. ':' .. my_token
+    local value = '3:' .. gen .. ':' .. token .. ':' .. i
+    overlay[field] = value
+    sealed[#sealed + 1] = field
+    sealed[#sealed + 1] = value
     accepted[#accepted + 1] = i
     writes = writes + 1
     if member ~= '' and barred[member] == nil then barred[member] = false end
@@ -73,11 +88,13 @@ for i = 1, n do
 end
 
 if writes > 0 then
+  for first = 1, #sealed, 2 * CHUNK do
+    redis.call('HSET', grains, unpack(sealed, first, math.min(first + 2 * CHUNK - 1, #sealed)))
+  end
   local seq = redis.call('INCRBY', seqkey, writes) - writes
   for _, i in ipairs(accepted) do
     local b = 2 + (i - 1) * 6
-    local field, stream = ARGV[b + 1], KEYS[3 + tonumber(ARGV[b + 5])]
-    redis.call('HSET', grains, field, overlay[field])
+    local stream = KEYS[3 + tonumber(ARGV[b + 5])]
     seq = seq + 1
     redis.call('XADD', stream, seq .. '-0', 'f', ARGV[b + 6])
     if barrier_of[i] then
