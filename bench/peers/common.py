@@ -200,6 +200,10 @@ def add_config_args(parser: argparse.ArgumentParser, *, parents: int, reps: int,
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--gpus", type=int, default=defaults.gpus, help="G: GPU actors")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="B")
+    parser.add_argument("--gpu-a", type=float, default=defaults.gpu_a,
+                        help="fixed seconds per GPU batch (a in a + b*B)")
+    parser.add_argument("--gpu-b", type=float, default=defaults.gpu_b,
+                        help="seconds per record of a GPU batch (b in a + b*B)")
     parser.add_argument("--reps", type=int, default=reps, help="repetitions per system")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per run")
     parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "bench" / "out" / name)
@@ -207,4 +211,5 @@ def add_config_args(parser: argparse.ArgumentParser, *, parents: int, reps: int,
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(parents=args.parents, max_children=args.max_children, seed=args.seed,
-                       gpus=args.gpus, batch_size=args.batch_size)
+                       gpus=args.gpus, batch_size=args.batch_size, gpu_a=args.gpu_a,
+                       gpu_b=args.gpu_b)
