@@ -285,6 +285,39 @@ class StoreContract:
         assert [getattr(s.fact, "path", None) for s in store.read(run, 1, domain="root/0")] == [
             (2, 0), (2, 0)]
 
+    def test_large_commit_batches_keep_the_rule(self, store: LineageStore, run: str) -> None:
+        # Over the commit script's 1,000-field chunks, across both shards: every verdict and
+        # every written fact must be what the rule gives for the same reports one by one.
+        e0 = store.acquire_lease(run, 0, "d", ttl_s=60)
+        e1 = store.acquire_lease(run, 1, "d", ttl_s=60)
+        parents = {0: [0, 1], 1: [2, 3]}  # shard -> source indexes (micro_batch=2)
+        for shard, epoch in ((0, e0), (1, e1)):
+            store.append(run, shard, epoch, [
+                GrainDispatched("ocr", (p, i), 0) for p in parents[shard] for i in range(900)
+            ])
+        reports, expected = [], []
+        for p in (0, 1, 2, 3):
+            for i in range(900):
+                if i % 7 == 3:
+                    reports.append(committed("ocr", (p, i), 1))  # stale generation
+                    expected.append(CommitVerdict.STALE)
+                else:
+                    reports.append(committed("ocr", (p, i)))
+                    expected.append(CommitVerdict.ACCEPTED)
+                if i % 11 == 0:
+                    reports.append(committed("ocr", (p, i)))  # duplicate in the batch
+                    expected.append(CommitVerdict.SEALED if i % 7 != 3
+                                    else CommitVerdict.ACCEPTED)
+        reports.append(committed("ocr", (1, 950)))  # never dispatched
+        expected.append(CommitVerdict.NOT_DISPATCHED)
+        assert store.commit(run, reports) == expected
+        accepted = sum(v is CommitVerdict.ACCEPTED for v in expected)
+        written = [s.fact for k in (0, 1) for s in store.iter_facts(run, k)
+                   if isinstance(s.fact, GrainCommitted)]
+        assert len(written) == accepted
+        assert store.grain_phase(run, 1, "ocr", (3, 898)) == (GrainPhase.SEALED, 0)
+        assert store.grain_phase(run, 1, "ocr", (3, 899)) == (GrainPhase.IN_FLIGHT, 0)  # stale
+
     def test_commit_takes_reports_only(self, store: LineageStore, run: str) -> None:
         with pytest.raises(FactNotAllowedError):
             store.commit(run, [GrainDispatched("ocr", (0, 0), 0)])  # type: ignore[list-item]
