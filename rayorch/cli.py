@@ -253,13 +253,16 @@ def add_resume_parser(sub: Any) -> None:
 
 
 def _add_replica_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run id (made by rayorch.driver.create_run)")
+    parser.add_argument("run", help="run id (made by create_run, or a Pipeline.run on Redis)")
     parser.add_argument("--store", help="lineage store URL (default: $RAYORCH_STORE)")
     parser.add_argument("--address", help="Ray cluster to join (default: start a local one)")
     parser.add_argument("--driver-id", help="this driver's name (default: host-pid-random)")
     parser.add_argument("--lease-ttl", type=float, default=None,
                         help="shard lease TTL in seconds (default 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--out-dir", help="where this driver writes its outputs "
+                        "(<index>.msgpack) when the run records no output directory, as for "
+                        "a run started by Pipeline.run")
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
@@ -269,7 +272,7 @@ def cmd_driver(args: argparse.Namespace) -> int:
     if not url:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
-                      lease_ttl_s=args.lease_ttl, quiet=args.quiet)
+                      lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir)
     with handle:
         handle.wait()
     print(handle.stats.summary(), file=sys.stderr)

@@ -28,7 +28,7 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import Plan
 from rayorch.runtime.loop import DriverLoop
-from rayorch.runtime.session import RunSession, RunSettings, open_session
+from rayorch.runtime.session import LEASE_TTL_S, RunSession, RunSettings, open_session
 
 __all__ = ["DriverError", "ReplicaHandle", "RunHandle", "create_run", "join_run", "run_pipeline"]
 
@@ -165,6 +165,7 @@ def run_pipeline(
     max_active_sources: int | None = 256,
     depth: int | None = None,
     quiet: bool = False,
+    lease_ttl_s: float = LEASE_TTL_S,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -175,7 +176,14 @@ def run_pipeline(
     * ``run_id``: name of the run in the store (default: a fresh id, printed to stderr).
     * ``micro_batch``: sources admitted together (and the shard granule);
       ``shards``: lineage-store shards; ``max_active_sources``: admitted but unfinished
-      sources at most (``None`` = unbounded); ``depth``: batches queued per actor.
+      sources at most (``None`` = unbounded); ``depth``: batches queued per actor;
+      ``lease_ttl_s``: the shard leases' TTL (how soon ``rayorch resume`` can take over).
+
+    On a shared store (``redis://``, ``rediss://``) the run records a manifest (the
+    pipeline's import path and constructor arguments, every source), so that
+    ``rayorch resume RUN --store URL`` continues it if this process dies; when it
+    cannot (a class in ``__main__``, generator inputs, un-msgpack-able values) one line
+    on stderr says why, and the run goes on.
     """
     if micro_batch < 1 or shards < 1:
         raise DriverError("micro_batch and shards must be >= 1")
@@ -188,8 +196,11 @@ def run_pipeline(
         max_active_sources=max_active_sources,
         depth=depth,
         progress=progress,
+        lease_ttl_s=lease_ttl_s,
     )
     session: RunSession = open_session(plan, store, run_id, settings, address=address)
+    if store.lower().startswith(SHARED_STORE_SCHEMES):
+        _record_manifest(session, pipeline, inputs, settings)
     if not quiet:
         if session.commits_in_actor:
             hint = f"audit with: rayorch audit {session.run_id} --store {session.public_store_url}"
@@ -199,6 +210,24 @@ def run_pipeline(
     loop = DriverLoop(session, plan, rows, total, settings)
     return RunHandle(loop, ordered)
 
+
+
+SHARED_STORE_SCHEMES = ("redis://", "rediss://")
+
+
+def _record_manifest(session: RunSession, pipeline: Any, inputs: Sequence[Iterable[Any]],
+                     settings: RunSettings) -> None:
+    """Make a ``Pipeline.run`` resumable; one line on stderr (never a failure) when it cannot."""
+    from rayorch.runtime.manifest import ManifestError, manifest_of_run
+
+    try:
+        manifest = manifest_of_run(pipeline, inputs, depth=settings.depth,
+                                   max_active_sources=settings.max_active_sources)
+    except (ManifestError, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        print(f"rayorch: run {session.run_id} will not be resumable: {reason}", file=sys.stderr)
+        return
+    session.store.save_manifest(session.run_id, manifest.encode())
 
 
 # -- driver replicas ------------------------------------------------------------------------
@@ -310,16 +339,20 @@ def join_run(
     driver_id: str | None = None,
     lease_ttl_s: float | None = None,
     quiet: bool = False,
+    out_dir: str | None = None,
 ) -> ReplicaHandle:
     """Join ``run_id`` (made by :func:`create_run`) as one more driver; see :class:`ReplicaHandle`.
 
-    Starting one driver on a run whose drivers all died resumes it.
+    Starting one driver on a run whose drivers all died resumes it. Outputs go to the
+    run's output directory (``create_run(out_dir=)``); a run that records none (one made
+    by ``Pipeline.run``) writes this driver's outputs to ``out_dir`` when given.
     """
     from rayorch.runtime.replica import REPLICA_LEASE_TTL_S, ReplicaDriver
 
     log = (lambda line: None) if quiet else None
     driver = ReplicaDriver(store, run_id, driver_id=driver_id, address=address,
-                           lease_ttl_s=lease_ttl_s or REPLICA_LEASE_TTL_S, log=log)
+                           lease_ttl_s=lease_ttl_s or REPLICA_LEASE_TTL_S, log=log,
+                           out_dir=out_dir)
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

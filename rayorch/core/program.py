@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -138,7 +139,26 @@ class RayModule:
 
 
 class PipelineBase:
-    """Base of user pipelines: registers modules, traces ``forward`` into a Plan."""
+    """Base of user pipelines: registers modules, traces ``forward`` into a Plan.
+
+    The arguments of the outermost ``__init__`` call are kept (see
+    :func:`constructor_args`) so that a run can record how to rebuild the pipeline.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "__rayorch_records_args__", False):
+            return
+
+        @functools.wraps(init)
+        def recording_init(self: PipelineBase, *args: Any, **kw: Any) -> None:
+            if "_init_args" not in self.__dict__:  # the outermost call only
+                object.__setattr__(self, "_init_args", (tuple(args), dict(kw)))
+            init(self, *args, **kw)
+
+        recording_init.__rayorch_records_args__ = True  # type: ignore[attr-defined]
+        cls.__init__ = recording_init  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_modules", {})
@@ -189,4 +209,11 @@ class PipelineBase:
         return plan
 
 
-__all__ = ["PipelineBase", "Port", "RayModule"]
+def constructor_args(pipeline: PipelineBase) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The ``(args, kwargs)`` the pipeline's outermost ``__init__`` was called with."""
+    recorded: tuple[tuple[Any, ...], dict[str, Any]] = pipeline.__dict__.get(
+        "_init_args", ((), {}))
+    return recorded
+
+
+__all__ = ["PipelineBase", "Port", "RayModule", "constructor_args"]

@@ -121,6 +121,28 @@ def check_storable(rows: Sequence[tuple[Any, ...]], args: Any, kwargs: Any) -> N
             raise ManifestError(f"source {index} cannot be recorded: {exc}") from exc
 
 
+def manifest_of_run(pipeline: Any, inputs: Sequence[Any], *, max_active_sources: int | None,
+                    depth: int | None) -> RunManifest:
+    """The manifest of a ``Pipeline.run``; :class:`ManifestError` says why there is none.
+
+    Needs an importable pipeline class, constructor arguments recorded by ``PipelineBase``
+    and msgpack-able, and inputs that are sequences (a generator cannot be read twice).
+    """
+    from rayorch.core.program import constructor_args
+
+    path = pipeline_path(type(pipeline))
+    args, kwargs = constructor_args(pipeline)
+    for position, values in enumerate(inputs):
+        if not isinstance(values, Sequence) or isinstance(values, str | bytes):
+            raise ManifestError(
+                f"input {position} of run() is a {type(values).__name__}, not a list or tuple, "
+                "so its sources cannot be recorded; pass lists to make the run resumable")
+    rows = [tuple(row) for row in zip(*inputs, strict=True)]
+    check_storable(rows, args, kwargs)
+    return RunManifest(path, tuple(args), dict(kwargs), tuple(rows), None,
+                       max_active_sources, depth)
+
+
 class OutputSink:
     """One file per source index, written atomically: ``<dir>/<index>.msgpack``.
 
@@ -165,4 +187,4 @@ class OutputSink:
 
 
 __all__ = ["ManifestError", "OutputSink", "RunManifest", "check_storable", "import_path",
-           "pipeline_path"]
+           "manifest_of_run", "pipeline_path"]

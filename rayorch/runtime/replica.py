@@ -151,6 +151,7 @@ class ReplicaDriver:
         address: str | None = None,
         lease_ttl_s: float = REPLICA_LEASE_TTL_S,
         log: Callable[[str], None] | None = None,
+        out_dir: str | None = None,
     ) -> None:
         self.store_url, self.run_id = store_url, run_id
         self.driver_id = driver_id or new_driver_id()
@@ -163,8 +164,9 @@ class ReplicaDriver:
         blob = self.store.load_manifest(run_id)
         if blob is None:
             raise ManifestError(
-                f"run {run_id} has no manifest, so no other driver can run it (it was started "
-                "by Pipeline.run); create runs for driver replicas with rayorch.driver.create_run"
+                f"run {run_id} has no manifest, so no other driver can run it (its Pipeline.run "
+                "could not record one and said why on stderr when it started); make runs "
+                "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded"
             )
         self.manifest = RunManifest.decode(blob)
         pipeline = self.manifest.build_pipeline()
@@ -175,7 +177,8 @@ class ReplicaDriver:
                 f" but run {run_id} was created with plan {self.info.fingerprint}: the code "
                 "changed since; run the code version the run was created with"
             )
-        self.sink = OutputSink(self.manifest.out_dir) if self.manifest.out_dir else None
+        sink_dir = self.manifest.out_dir or out_dir  # the run's own sink wins
+        self.sink = OutputSink(sink_dir) if sink_dir else None
         self.sources = self.manifest.sources
         self.shard_sources: dict[int, list[int]] = {k: [] for k in range(self.info.shards)}
         for index in range(len(self.sources)):

@@ -277,3 +277,75 @@ def test_fault_harness_short(tmp_path: Path) -> None:
     assert result["audit_ok"], result["audit_violations"]
     assert sum(result["faults"].values()) >= 3, result["faults"]
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+# -- Pipeline.run on Redis records a manifest: resume after SIGKILL -----------------------------
+_PLAIN_RUN = """
+import sys
+from bench.faults import FaultPipeline, make_docs
+from rayorch.runtime.manifest import OutputSink
+url, address, run_id, out = sys.argv[1:5]
+sink = OutputSink(out)
+handle = FaultPipeline(gpu_ms=40).run(make_docs(24), store=url, address=address, run_id=run_id,
+                                      micro_batch=2, max_active_sources=4, lease_ttl_s=2.0,
+                                      progress=False)
+for index, value in handle:
+    sink.write(index, value)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_plain_pipeline_run_on_redis_is_resumable_after_sigkill(
+    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    docs = make_docs(24)
+    out = tmp_path / "out"
+    run_id = f"plain-{time.monotonic_ns()}"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.Popen([sys.executable, "-c", _PLAIN_RUN, redis_url, address, run_id,
+                             str(out)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while len(list(out.glob("*.msgpack"))) < 2 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=10)
+    assert b"will not be resumable" not in stderr
+    store = open_store(redis_url)
+    emitted_before = set(emitted_counts(store, run_id))
+    assert 0 < len(emitted_before) < len(docs), "the kill must land mid-run"
+    assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2", "--quiet",
+                     "--out-dir", str(out)]) == 0
+    assert cli_main(["audit", run_id, "--store", redis_url]) == 0
+    capsys.readouterr()
+    assert set(emitted_counts(store, run_id).values()) == {1}, "every output emitted once"
+    reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
+    files = OutputSink(str(out)).read_all()
+    # The killed process may have had outputs emitted in the store but not yet written by its
+    # caller; every other source has its file, from the caller or from the resume.
+    assert set(reference) - set(files) <= emitted_before
+    for index, record in files.items():
+        (item,) = reference[index]
+        assert (record["outcome"] == "present") == item.present, index
+        if item.present:
+            assert record["value"] == item.value, index
+
+
+def test_plain_run_manifest_refusals_say_why() -> None:
+    from rayorch.runtime.manifest import manifest_of_run
+
+    pipe = FaultPipeline(gpu_ms=7)
+    manifest = manifest_of_run(pipe, [["a", "b"]], max_active_sources=4, depth=None)
+    assert manifest.pipeline == "bench.faults:FaultPipeline"
+    assert manifest.kwargs == {"gpu_ms": 7} and manifest.sources == (("a",), ("b",))
+    with pytest.raises(ManifestError, match="not a list or tuple"):
+        manifest_of_run(pipe, [iter(["a"])], max_active_sources=4, depth=None)
+    with pytest.raises(ManifestError, match="source 0 cannot be recorded"):
+        manifest_of_run(pipe, [[{1}]], max_active_sources=4, depth=None)
+    with pytest.raises(ManifestError, match="constructor arguments"):
+        manifest_of_run(FaultPipeline(pid_dir=Path("pids")),  # type: ignore[arg-type]
+                        [["a"]], max_active_sources=4, depth=None)
