@@ -306,7 +306,7 @@ class ReplicaHandle:
 
     @property
     def stats(self) -> Any:
-        """:class:`rayorch.runtime.replica.ReplicaStats` of this driver."""
+        """:class:`rayorch.runtime.replica_state.ReplicaStats` of this driver."""
         return self._driver.stats
 
     def __iter__(self) -> Iterator[tuple[int, Any]]:

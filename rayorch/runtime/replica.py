@@ -32,7 +32,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -58,7 +57,9 @@ from rayorch.core.plan import CallSpec, Plan, Policy
 from rayorch.core.state import Kernel
 from rayorch.runtime.loop import item_result
 from rayorch.runtime.manifest import ManifestError, OutputSink, RunManifest
+from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.runtime.session import check_resources, ensure_ray
+from rayorch.runtime.user_code import ship_user_code
 from rayorch.store.base import barrier_fact, open_store
 from rayorch.store.errors import (
     GrainSealedError,
@@ -72,46 +73,6 @@ FAILOVER_CAUSE = "driver failover"
 IDLE_SLEEP_S = 0.05
 
 
-@dataclass
-class ShardState:
-    """What this driver holds of one shard."""
-
-    shard: int
-    epoch: int
-    kernel: Kernel
-    to_admit: deque[int]
-    total: int
-    cursor: int = 0  # last seq folded by a catch-up read
-    emitted: int = 0
-    unsaved: list[Fact] = field(default_factory=list)
-    draining: bool = False
-    in_flight: int = 0  # batches of this driver that carry Grains of the shard
-
-
-@dataclass
-class ReplicaStats:
-    """Counters of one driver replica (printed by ``rayorch driver``)."""
-
-    driver_id: str
-    shards_taken: int = 0
-    shards_released: int = 0
-    shards_lost: int = 0
-    shards_finished: int = 0
-    grains_rerun: int = 0  # re-dispatched because their driver died (failover)
-    outputs_emitted: int = 0
-    batches: int = 0
-    store_outages: int = 0
-    take_seconds: list[float] = field(default_factory=list)
-
-    def summary(self) -> str:
-        took = max(self.take_seconds, default=0.0)
-        return (f"driver {self.driver_id}: {self.outputs_emitted} outputs emitted, "
-                f"{self.batches} batches, shards taken {self.shards_taken} / released "
-                f"{self.shards_released} / lost {self.shards_lost} / finished "
-                f"{self.shards_finished}, {self.grains_rerun} grains re-run after failover, "
-                f"{self.store_outages} store outages, slowest takeover {took:.2f}s")
-
-
 def with_quick_retries(url: str, retries: int = 3) -> str:
     """A Redis URL whose client gives up reconnecting after ``retries`` attempts."""
     if not url.lower().startswith(("redis://", "rediss://")) or "retries=" in url:
@@ -121,22 +82,6 @@ def with_quick_retries(url: str, retries: int = 3) -> str:
 
 def new_driver_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def ship_user_code(objects: list[Any]) -> None:
-    """Let Ray workers unpickle user classes defined outside installed packages."""
-    import ray.cloudpickle as cloudpickle
-
-    for obj in objects:
-        module = sys.modules.get(getattr(obj, "__module__", "") or "")
-        if module is None or module.__name__ in ("__main__", "builtins"):
-            continue
-        if module.__name__.split(".")[0] == "rayorch":
-            continue
-        path = getattr(module, "__file__", None) or ""
-        if "site-packages" in path or "dist-packages" in path:
-            continue
-        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 class ReplicaDriver:
@@ -611,4 +556,4 @@ class ReplicaDriver:
             yield from emitted
 
 
-__all__ = ["FAILOVER_CAUSE", "ReplicaDriver", "ReplicaStats", "new_driver_id"]
+__all__ = ["FAILOVER_CAUSE", "ReplicaDriver", "new_driver_id"]
