@@ -46,5 +46,16 @@ class NoProgressError(KernelError):
     """Nothing can progress although the run is not finished (a would-be hang)."""
 
 
+class InvalidPathError(RayorchError, ValueError):
+    """Text that should name an Entity path (``"12"``, ``"12.3"``) does not."""
+
+
+class PlanLookupError(RayorchError, KeyError):
+    """A Domain, module or Call id that the plan does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "not in the plan"
+
+
 class StoreError(RayorchError):
     """The lineage store failed; subclasses say why in plain words."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from rayorch.core.errors import InvalidPathError
+
 DomainId: TypeAlias = str
 CallId: TypeAlias = str
 Path: TypeAlias = tuple[int, ...]
@@ -48,7 +50,10 @@ def parse_path(text: str) -> Path:
     try:
         return tuple(int(p) for p in text.split("."))
     except ValueError:
-        raise ValueError(f"not an entity path: {text!r} (expected e.g. '12' or '12.3')") from None
+        raise InvalidPathError(
+            f"not an entity path: {text!r} (expected a source index like '12', or '12.3' "
+            "for child 3 of source 12)"
+        ) from None
 
 
 def format_grain(grain: GrainKey) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from rayorch.core.errors import PlanLookupError
 from rayorch.core.ids import ROOT, CallId, DomainId
 
 
@@ -157,13 +158,13 @@ class Plan:
         for d in self.domains:
             if d.id == domain_id:
                 return d
-        raise KeyError(domain_id)
+        raise PlanLookupError(f"the plan has no Domain {domain_id!r}")
 
     def module(self, name: str) -> ModuleSpec:
         for m in self.modules:
             if m.name == name:
                 return m
-        raise KeyError(name)
+        raise PlanLookupError(f"the plan has no module {name!r}")
 
     @property
     def calls(self) -> tuple[NodeSpec, ...]:
@@ -174,7 +175,7 @@ class Plan:
         for n in self.nodes:
             if n.call is not None and n.call.id == call_id:
                 return n
-        raise KeyError(call_id)
+        raise PlanLookupError(f"the plan has no Call {call_id!r}")
 
     def options(self, call_id: CallId) -> ModuleOptions:
         node = self.call_node(call_id)

@@ -110,6 +110,20 @@ class InvalidRunIdError(_StoreErrorWithArgs):
         )
 
 
+class RunShapeError(_StoreErrorWithArgs, ValueError):
+    """A run was opened with a shard count or micro-batch size below 1."""
+
+    def __init__(self, shards: int, micro_batch: int) -> None:
+        super().__init__(shards, micro_batch)
+        self.shards, self.micro_batch = shards, micro_batch
+
+    def message(self) -> str:
+        return (
+            f"a run needs shards >= 1 and micro_batch >= 1 (got shards={self.shards}, "
+            f"micro_batch={self.micro_batch})."
+        )
+
+
 class RunMismatchError(_StoreErrorWithArgs):
     """A run was reopened with another plan fingerprint or shard configuration."""
 

@@ -43,6 +43,7 @@ from rayorch.store.errors import (
     LeaseHeldError,
     LeaseLostError,
     RunNotFoundError,
+    RunShapeError,
     StoreURLError,
 )
 from rayorch.store.keys import grain_field
@@ -133,7 +134,7 @@ class MemoryStore(LineageStore):
         check_run_id(run_id)
         desc, fingerprint = plan_description(plan)
         if shards < 1 or micro_batch < 1:
-            raise ValueError("shards and micro_batch must be >= 1")
+            raise RunShapeError(shards, micro_batch)
         with self._lock:
             run = self._runs.get(run_id)
             if run is not None:

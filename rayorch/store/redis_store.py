@@ -59,6 +59,7 @@ from rayorch.store.errors import (
     LeaseLostError,
     RunMismatchError,
     RunNotFoundError,
+    RunShapeError,
     StoreAuthError,
     StoreUnavailableError,
     StoreURLError,
@@ -252,7 +253,7 @@ class RedisStore(LineageStore):
         check_run_id(run_id)
         desc, fingerprint = plan_description(plan)
         if shards < 1 or micro_batch < 1:
-            raise ValueError("shards and micro_batch must be >= 1")
+            raise RunShapeError(shards, micro_batch)
         args = [fingerprint, shards, micro_batch, orjson.dumps(desc),
                 orjson.dumps(dict(config or {})), repr(time.time())]
         result = self._eval(OPEN_RUN, [meta_key(run_id)], args)
