@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import random
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +32,7 @@ from typing import Any
 
 import rayorch as ro
 from rayorch import F
+from rayorch.testing import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,53 +128,6 @@ def make_docs(n: int) -> list[str]:
 
 
 # -- processes ------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Redis:
-    """A private redis-server with AOF (appendfsync always) that can be killed and restarted."""
-
-    def __init__(self, workdir: Path) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            raise SystemExit("redis-server is not installed")
-        self.exe, self.workdir, self.port = exe, workdir, free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-             str(self.workdir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-             "--loglevel", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
-
-
 @dataclass
 class DriverProc:
     driver_id: str
@@ -236,7 +188,7 @@ class Harness:
         from rayorch.store.audit import audit_run
 
         rng = random.Random(self.seed)
-        redis = Redis(self.workdir)
+        redis = RedisServer(self.workdir, aof=True, start_timeout_s=20.0)
         redis.start()
         pid_dir = self.workdir / "pids"
         pid_dir.mkdir()
@@ -272,7 +224,7 @@ class Harness:
             redis.stop()
 
     # -- faults ----------------------------------------------------------------------------
-    def _inject(self, rng: random.Random, store: Any, run_id: str, redis: Redis,
+    def _inject(self, rng: random.Random, store: Any, run_id: str, redis: RedisServer,
                 pid_dir: Path, out_dir: Path, address: str, started: float) -> Any:
         from rayorch.store.errors import StoreUnavailableError
 
@@ -320,7 +272,7 @@ class Harness:
         elapsed = time.monotonic() - started
         return 0.8 * elapsed * (self.docs - done) / done
 
-    def _fault(self, kind: str, rng: random.Random, store: Any, run_id: str, redis: Redis,
+    def _fault(self, kind: str, rng: random.Random, store: Any, run_id: str, redis: RedisServer,
                pid_dir: Path, address: str) -> None:
         live = [p for p in self.live() if not p.stopped]
         if kind == "driver" and live:

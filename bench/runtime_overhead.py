@@ -13,12 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -28,6 +26,7 @@ import ray
 
 import rayorch as ro
 from rayorch import F
+from rayorch.testing import RedisServer
 
 
 class Children:
@@ -57,33 +56,6 @@ class Overhead(ro.Pipeline):
 
     def forward(self, parents: Any) -> Any:
         return self.total(F.reduce(self.work(F.expand(self.children(parents)))))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("redis-server is not installed")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
-         "--appendonly", "no", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("redis-server did not start")
 
 
 def measure(store: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -124,12 +96,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for kind in args.stores.split(","):
             if kind == "redis":
-                proc, url = start_redis(workdir)
-                try:
-                    rows.append(measure(url, args))
-                finally:
-                    proc.terminate()
-                    proc.wait(10)
+                with RedisServer(Path(workdir)) as server:
+                    rows.append(measure(server.url, args))
             else:
                 rows.append(measure("memory://", args))
     ray.shutdown()

@@ -21,10 +21,7 @@ import json
 import multiprocessing
 import os
 import platform
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +43,7 @@ from rayorch.core.facts import (
 from rayorch.core.plan import Plan
 from rayorch.store import LineageStore, open_store
 from rayorch.store.scripted_run import scripted_plan
+from rayorch.testing import RedisServer, redis_server_path
 
 PAGES_PER_SOURCE = 100
 
@@ -53,31 +51,10 @@ PAGES_PER_SOURCE = 100
 @contextmanager
 def private_redis() -> Iterator[str]:
     """A redis-server on a free port in a temp dir, no persistence; stopped by PID."""
-    exe = shutil.which("redis-server")
-    if exe is None:
+    if redis_server_path() is None:
         raise SystemExit("redis-server is not installed; pass --url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as workdir:
-        proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
-             "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    with tempfile.TemporaryDirectory() as workdir, RedisServer(Path(workdir)) as server:
+        yield server.url
 
 
 def paths(grains: int) -> list[tuple[int, int]]:

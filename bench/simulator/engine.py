@@ -28,19 +28,16 @@ from typing import Any
 from rayorch.core.errors import KernelError
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
-    REPORT_PRESENT,
-    REPORT_RECORD_FAILURE,
     BarrierInstalled,
-    GrainCommitted,
     GrainDispatched,
     OutputEmitted,
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey
-from rayorch.core.outcome import GroupFailure, Item, RecordFailure
+from rayorch.core.outcome import Item
 from rayorch.core.plan import CallSpec, ModuleSpec, Plan
 from rayorch.core.state import Kernel
-from rayorch.core.udf import Row, RowResult, UdfError, instantiate, invoke_batch
+from rayorch.core.udf import Row, RowResult, UdfError, instantiate, invoke_batch, reports_for
 
 CostModel = Callable[[CallId, Sequence[Row]], float]
 """Virtual seconds one batch of ``rows`` of Call ``call_id`` takes on one actor."""
@@ -205,7 +202,8 @@ class Simulator:
                         apply(fact)
                         retries += 1
                     continue
-                for report in _reports(job.tags, job.results or []):
+                path_tags = [(path, gen) for (_, path), gen in job.tags]
+                for report in reports_for(job.call, path_tags, job.results or []):
                     if not kernel.verdict(report).accepted:
                         continue  # suppressed by a barrier after dispatch: rejected
                     apply(report)
@@ -215,23 +213,6 @@ class Simulator:
             raise KernelError(f"the simulation did not finish in {self.max_events} events")
         return SimResult(now, outputs, completion, batches, actors,
                          time.perf_counter() - started, kernel, retries)
-
-
-def _reports(
-    tags: list[tuple[GrainKey, int]], results: list[RowResult]
-) -> list[GrainCommitted]:
-    """The reports an actor would send for one batch's results."""
-    reports = []
-    for ((call, path), generation), result in zip(tags, results, strict=True):
-        if isinstance(result, GroupFailure):
-            reports.append(GrainCommitted(call, path, generation, REPORT_GROUP_FAILURE, None,
-                                          result.cause))
-        elif isinstance(result, RecordFailure):
-            reports.append(GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
-                                          result.cause))
-        else:
-            reports.append(GrainCommitted(call, path, generation, REPORT_PRESENT, result))
-    return reports
 
 
 __all__ = ["BatchRecord", "CostModel", "SimResult", "Simulator", "merge_intervals"]

@@ -18,18 +18,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rayorch.core.facts import (
-    REPORT_GROUP_FAILURE,
-    REPORT_PRESENT,
-    REPORT_RECORD_FAILURE,
     GrainCommitted,
 )
 from rayorch.core.ids import CallId, Path
-from rayorch.core.outcome import GroupFailure, RecordFailure
 from rayorch.core.plan import CallSpec, ModuleSpec
 
 STORE_OUTAGE_S = 300.0
@@ -82,26 +77,6 @@ class BatchResult:
     commit_seconds: float = 0.0
 
 
-def build_reports(
-    call: CallId, tags: Sequence[GrainTag], results: Sequence[Any], ts: float
-) -> tuple[GrainCommitted, ...]:
-    """Turn ``invoke_batch`` results (an output tuple or a failure per record) into reports."""
-    reports: list[GrainCommitted] = []
-    for (path, generation), result in zip(tags, results, strict=True):
-        if isinstance(result, GroupFailure):
-            report = GrainCommitted(
-                call, path, generation, REPORT_GROUP_FAILURE, None, result.cause, ts=ts
-            )
-        elif isinstance(result, RecordFailure):
-            report = GrainCommitted(
-                call, path, generation, REPORT_RECORD_FAILURE, None, result.cause, ts=ts
-            )
-        else:
-            report = GrainCommitted(call, path, generation, REPORT_PRESENT, tuple(result), ts=ts)
-        reports.append(report)
-    return tuple(reports)
-
-
 class ModuleWorker:
     """The body of a pool actor: builds the user target once, then runs batches.
 
@@ -123,7 +98,7 @@ class ModuleWorker:
 
     def run_batch(self, task: BatchTask) -> BatchResult:
         """Run one batch; commit its reports when bound to a shared store."""
-        from rayorch.core.udf import UdfError, invoke_batch
+        from rayorch.core.udf import UdfError, invoke_batch, reports_for
 
         started = time.perf_counter()
         try:
@@ -134,7 +109,7 @@ class ModuleWorker:
                 time.perf_counter() - started,
             )
         udf_seconds = time.perf_counter() - started
-        reports = build_reports(task.call.id, task.tags, results, time.time())
+        reports = tuple(reports_for(task.call.id, task.tags, results, time.time()))
         if self._binding is None:
             return BatchResult(
                 task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),

@@ -22,8 +22,6 @@ from typing import Any
 from rayorch.core.errors import KernelError
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
-    REPORT_PRESENT,
-    REPORT_RECORD_FAILURE,
     BarrierInstalled,
     Fact,
     GrainCommitted,
@@ -32,10 +30,10 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey
-from rayorch.core.outcome import GroupFailure, Item, RecordFailure
+from rayorch.core.outcome import Item
 from rayorch.core.plan import Plan, Policy
 from rayorch.core.state import Kernel
-from rayorch.core.udf import UdfError, instantiate, invoke_batch
+from rayorch.core.udf import UdfError, instantiate, invoke_batch, reports_for
 
 CRASH_CAUSE = "ActorDiedError: simulated actor crash"
 INJECTED_CAUSE = "InjectedError: simulated transient failure"
@@ -269,18 +267,9 @@ class Executor:
 
     @staticmethod
     def _reports(job: _Batch) -> list[GrainCommitted]:
-        reports = []
-        for (grain, generation), result in zip(job.tags, job.results or ()):
-            call, path = grain
-            if isinstance(result, GroupFailure):
-                reports.append(GrainCommitted(call, path, generation, REPORT_GROUP_FAILURE, None,
-                                              result.cause))
-            elif isinstance(result, RecordFailure):
-                reports.append(GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
-                                              result.cause))
-            else:
-                reports.append(GrainCommitted(call, path, generation, REPORT_PRESENT, result))
-        return reports
+        if job.results is None:
+            return []
+        return reports_for(job.call, [(path, gen) for (_, path), gen in job.tags], job.results)
 
     def _restart(self, total: int) -> None:
         """Throw the kernel away and rebuild it from the fact log."""

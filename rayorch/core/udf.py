@@ -19,7 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.outcome import RecordFailure
+from rayorch.core.facts import (
+    REPORT_GROUP_FAILURE,
+    REPORT_PRESENT,
+    REPORT_RECORD_FAILURE,
+    GrainCommitted,
+)
+from rayorch.core.ids import CallId, Path
+from rayorch.core.outcome import GroupFailure, RecordFailure
 from rayorch.core.plan import CallSpec, ModuleOptions, ModuleSpec
 
 Row = tuple[Any, ...]
@@ -145,9 +152,28 @@ def expansion_elements(value: Any) -> list[Any] | None:
         return None
 
 
+def reports_for(
+    call: CallId, tags: Sequence[tuple[Path, int]], results: Sequence[RowResult], ts: float = 0.0
+) -> list[GrainCommitted]:
+    """One ``GrainCommitted`` per ``(path, generation)`` tag, from ``invoke_batch`` results."""
+    reports = []
+    for (path, generation), result in zip(tags, results, strict=True):
+        if isinstance(result, GroupFailure):
+            report = GrainCommitted(call, path, generation, REPORT_GROUP_FAILURE, None,
+                                    result.cause, ts=ts)
+        elif isinstance(result, RecordFailure):
+            report = GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
+                                    result.cause, ts=ts)
+        else:
+            report = GrainCommitted(call, path, generation, REPORT_PRESENT, result, ts=ts)
+        reports.append(report)
+    return reports
+
+
 __all__ = [
     "Row",
     "RowResult",
+    "reports_for",
     "UdfError",
     "expansion_elements",
     "instantiate",

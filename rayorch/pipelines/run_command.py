@@ -50,25 +50,16 @@ def add_run_parser(sub: Any) -> None:
 
 def _start_ray(plan: Any, address: str | None) -> None:
     """A local Ray sized for the pipeline's declared CPUs (never fewer than the machine's)."""
-    import ray
+    from rayorch.runtime.session import ensure_ray
 
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        return
     need_cpus = sum(m.options.replicas * m.options.num_cpus for m in plan.modules)
     need_gpus = sum(m.options.replicas * m.options.num_gpus for m in plan.modules)
-    kwargs: dict[str, Any] = {
-        "num_cpus": max(os.cpu_count() or 1, math.ceil(need_cpus)),
-        "include_dashboard": False,
-        "log_to_driver": False,
-    }
-    if need_gpus:
-        kwargs["num_gpus"] = math.ceil(need_gpus)
-    ray.init(**kwargs)
+    ensure_ray(
+        address,
+        num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpus)),
+        num_gpus=math.ceil(need_gpus) if need_gpus else None,
+        log_to_driver=False,
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import socket
 import sys
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,7 +34,7 @@ from typing import Any
 import ray
 
 from rayorch.actors.pool import ActorPool, BatchOutcome, InFlightBatch
-from rayorch.actors.worker import BatchTask, StoreBinding
+from rayorch.actors.worker import BatchTask
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
@@ -58,7 +55,7 @@ from rayorch.core.state import Kernel
 from rayorch.runtime.loop import item_result
 from rayorch.runtime.manifest import ManifestError, OutputSink, RunManifest
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
-from rayorch.runtime.session import check_resources, ensure_ray
+from rayorch.runtime.session import build_pools, ensure_ray, new_driver_id
 from rayorch.runtime.user_code import ship_user_code
 from rayorch.store.base import barrier_fact, open_store
 from rayorch.store.errors import (
@@ -78,10 +75,6 @@ def with_quick_retries(url: str, retries: int = 3) -> str:
     if not url.lower().startswith(("redis://", "rediss://")) or "retries=" in url:
         return url
     return f"{url}{'&' if '?' in url else '?'}retries={retries}"
-
-
-def new_driver_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class ReplicaDriver:
@@ -129,11 +122,9 @@ class ReplicaDriver:
         for index in range(len(self.sources)):
             self.shard_sources[self.info.shard_of(index)].append(index)
         self.call_specs: dict[CallId, CallSpec] = {}
-        call_module: dict[CallId, str] = {}
         for node in self.plan.calls:
             assert node.call is not None
             self.call_specs[node.call.id] = node.call
-            call_module[node.call.id] = node.call.module
         self._call_rank = {call: -i for i, call in enumerate(self.call_specs)}
         self.shards: dict[int, ShardState] = {}
         self.stats = ReplicaStats(self.driver_id)
@@ -150,18 +141,10 @@ class ReplicaDriver:
         self._rr = 0
         ensure_ray(address)
         ship_user_code([type(pipeline), *(m.target for m in self.plan.modules if m.target)])
-        memory = store_url.lower().startswith("memory://")
-        binding = None if memory else StoreBinding(store_url, run_id)
-        modules = [self.plan.module(name) for name in dict.fromkeys(call_module.values())]
-        check_resources(modules)
-        self.pools = {
-            m.name: ActorPool(m, binding, name_prefix=f"rayorch:{run_id}",
-                              depth=self.manifest.depth, shared=True)
-            for m in modules
-        }
+        self.pools, call_module = build_pools(
+            self.plan, store_url, run_id, depth=self.manifest.depth, shared=True
+        )
         self._pool_of = {call: self.pools[module] for call, module in call_module.items()}
-        for pool in self.pools.values():
-            pool.wait_ready()
 
     # -- the loop ---------------------------------------------------------------------
     def results(self) -> Iterator[tuple[int, Any]]:
@@ -556,4 +539,4 @@ class ReplicaDriver:
             yield from emitted
 
 
-__all__ = ["FAILOVER_CAUSE", "ReplicaDriver", "new_driver_id"]
+__all__ = ["FAILOVER_CAUSE", "ReplicaDriver"]

@@ -102,15 +102,20 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
-def ensure_ray(address: str | None) -> None:
-    """Join ``address`` or start a local Ray, unless Ray is already initialised."""
+def ensure_ray(address: str | None, *, num_cpus: int | None = None,
+               num_gpus: int | None = None, log_to_driver: bool = True) -> None:
+    """Join ``address`` or start a local Ray, unless Ray is already initialised.
+
+    ``num_cpus``/``num_gpus`` declare a local Ray's resources (default: the machine's).
+    """
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is not None:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        ray.init(include_dashboard=False, log_to_driver=True)
+        ray.init(address=address, log_to_driver=log_to_driver)
+        return
+    ray.init(include_dashboard=False, log_to_driver=log_to_driver, num_cpus=num_cpus,
+             num_gpus=num_gpus)
 
 
 def check_resources(modules: list[ModuleSpec]) -> None:
@@ -135,45 +140,79 @@ def check_resources(modules: list[ModuleSpec]) -> None:
         )
 
 
+def new_driver_id() -> str:
+    """A driver id unique across hosts and processes: ``host-pid-random``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def commits_in_actor(store_url: str) -> bool:
+    """True for a shared store (actors commit themselves); False for ``memory://``."""
+    return not store_url.lower().startswith("memory://")
+
+
+def build_pools(
+    plan: Plan, store_url: str, run_id: str, *, depth: int | None, shared: bool = False
+) -> tuple[dict[str, ActorPool], dict[CallId, str]]:
+    """One ready actor pool per module the plan calls, and the module of every Call.
+
+    The pools' demand is checked against the cluster first; if any pool fails to
+    start, the ones already built are shut down before the error propagates.
+    """
+    binding = StoreBinding(store_url, run_id) if commits_in_actor(store_url) else None
+    call_module: dict[CallId, str] = {}
+    for node in plan.calls:
+        assert node.call is not None
+        call_module[node.call.id] = node.call.module
+    modules = [plan.module(name) for name in dict.fromkeys(call_module.values())]
+    check_resources(modules)
+    pools: dict[str, ActorPool] = {}
+    try:
+        for module in modules:
+            pools[module.name] = ActorPool(
+                module, binding, name_prefix=f"rayorch:{run_id}", depth=depth, shared=shared
+            )
+        for pool in pools.values():
+            pool.wait_ready()
+    except BaseException:
+        for pool in pools.values():
+            pool.shutdown()
+        raise
+    return pools, call_module
+
+
 def open_session(
     plan: Plan, store_url: str, run_id: str, settings: RunSettings, *, address: str | None
 ) -> RunSession:
-    """Start Ray if needed, open the run in the store, lease its shards, build the pools."""
+    """Start Ray if needed, open the run in the store, build the pools, lease its shards."""
     ensure_ray(address)
     store = open_store(store_url)
     info = store.open_run(
         run_id, plan, shards=settings.shards, micro_batch=settings.micro_batch,
         config={"max_active_sources": settings.max_active_sources},
     )
-    driver_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    epochs = {
-        shard: store.acquire_lease(run_id, shard, driver_id, settings.lease_ttl_s)
-        for shard in range(info.shards)
-    }
-    commits_in_actor = not store_url.lower().startswith("memory://")
-    binding = StoreBinding(store_url, run_id) if commits_in_actor else None
-    call_module: dict[CallId, str] = {}
-    for node in plan.calls:
-        assert node.call is not None
-        call_module[node.call.id] = node.call.module
-    modules = [plan.module(name) for name in dict.fromkeys(call_module.values())]
-    pools: dict[str, ActorPool] = {}
+    # Pools first: actor start-up can outlast a short lease TTL, and nothing is written
+    # to the run before the first append, so the leases are taken once the pools are up.
+    try:
+        pools, call_module = build_pools(plan, store_url, run_id, depth=settings.depth)
+    except BaseException:
+        store.close()
+        raise
+    driver_id = new_driver_id()
+    epochs: dict[int, int] = {}
     session = RunSession(
         run_id, store_url, store, info, driver_id, epochs, pools, call_module,
-        settings.lease_ttl_s, commits_in_actor,
+        settings.lease_ttl_s, commits_in_actor(store_url),
     )
     try:
-        check_resources(modules)
-        for module in modules:
-            pools[module.name] = ActorPool(
-                module, binding, name_prefix=f"rayorch:{run_id}", depth=settings.depth
-            )
-        for pool in pools.values():
-            pool.wait_ready()
+        for shard in range(info.shards):
+            epochs[shard] = store.acquire_lease(run_id, shard, driver_id, settings.lease_ttl_s)
     except BaseException:
         session.close()
         raise
     return session
 
 
-__all__: list[Any] = ["RunSession", "RunSettings", "ensure_ray", "open_session", "redact_url"]
+__all__: list[Any] = [
+    "RunSession", "RunSettings", "build_pools", "commits_in_actor", "ensure_ray",
+    "new_driver_id", "open_session", "redact_url",
+]

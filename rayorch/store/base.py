@@ -44,6 +44,7 @@ from rayorch.store.errors import (
     FactNotAllowedError,
     InvalidRunIdError,
     RunMismatchError,
+    RunShapeError,
     StoreURLError,
     UnknownRunPartError,
 )
@@ -291,7 +292,6 @@ class LineageStore(ABC):
     url: str
 
     # -- runs --------------------------------------------------------------------
-    @abstractmethod
     def open_run(
         self,
         run_id: str,
@@ -305,6 +305,16 @@ class LineageStore(ABC):
 
         Raises :class:`RunMismatchError` when the fingerprint, shards or micro-batch differ.
         """
+        check_run_id(run_id)
+        desc, fingerprint = plan_description(plan)
+        if shards < 1 or micro_batch < 1:
+            raise RunShapeError(shards, micro_batch)
+        return self._open_run(run_id, desc, fingerprint, shards, micro_batch, dict(config or {}))
+
+    @abstractmethod
+    def _open_run(self, run_id: str, desc: dict[str, Any], fingerprint: str, shards: int,
+                  micro_batch: int, config: dict[str, Any]) -> RunInfo:
+        """Store-specific part of :meth:`open_run` (arguments already checked)."""
 
     @abstractmethod
     def run_info(self, run_id: str) -> RunInfo:

@@ -11,14 +11,13 @@ import threading
 import time
 import uuid
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path, parse_path
-from rayorch.core.plan import Plan
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     KIND_DISPATCHED,
@@ -32,8 +31,6 @@ from rayorch.store.base import (
     StoredFact,
     barrier_fact,
     check_reopen,
-    check_run_id,
-    plan_description,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -43,7 +40,6 @@ from rayorch.store.errors import (
     LeaseHeldError,
     LeaseLostError,
     RunNotFoundError,
-    RunShapeError,
     StoreURLError,
 )
 from rayorch.store.keys import grain_field
@@ -122,26 +118,14 @@ class MemoryStore(LineageStore):
         return (MemoryStore.open, (self.url,))
 
     # -- runs --------------------------------------------------------------------
-    def open_run(
-        self,
-        run_id: str,
-        plan: Plan | Mapping[str, Any],
-        *,
-        shards: int = 1,
-        micro_batch: int = 1,
-        config: Mapping[str, Any] | None = None,
-    ) -> RunInfo:
-        check_run_id(run_id)
-        desc, fingerprint = plan_description(plan)
-        if shards < 1 or micro_batch < 1:
-            raise RunShapeError(shards, micro_batch)
+    def _open_run(self, run_id: str, desc: dict[str, Any], fingerprint: str, shards: int,
+                  micro_batch: int, config: dict[str, Any]) -> RunInfo:
         with self._lock:
             run = self._runs.get(run_id)
             if run is not None:
                 check_reopen(run.layout.info, fingerprint, shards, micro_batch)
                 return run.layout.info
-            info = RunInfo(run_id, fingerprint, desc, shards, micro_batch, dict(config or {}),
-                           time.time())
+            info = RunInfo(run_id, fingerprint, desc, shards, micro_batch, config, time.time())
             self._runs[run_id] = _Run(RunLayout(info), [_Shard() for _ in range(shards)])
             return info
 

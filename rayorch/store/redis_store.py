@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -38,7 +38,6 @@ from rayorch.core.errors import StoreError
 from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
 from rayorch.core.ids import ROOT, CallId, DomainId, parse_path
 from rayorch.core.ids import Path as EntityPath
-from rayorch.core.plan import Plan
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     LeaseHolder,
@@ -47,8 +46,6 @@ from rayorch.store.base import (
     RunLayout,
     StoredFact,
     barrier_fact,
-    check_run_id,
-    plan_description,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -59,7 +56,6 @@ from rayorch.store.errors import (
     LeaseLostError,
     RunMismatchError,
     RunNotFoundError,
-    RunShapeError,
     StoreAuthError,
     StoreUnavailableError,
     StoreURLError,
@@ -241,21 +237,10 @@ class RedisStore(LineageStore):
         return out
 
     # -- runs --------------------------------------------------------------------
-    def open_run(
-        self,
-        run_id: str,
-        plan: Plan | Mapping[str, Any],
-        *,
-        shards: int = 1,
-        micro_batch: int = 1,
-        config: Mapping[str, Any] | None = None,
-    ) -> RunInfo:
-        check_run_id(run_id)
-        desc, fingerprint = plan_description(plan)
-        if shards < 1 or micro_batch < 1:
-            raise RunShapeError(shards, micro_batch)
-        args = [fingerprint, shards, micro_batch, orjson.dumps(desc),
-                orjson.dumps(dict(config or {})), repr(time.time())]
+    def _open_run(self, run_id: str, desc: dict[str, Any], fingerprint: str, shards: int,
+                  micro_batch: int, config: dict[str, Any]) -> RunInfo:
+        args = [fingerprint, shards, micro_batch, orjson.dumps(desc), orjson.dumps(config),
+                repr(time.time())]
         result = self._eval(OPEN_RUN, [meta_key(run_id)], args)
         code = int(result[0])
         if code == FINGERPRINT_MISMATCH:

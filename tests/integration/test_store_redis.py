@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import RedisServer, free_port
 
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, GrainDispatched, SourceAdmitted
@@ -16,6 +15,7 @@ from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
 from rayorch.store.keys import ShardKeys
 from rayorch.store.redis_store import RedisStore
 from rayorch.store.scripted_run import scripted_plan
+from rayorch.testing import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
 
