@@ -126,11 +126,21 @@ class ExpansionClosed(Fact):
 
 @dataclass(frozen=True, slots=True)
 class OutputEmitted(Fact):
-    """Announcement: the result of source item ``index`` was handed to the user."""
+    """Source item ``index`` was *delivered*: its consumer has it (docs/ARCHITECTURE.md, Delivery).
+
+    ``sink`` says who received it: ``"caller"`` (the ``Pipeline.run`` iterator, written
+    when the caller asked for the next item or closed the iterator), or a file sink's
+    ``"<format>:<part file name>"`` (written after the atomic write of that file).
+    ``digest`` is the hex SHA-256 of the record as the sink wrote it (empty for the
+    caller), so an audit can tell a missing or altered file from a delivered one.
+    Facts from older writers decode with ``sink=""`` (unknown).
+    """
 
     tag: ClassVar[str] = "output_emitted"
     index: int
     outcome: str = "present"
+    sink: str = ""
+    digest: str = ""
 
 
 @dataclass(frozen=True, slots=True)
