@@ -240,6 +240,7 @@ def create_run(
     kwargs: dict[str, Any] | None = None,
     run_id: str | None = None,
     out_dir: str | None = None,
+    out_format: str = "jsonl",
     micro_batch: int = 16,
     shards: int = 4,
     max_active_sources: int | None = 256,
@@ -249,8 +250,10 @@ def create_run(
 
     ``pipeline`` is an importable ``ro.Pipeline`` class (or ``"pkg.module:Class"``) built
     with ``args``/``kwargs`` by every driver; ``inputs`` (one iterable per ``forward``
-    argument) are recorded in full with the run; each finished source is written to
-    ``out_dir/<index>.msgpack``. Returns the run id. Nothing runs until a driver joins.
+    argument) are recorded in full with the run; finished sources are written to
+    ``out_dir`` as ``out_format`` (``"jsonl"`` or ``"parquet"``) part files, read back with
+    :func:`rayorch.runtime.sinks.read_outputs`. Returns the run id. Nothing runs until a
+    driver joins.
     """
     from rayorch.runtime.manifest import (
         RunManifest,
@@ -258,6 +261,7 @@ def create_run(
         import_path,
         pipeline_path,
     )
+    from rayorch.runtime.sinks import FileSink
     from rayorch.store.base import open_store
 
     if micro_batch < 1 or shards < 1:
@@ -272,8 +276,11 @@ def create_run(
     rows = [tuple(row) for row in rows_iter]
     check_storable(rows, args, kwargs)
     run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    if out_dir is not None:  # refuse a foreign directory now, not in every driver later
+        FileSink(out_dir, out_format, run_id=run_id)
     manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
-                           None if out_dir is None else str(out_dir), max_active_sources, depth)
+                           None if out_dir is None else str(out_dir), max_active_sources, depth,
+                           out_format)
     lineage = open_store(store)
     try:
         lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
@@ -340,19 +347,21 @@ def join_run(
     lease_ttl_s: float | None = None,
     quiet: bool = False,
     out_dir: str | None = None,
+    out_format: str | None = None,
 ) -> ReplicaHandle:
     """Join ``run_id`` (made by :func:`create_run`) as one more driver; see :class:`ReplicaHandle`.
 
     Starting one driver on a run whose drivers all died resumes it. Outputs go to the
     run's output directory (``create_run(out_dir=)``); a run that records none (one made
-    by ``Pipeline.run``) writes this driver's outputs to ``out_dir`` when given.
+    by ``Pipeline.run``) writes this driver's outputs to ``out_dir`` when given, as
+    ``out_format`` (default ``"jsonl"``; see :mod:`rayorch.runtime.sinks`).
     """
     from rayorch.runtime.replica import REPLICA_LEASE_TTL_S, ReplicaDriver
 
     log = (lambda line: None) if quiet else None
     driver = ReplicaDriver(store, run_id, driver_id=driver_id, address=address,
                            lease_ttl_s=lease_ttl_s or REPLICA_LEASE_TTL_S, log=log,
-                           out_dir=out_dir)
+                           out_dir=out_dir, out_format=out_format)
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

@@ -13,10 +13,10 @@ per shard it holds, so a shard is taken, rebuilt, released or lost on its own:
   (``GrainRetried`` "driver failover"), admit the shard's remaining sources.
 * **lose**: any fenced write (``LeaseLostError``/``FencedError``) drops the shard's
   state at once: a deposed driver stops touching it.
-* **outputs** go to the run's :class:`OutputSink` (one file per source, written
-  atomically) and then a fenced ``OutputEmitted``; a new holder never emits a source
-  whose fact exists and re-writes, idempotently, one whose file was written but not
-  its fact.
+* **outputs** go to the run's :class:`~rayorch.runtime.sinks.FileSink` (one part file
+  per emit, written atomically) and then fenced ``OutputEmitted`` facts; a refused append
+  discards the part. A new holder never emits a source whose fact exists, and *adopts*
+  (does not re-write) one whose part was written but not its fact.
 * **store outage**: one line, backoff, then every shard is re-taken and rebuilt from
   the store (the store is the truth; the leases are usually still ours).
 """
@@ -53,9 +53,10 @@ from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import CallSpec, Plan, Policy
 from rayorch.core.state import Kernel
 from rayorch.runtime.loop import item_result
-from rayorch.runtime.manifest import ManifestError, OutputSink, RunManifest
+from rayorch.runtime.manifest import ManifestError, RunManifest
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.runtime.session import build_pools, ensure_ray, new_driver_id
+from rayorch.runtime.sinks import sink_for_run
 from rayorch.runtime.user_code import ship_user_code
 from rayorch.store.base import barrier_fact, open_store
 from rayorch.store.errors import (
@@ -90,6 +91,7 @@ class ReplicaDriver:
         lease_ttl_s: float = REPLICA_LEASE_TTL_S,
         log: Callable[[str], None] | None = None,
         out_dir: str | None = None,
+        out_format: str | None = None,
     ) -> None:
         self.store_url, self.run_id = store_url, run_id
         self.driver_id = driver_id or new_driver_id()
@@ -115,8 +117,10 @@ class ReplicaDriver:
                 f" but run {run_id} was created with plan {self.info.fingerprint}: the code "
                 "changed since; run the code version the run was created with"
             )
-        sink_dir = self.manifest.out_dir or out_dir  # the run's own sink wins
-        self.sink = OutputSink(sink_dir) if sink_dir else None
+        self.sink = sink_for_run(run_id, self.manifest.out_dir, self.manifest.out_format,
+                                 out_dir, out_format)  # the run's own sink wins
+        # Complete sources of a shard just taken over that no part held: emit them first.
+        self._unadopted: dict[int, list[tuple[int, Any]]] = {}
         self.sources = self.manifest.sources
         self.shard_sources: dict[int, list[int]] = {k: [] for k in range(self.info.shards)}
         for index in range(len(self.sources)):
@@ -282,6 +286,19 @@ class ReplicaDriver:
                         missing)
         if not pending:
             st.unsaved.extend(kernel.close_input())
+        self._unadopted[k] = completed = kernel.pop_completed()
+        if self.sink is not None and completed:
+            adopted = self.sink.adopt(k, [index for index, _ in completed])
+            for fact in adopted:
+                self._fold(st, fact)
+            try:
+                self._flush(st)  # fenced: a deposed adopter must not point at the parts
+            except LeaseLostError:
+                self.sink.discard(adopted)
+                raise
+            st.emitted += len(adopted)
+            found = {fact.index for fact in adopted}
+            self._unadopted[k] = [(i, items) for i, items in completed if i not in found]
         mine = {((b.task.call.id, path), gen) for b in self._batches.values()
                 for path, gen in b.task.tags}
         orphans = [(g, gen) for g, gen in in_flight.items() if (g, gen) not in mine]
@@ -518,21 +535,27 @@ class ReplicaDriver:
     # -- outputs --------------------------------------------------------------------------
     def _emit(self) -> Iterator[tuple[int, Any]]:
         for k, st in list(self.shards.items()):
-            completed = st.kernel.pop_completed()
+            completed = self._unadopted.pop(k, []) + st.kernel.pop_completed()
             if not completed:
                 continue
             now = time.time()
-            results = []
+            results = [(index, item_result(index, items, self.plan.output_names))
+                       for index, items in completed]
             emitted: list[tuple[int, Any]] = []
             with self._guard(k):
-                for index, items in completed:
-                    value = item_result(index, items, self.plan.output_names)
+                if self.sink is not None:
+                    facts = self.sink.write_part(k, results)  # atomic; not yet delivered
+                else:
+                    facts = [OutputEmitted(index, value.outcome.value if isinstance(
+                        value, FailedResult) else "present", ts=now) for index, value in results]
+                for fact in facts:
+                    self._fold(st, fact)
+                try:
+                    self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
+                except LeaseLostError:
                     if self.sink is not None:
-                        self.sink.write(index, value)  # idempotent: same file, same bytes
-                    outcome = value.outcome.value if isinstance(value, FailedResult) else "present"
-                    self._fold(st, OutputEmitted(index, outcome, ts=now))
-                    results.append((index, value))
-                self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
+                        self.sink.discard(facts)
+                    raise
                 st.emitted += len(results)
                 self.stats.outputs_emitted += len(results)
                 emitted = results
