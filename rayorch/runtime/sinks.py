@@ -342,6 +342,12 @@ class FileSink:
             raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
         if not run_id:
             raise SinkError("a file sink needs the run id")
+        if fmt == "parquet":
+            try:
+                import pyarrow.parquet  # noqa: F401
+            except ImportError:
+                raise SinkError("Parquet output needs pyarrow: pip install 'rayorch[parquet]' "
+                                "(or use --format jsonl)") from None
         self.directory = Path(out_dir)
         self.format = fmt
         self.run_id = run_id
