@@ -50,14 +50,19 @@ def parts(out: Path) -> list[Path]:
     return sorted(out.glob("part-*"))
 
 
+def fault_run(url: str, tmp_path: Path, n: int, **options: Any) -> tuple[list[str], Path, str]:
+    """A run of ``FaultPipeline`` over ``n`` documents (doc7 fails): docs, out dir, run id."""
+    docs = make_docs(n)
+    run_id = create_run(FaultPipeline, [docs], store=url, kwargs={"gpu_ms": 5}, micro_batch=2,
+                        **options)
+    return docs, tmp_path / "out", run_id
+
+
 @pytest.mark.timeout(180)
 def test_resume_writes_jsonl_once_per_source_and_audit_sees_lost_or_altered_parts(
     ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    docs = make_docs(14)  # doc7 fails: a failure record too
-    out = tmp_path / "out"
-    run_id = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 5},
-                        shards=2, micro_batch=2, max_active_sources=4)
+    docs, out, run_id = fault_run(redis_url, tmp_path, 14, shards=2, max_active_sources=4)
     assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2", "--quiet",
                      "--out-dir", str(out), "--format", "jsonl"]) == 0
     assert records_of(out) == reference_records(docs)
@@ -90,10 +95,8 @@ def test_parquet_sink_chosen_at_creation_reads_with_pandas_and_audits_by_default
 ) -> None:
     import pandas as pd
 
-    docs = make_docs(10)
-    out = tmp_path / "out"
-    run_id = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 5},
-                        out_dir=str(out), out_format="parquet", shards=2, micro_batch=2)
+    docs, out, run_id = fault_run(redis_url, tmp_path, 10, shards=2, out_format="parquet",
+                                  out_dir=str(tmp_path / "out"))
     assert (out / SINK_MANIFEST).exists()  # made (and checked) at creation
     capsys.readouterr()
     assert cli_main(["resume", run_id, "--store", redis_url, "--format", "jsonl",
@@ -165,10 +168,8 @@ class DiedAfterWriting(BaseException):
 def test_a_new_holder_adopts_parts_whose_facts_never_landed(
     ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    docs = make_docs(12)
-    out = tmp_path / "out"
-    run_id = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 5},
-                        out_dir=str(out), shards=1, micro_batch=2, max_active_sources=4)
+    docs, out, run_id = fault_run(redis_url, tmp_path, 12, shards=1, max_active_sources=4,
+                                  out_dir=str(tmp_path / "out"))
     a = ReplicaDriver(redis_url, run_id, driver_id="a", lease_ttl_s=1.0, log=lambda _: None)
     assert a.sink is not None
     write_part = a.sink.write_part
