@@ -16,9 +16,8 @@ from bench.faults import FaultPipeline, make_docs
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import OutputEmitted
 from rayorch.core.reference import evaluate
-from rayorch.driver import create_run
-from rayorch.runtime.replica import ReplicaDriver
-from rayorch.runtime.sinks import SINK_MANIFEST, delivered_count, read_outputs
+from rayorch.driver import create_run, join_run
+from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, delivered_count, read_outputs
 from rayorch.store.base import open_store
 
 pytestmark = [pytest.mark.integration]
@@ -166,28 +165,28 @@ class DiedAfterWriting(BaseException):
 
 @pytest.mark.timeout(180)
 def test_a_new_holder_adopts_parts_whose_facts_never_landed(
-    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     docs, out, run_id = fault_run(redis_url, tmp_path, 12, shards=1, max_active_sources=4,
                                   out_dir=str(tmp_path / "out"))
-    a = ReplicaDriver(redis_url, run_id, driver_id="a", lease_ttl_s=1.0, log=lambda _: None)
-    assert a.sink is not None
-    write_part = a.sink.write_part
+    write_part = FileSink.write_part
     orphan: list[OutputEmitted] = []
 
-    def write_then_die(shard: int, records: Any) -> list[OutputEmitted]:
-        orphan.extend(write_part(shard, records))
+    def write_then_die(sink: FileSink, shard: int, records: Any) -> list[OutputEmitted]:
+        orphan.extend(write_part(sink, shard, records))
         raise DiedAfterWriting
 
-    a.sink.write_part = write_then_die  # type: ignore[method-assign]
+    monkeypatch.setattr(FileSink, "write_part", write_then_die)
     with pytest.raises(DiedAfterWriting):
-        list(a.results())
+        list(join_run(run_id, store=redis_url, driver_id="a", lease_ttl_s=1.0, quiet=True))
+    monkeypatch.undo()
     assert orphan and delivered_count(out) == len(orphan)
     time.sleep(1.2)
-    b = ReplicaDriver(redis_url, run_id, driver_id="b", lease_ttl_s=1.0, log=lambda _: None)
-    emitted = dict(b.results())
-    assert not {f.index for f in orphan} & set(emitted), "b wrote again what a wrote"
-    assert records_of(out) == reference_records(docs)  # each source once
+    with join_run(run_id, store=redis_url, driver_id="b", lease_ttl_s=1.0, quiet=True) as b:
+        b.wait()
+    assert records_of(out) == reference_records(docs)  # each source once: none written twice
+    assert delivered_count(out) == len(docs)
     facts = [s.fact for facts in open_store(redis_url).read_run(run_id).values()
              for s in facts if isinstance(s.fact, OutputEmitted)]
     assert sorted(f.index for f in facts) == list(range(len(docs)))
