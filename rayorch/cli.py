@@ -309,7 +309,7 @@ def cmd_driver(args: argparse.Namespace) -> int:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
                       lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
-                      out_format=args.out_format)
+                      out_format=args.out_format, require_sink=True)
     with handle:
         handle.wait()
     print(handle.stats.summary(), file=sys.stderr)
