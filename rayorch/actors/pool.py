@@ -116,6 +116,14 @@ class ActorPool:
             options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
         return RemoteWorker.options(**options).remote(self.module, self.binding)
 
+    def _fetch(self, batch: InFlightBatch) -> BatchResult:
+        """The batch's result (raises ``ray.exceptions.RayError`` when its actor died)."""
+        return ray.get(batch.ref)  # type: ignore[no-any-return]
+
+    def _kill(self, handle: Any) -> None:
+        with contextlib.suppress(ValueError):  # already gone
+            ray.kill(handle, no_restart=True)
+
     def shared_name(self, index: int) -> str:
         """The Ray name of slot ``index``'s shared actor."""
         return f"{self.name_prefix}:{self.module.name}:{index}"
@@ -197,8 +205,7 @@ class ActorPool:
         for batch in slot.queue:
             batch.kill_cause = batch.kill_cause or f"actor of {self.module.name!r} was replaced"
         slot.queue.clear()
-        with contextlib.suppress(ValueError):  # already gone
-            ray.kill(slot.handle, no_restart=True)
+        self._kill(slot.handle)
         if self.shared:
             # Another driver may have replaced it already: then get_if_exists finds that one.
             self._await_name_released(slot)
@@ -213,8 +220,7 @@ class ActorPool:
             if self.shared:
                 slot.queue.clear()
                 continue
-            with contextlib.suppress(ValueError):
-                ray.kill(slot.handle, no_restart=True)
+            self._kill(slot.handle)
             slot.queue.clear()
 
     # -- batches --------------------------------------------------------------
@@ -263,7 +269,7 @@ class ActorPool:
             if slot.queue and slot.queue[0].started is None:
                 slot.queue[0].started = time.monotonic()
         try:
-            result: BatchResult = ray.get(batch.ref)
+            result: BatchResult = self._fetch(batch)
         except ray.exceptions.RayError as exc:
             cause = batch.kill_cause or (
                 f"actor of {self.module.name!r} died: {type(exc).__name__}: {_first_line(exc)}"

@@ -108,7 +108,8 @@ class ShardDriver:
     def __init__(self, *, store: LineageStore, run_id: str, info: RunInfo, plan: Plan,
                  driver_id: str, pools: dict[str, ActorPool], call_module: dict[CallId, str],
                  feed: Feed, sink: Any, config: DriverConfig,
-                 on_close: Callable[[bool], None] | None = None) -> None:
+                 on_close: Callable[[bool], None] | None = None,
+                 wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait) -> None:
         self.store, self.run_id, self.info, self.plan = store, run_id, info, plan
         self.driver_id = driver_id
         self.pools = pools
@@ -116,6 +117,7 @@ class ShardDriver:
         self.feed, self.sink, self.config = feed, sink, config
         self._log = config.log
         self._on_close = on_close
+        self._wait = wait  # ray.wait; an in-process harness passes its own
         self.call_specs: dict[CallId, CallSpec] = {}
         for node in plan.calls:
             assert node.call is not None
@@ -509,9 +511,9 @@ class ShardDriver:
 
     def _collect(self) -> None:
         refs = list(self._batches)
-        done, rest = ray.wait(refs, num_returns=1, timeout=self._wait_timeout())
+        done, rest = self._wait(refs, num_returns=1, timeout=self._wait_timeout())
         if done and rest:
-            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            more, _ = self._wait(rest, num_returns=len(rest), timeout=0)
             done.extend(more)
         for ref in done:
             batch = self._batches.pop(ref)
