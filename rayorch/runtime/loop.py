@@ -336,7 +336,8 @@ class DriverLoop:
         for shard, shard_facts in by_shard.items():
             try:
                 self.session.store.append(
-                    self.session.run_id, shard, self.session.epochs[shard], shard_facts
+                    self.session.run_id, shard, self.session.epochs[shard], shard_facts,
+                    driver=self.session.driver_id,
                 )
             except TypeError as exc:
                 raise UnstorableValueError(

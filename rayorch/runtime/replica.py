@@ -352,7 +352,7 @@ class ReplicaDriver:
     def _flush(self, st: ShardState) -> None:
         if st.unsaved:
             facts, st.unsaved = st.unsaved, []
-            self.store.append(self.run_id, st.shard, st.epoch, facts)
+            self.store.append(self.run_id, st.shard, st.epoch, facts, driver=self.driver_id)
 
     def _flush_all(self) -> None:
         for k, st in list(self.shards.items()):
@@ -367,7 +367,7 @@ class ReplicaDriver:
         facts = st.kernel.physical_failure(grains, cause, ts=time.time())
         while facts:
             try:
-                self.store.append(self.run_id, st.shard, st.epoch, facts)
+                self.store.append(self.run_id, st.shard, st.epoch, facts, driver=self.driver_id)
                 break
             except GrainSealedError:
                 # An actor committed after this driver read the shard: fold that first.

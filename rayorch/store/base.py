@@ -10,7 +10,7 @@ Example::
     store = open_store("memory://")
     store.open_run("run-1", plan, shards=2, micro_batch=8)
     epoch = store.acquire_lease("run-1", 0, "driver-a", ttl_s=10)
-    store.append("run-1", 0, epoch, [SourceAdmitted(0, ("a.pdf",))])
+    store.append("run-1", 0, epoch, [SourceAdmitted(0, ("a.pdf",))], driver="driver-a")
     store.read("run-1", 0, after=0)        # [StoredFact(seq=1, domain="root", fact=...)]
 """
 
@@ -53,7 +53,7 @@ from rayorch.store.keys import barrier_member, grain_field, valid_run_id
 DEFAULT_READ_LIMIT = 10_000
 REPORT_OUTCOMES = frozenset({REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP_FAILURE})
 
-# How a driver fact changes the Grain table (same codes as append-fenced-4.lua).
+# How a driver fact changes the Grain table (same codes as append-fenced-6.lua).
 KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
 
 
@@ -330,21 +330,28 @@ class LineageStore(ABC):
 
     # -- leases ------------------------------------------------------------------
     @abstractmethod
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
+                      after_epoch: int | None = None) -> int:
         """Take the shard's lease; returns the epoch (fencing token).
 
-        A new holder gets the previous epoch + 1 and a ``LeaseAcquired`` fact is
-        appended; the current holder re-acquiring keeps its epoch (and renews).
-        Raises :class:`LeaseHeldError` while another driver holds it.
+        A new holder gets an epoch above every epoch the shard has handed out and a
+        ``LeaseAcquired`` fact is appended; the current holder re-acquiring keeps its
+        epoch (and renews). Raises :class:`LeaseHeldError` while another driver holds it.
+
+        With ``after_epoch`` (the caller's own last epoch of this shard), the caller takes
+        the lease back only if nobody held the shard since: otherwise it raises
+        :class:`FencedError` ("lease lost: ... continued by driver X (epoch N)") or
+        :class:`LeaseRolledBackError` (the store forgot that epoch), never LeaseHeldError.
         """
 
     @abstractmethod
     def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
-        """Extend the lease; raises :class:`LeaseLostError` / :class:`FencedError`."""
+        """Extend the lease; raises :class:`LeaseLostError` (expired, nobody took it since) or
+        :class:`FencedError` / :class:`LeaseRolledBackError` (deposed: stop)."""
 
     @abstractmethod
     def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
-        """Give the lease up (no-op when not held with this epoch)."""
+        """Give the lease up (no-op when not held by ``driver`` with this epoch)."""
 
     @abstractmethod
     def lease_holder(self, run_id: str, shard: int) -> LeaseHolder | None:
@@ -352,12 +359,15 @@ class LineageStore(ABC):
 
     # -- facts -------------------------------------------------------------------
     @abstractmethod
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
-        """Append driver facts atomically if ``epoch`` holds the shard's lease.
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
+               driver: str) -> list[int]:
+        """Append driver facts atomically if ``driver`` holds the shard's lease with ``epoch``.
 
-        Returns their sequence numbers. Checks every fact first and writes nothing
-        on error: :class:`LeaseLostError`/:class:`FencedError` for a bad epoch,
-        :class:`GrainSealedError` for a dispatch/retry/failure of a sealed Grain.
+        Returns their sequence numbers. Checks every fact first and writes nothing on
+        error: :class:`LeaseLostError`/:class:`FencedError`/:class:`LeaseRolledBackError`
+        when the caller is not the live holder (the Redis store also checks the token of
+        the acquisition this client made), :class:`GrainSealedError` for a
+        dispatch/retry/failure of a sealed Grain.
         """
 
     @abstractmethod

@@ -15,7 +15,9 @@ URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
 from __future__ import annotations
 
 import contextlib
+import re
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -54,6 +56,7 @@ from rayorch.store.errors import (
     GrainSealedError,
     LeaseHeldError,
     LeaseLostError,
+    LeaseRolledBackError,
     RunMismatchError,
     RunNotFoundError,
     StoreAuthError,
@@ -78,10 +81,12 @@ from rayorch.store.scripts import (
     CONFIG_MISMATCH,
     FENCED,
     FINGERPRINT_MISMATCH,
+    GRAIN_SEALED,
     LEASE_HELD,
     LEASE_LOST,
     OPEN_RUN,
     RENEW_LEASE,
+    ROLLED_BACK,
     VERDICTS,
     LuaScript,
     next_token,
@@ -136,6 +141,30 @@ def _seq_of(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
 
 
+_LEASE_VALUE = re.compile(r"^(\d+)\|([0-9a-f]*)\|(.*)$", re.DOTALL)
+
+
+def parse_lease_value(text: str) -> tuple[int, str, str]:
+    """``(epoch, token, driver)`` of a lease or holder value (see ``lua/includes/lease.lua``)."""
+    match = _LEASE_VALUE.match(text)
+    if match:
+        return int(match[1]), match[2], match[3]
+    epoch, _, driver = text.partition("|")  # written before holder tokens existed
+    return int(epoch), "", driver
+
+
+def lease_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any]) -> LeaseLostError:
+    """The error of a lease script's refusal code (see ``lua/includes/lease.lua``)."""
+    code = int(result[0])
+    if code == FENCED:
+        return FencedError(run_id, shard, epoch, int(result[1]), _text(result[2]))
+    if code == ROLLED_BACK:
+        return LeaseRolledBackError(run_id, shard, epoch, int(result[1]), _text(result[2]))
+    if code == LEASE_LOST:
+        return LeaseLostError(run_id, shard, epoch)
+    raise StoreError(f"a lease script answered the unknown code {code}")
+
+
 class RedisStore(LineageStore):
     """Lineage facts in Redis Streams; cheap to open (connects on first use), pickles as its URL."""
 
@@ -159,6 +188,8 @@ class RedisStore(LineageStore):
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
         self._waitaof = True
+        # (run, shard, driver, epoch) -> the token of this client's acquisition
+        self._holder_tokens: dict[tuple[str, int, str, int], str] = {}
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (RedisStore, (self.url,))
@@ -302,20 +333,39 @@ class RedisStore(LineageStore):
         self.payloads.delete_run(run_id)
 
     # -- leases ------------------------------------------------------------------
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
-        layout = self._layout(run_id)
-        layout.check_shard(shard)
+    def _lease_keys(self, run_id: str, shard: int) -> tuple[ShardKeys, list[str]]:
+        self._layout(run_id).check_shard(shard)
         keys = ShardKeys(run_id, shard)
+        return keys, [keys.lease, keys.holder, keys.epoch]
+
+    def _holder_token(self, run_id: str, shard: int, driver: str, epoch: int) -> str:
+        """The token of this client's acquisition of ``epoch`` ("" if another client took it)."""
+        return self._holder_tokens.get((run_id, shard, driver, epoch), "")
+
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
+                      after_epoch: int | None = None) -> int:
+        keys, lease_keys = self._lease_keys(run_id, shard)
+        token = uuid.uuid4().hex
+        after, after_token = "", ""
+        if after_epoch is not None:
+            after, after_token = str(after_epoch), self._holder_token(run_id, shard, driver,
+                                                                      after_epoch)
         result = self._eval(
             ACQUIRE_LEASE,
-            [keys.lease, keys.epoch, keys.seq, keys.facts(ROOT)],
-            [driver, max(1, int(ttl_s * 1000)), shard, repr(time.time())],
+            [*lease_keys, keys.seq, keys.facts(ROOT)],
+            [driver, max(1, int(ttl_s * 1000)), shard, repr(time.time()), token, after,
+             after_token],
         )
-        if int(result[0]) == LEASE_HELD:
-            raise LeaseHeldError(run_id, shard, result[2].decode(), int(result[1]))
-        if int(result[0]) == 1:
+        code = int(result[0])
+        if code == LEASE_HELD:
+            raise LeaseHeldError(run_id, shard, _text(result[2]), int(result[1]))
+        if code < 0:
+            raise lease_refusal(run_id, shard, after_epoch or 0, result)
+        epoch = int(result[1])
+        self._holder_tokens[(run_id, shard, driver, epoch)] = token
+        if code == 1:
             self._sync_to_disk()
-        return int(result[1])
+        return epoch
 
     def _sync_to_disk(self) -> None:
         """Wait for the AOF fsync of a new epoch where the server supports it (Redis >= 7.2)."""
@@ -327,24 +377,20 @@ class RedisStore(LineageStore):
         except StoreError:
             self._waitaof = False  # no AOF, or a server without WAITAOF
 
-    def _renew(self, run_id: str, shard: int, driver: str, epoch: int, ttl_ms: int) -> int:
-        self._layout(run_id).check_shard(shard)
-        keys = ShardKeys(run_id, shard)
-        result = self._eval(RENEW_LEASE, [keys.lease], [epoch, driver, ttl_ms])
-        code = int(result[0])
-        if code == FENCED:
-            return int(result[1])
-        return code
+    def _renew(self, run_id: str, shard: int, driver: str, epoch: int, ttl_ms: int) -> Any:
+        _, lease_keys = self._lease_keys(run_id, shard)
+        token = self._holder_token(run_id, shard, driver, epoch)
+        return self._eval(RENEW_LEASE, lease_keys, [epoch, driver, ttl_ms, token])
 
     def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
-        code = self._renew(run_id, shard, driver, epoch, max(1, int(ttl_s * 1000)))
-        if code == LEASE_LOST:
-            raise LeaseLostError(run_id, shard, epoch)
-        if code != 1:
-            raise FencedError(run_id, shard, epoch, code)
+        result = self._renew(run_id, shard, driver, epoch, max(1, int(ttl_s * 1000)))
+        if int(result[0]) != 1:
+            raise lease_refusal(run_id, shard, epoch, result)
 
     def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
-        self._renew(run_id, shard, driver, epoch, 0)
+        result = self._renew(run_id, shard, driver, epoch, 0)
+        if int(result[0]) == 1:
+            self._holder_tokens.pop((run_id, shard, driver, epoch), None)
 
     def lease_holder(self, run_id: str, shard: int) -> LeaseHolder | None:
         self._layout(run_id).check_shard(shard)
@@ -352,31 +398,31 @@ class RedisStore(LineageStore):
             raw = self._client().get(ShardKeys(run_id, shard).lease)
         if raw is None:
             return None
-        epoch, _, driver = _text(raw).partition("|")
-        return LeaseHolder(driver, int(epoch))
+        epoch, _, driver = parse_lease_value(_text(raw))
+        return LeaseHolder(driver, epoch)
 
     # -- facts -------------------------------------------------------------------
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
+               driver: str) -> list[int]:
         layout = self._layout(run_id)
         prepared = prepare_driver_facts(layout, shard, facts)
-        keys = ShardKeys(run_id, shard)
+        keys, lease_keys = self._lease_keys(run_id, shard)
         streams: dict[DomainId, int] = {}
-        args: list[Any] = [epoch, next_token(), len(prepared)]
+        args: list[Any] = [epoch, next_token(), len(prepared), driver,
+                           self._holder_token(run_id, shard, driver, epoch)]
         for item in prepared:
             index = streams.setdefault(item.domain, len(streams) + 1)
             args += [item.kind, item.grain, item.generation, index, encode_fact(item.fact)]
         stream_keys = [keys.facts(d) for d in streams]
         result = self._eval(
-            APPEND_FENCED, [keys.lease, keys.grains, keys.seq, keys.lastop, *stream_keys], args
+            APPEND_FENCED, [*lease_keys, keys.grains, keys.seq, keys.lastop, *stream_keys], args
         )
         code = int(result[0])
         if code in (1, 2):
             first = int(result[1])
             return list(range(first, first + len(prepared)))
-        if code == LEASE_LOST:
-            raise LeaseLostError(run_id, shard, epoch)
-        if code == FENCED:
-            raise FencedError(run_id, shard, epoch, int(result[1]))
+        if code != GRAIN_SEALED:
+            raise lease_refusal(run_id, shard, epoch, result)
         sealed = []
         for i in result[1:]:
             call, _, path = prepared[int(i) - 1].grain.rpartition("|")

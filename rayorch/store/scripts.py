@@ -1,8 +1,10 @@
 """The Lua scripts of the Redis store (``lua/*.lua``), their return codes, and call tokens.
 
 Each script is run by SHA (EVALSHA) and reloaded on NOSCRIPT; its header comment
-documents its keys, arguments and answers. Every script call carries a token unique
-across processes, so a call redone after a lost reply answers as the first one did.
+documents its keys, arguments and answers. A line ``--- @include "name"`` is replaced by
+``lua/includes/name.lua`` when the script is loaded (shared helpers, e.g. the lease fence).
+Every script call carries a token unique across processes, so a call redone after a lost
+reply answers as the first one did.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,6 +21,7 @@ from pathlib import Path
 from rayorch.core.commit import CommitVerdict
 
 _LUA_DIR = Path(__file__).parent / "lua"
+_INCLUDE = re.compile(r'^--- @include "([a-z-]+)"$', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -33,17 +37,19 @@ class LuaScript:
 
 
 def _load_script(stem: str) -> LuaScript:
-    return LuaScript(stem, (_LUA_DIR / f"{stem}.lua").read_text())
+    source = (_LUA_DIR / f"{stem}.lua").read_text()
+    source = _INCLUDE.sub(lambda m: (_LUA_DIR / "includes" / f"{m[1]}.lua").read_text(), source)
+    return LuaScript(stem, source)
 
 
 COMMIT_BATCH = _load_script("commit-batch-3")
-APPEND_FENCED = _load_script("append-fenced-4")
-ACQUIRE_LEASE = _load_script("acquire-lease-4")
-RENEW_LEASE = _load_script("renew-lease-1")
+APPEND_FENCED = _load_script("append-fenced-6")
+ACQUIRE_LEASE = _load_script("acquire-lease-5")
+RENEW_LEASE = _load_script("renew-lease-3")
 OPEN_RUN = _load_script("open-run-1")
 
 # Return codes of the scripts (see their headers).
-LEASE_LOST, FENCED, GRAIN_SEALED, LEASE_HELD = -10, -11, -12, -20
+LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
 FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 VERDICTS = {int(v): v for v in CommitVerdict}  # commit-batch codes -> verdicts
 

@@ -107,7 +107,7 @@ class StoresAgree(RuleBasedStateMachine):
     def append(self, data: st.DataObject, shard: int, driver: str, stale: bool) -> None:
         facts = data.draw(st.lists(driver_fact(shard), max_size=4))
         epoch = self.epochs.get((shard, driver), 0) - (1 if stale else 0)
-        self.both(lambda s: s.append(self.run, shard, epoch, facts))
+        self.both(lambda s: s.append(self.run, shard, epoch, facts, driver=driver))
 
     @rule(batch=st.lists(reports, min_size=1, max_size=6))
     def commit(self, batch: list[GrainCommitted]) -> None:

@@ -88,11 +88,12 @@ def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, A
             else:
                 fact = GrainFailed(call, path, gen, "gave up")
                 new = (GrainPhase.SEALED, gen)
+            shard = path[0] % SHARDS
             if phase is GrainPhase.SEALED:
                 with pytest.raises(GrainSealedError):
-                    store.append(run, path[0] % SHARDS, epochs[path[0] % SHARDS], [fact])
+                    store.append(run, shard, epochs[shard], [fact], driver="d")
             else:
-                store.append(run, path[0] % SHARDS, epochs[path[0] % SHARDS], [fact])
+                store.append(run, shard, epochs[shard], [fact], driver="d")
                 gate.phase[(call, path)] = new
         else:
             batch = []
@@ -113,7 +114,7 @@ def test_a_retried_commit_call_answers_as_the_first_one(redis_url: str) -> None:
     store = open_store(redis_url)
     store.open_run("replay", PLAN)
     epoch = store.acquire_lease("replay", 0, "d", ttl_s=60)
-    store.append("replay", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)])
+    store.append("replay", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)], driver="d")
     keys = ShardKeys("replay", 0)
     report = GrainCommitted("ocr", (0, 0), 0, REPORT_PRESENT, ("v",))
     args: list[Any] = [2, "token-1",

@@ -34,13 +34,15 @@ class RecordingStore:
         self.shards, self.micro_batch = kw["shards"], kw["micro_batch"]
         return self.inner.open_run(run_id, plan, **kw)
 
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
-        epoch = self.inner.acquire_lease(run_id, shard, driver, ttl_s)
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
+                      after_epoch: int | None = None) -> int:
+        epoch = self.inner.acquire_lease(run_id, shard, driver, ttl_s, after_epoch=after_epoch)
         self.written.setdefault(shard, []).append(LeaseAcquired(shard, driver, epoch))
         return epoch
 
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
-        seqs = self.inner.append(run_id, shard, epoch, facts)
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
+               driver: str) -> list[int]:
+        seqs = self.inner.append(run_id, shard, epoch, facts, driver=driver)
         self.written.setdefault(shard, []).extend(facts)
         return seqs
 

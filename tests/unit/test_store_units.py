@@ -113,7 +113,7 @@ def test_memory_leases_expire_on_the_store_clock() -> None:
     now[0] += 2
     assert store.lease_holder("r", 0) is None
     with pytest.raises(LeaseLostError):
-        store.append("r", 0, epoch, [SourceAdmitted(0, ("a",))])
+        store.append("r", 0, epoch, [SourceAdmitted(0, ("a",))], driver="a")
     assert store.acquire_lease("r", 0, "b", ttl_s=5) == epoch + 1
 
 
