@@ -136,6 +136,57 @@ class StoreContract:
         assert store.read(run, 0) == before
         store.renew_lease(run, 0, "driver-b", new, ttl_s=60)
 
+    def test_deposed_driver_wakes_after_another_continued(self, store: LineageStore, run: str
+                                                          ) -> None:
+        # driver-a stops renewing past its TTL (SIGSTOP); driver-b takes over, writes, then
+        # finishes and releases; driver-a wakes up (SIGCONT) and tries to carry on.
+        old = store.acquire_lease(run, 0, "driver-a", ttl_s=0.2)
+        store.append(run, 0, old, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        time.sleep(0.3)
+        new = store.acquire_lease(run, 0, "driver-b", ttl_s=60)
+        lost = (f"^lease lost: run '{run}' shard 0 was continued by driver 'driver-b' "
+                f"\\(epoch {new}\\);[^\\n]*$")
+        for phase in ("driver-b holds it", "driver-b released it"):
+            with pytest.raises(FencedError, match=lost):
+                store.acquire_lease(run, 0, "driver-a", ttl_s=60, after_epoch=old)
+            with pytest.raises(FencedError, match=lost):
+                store.append(run, 0, old, [SourceAdmitted(1, ("from-a",))], driver="driver-a")
+            with pytest.raises(FencedError, match=lost):
+                store.renew_lease(run, 0, "driver-a", old, ttl_s=60)
+            if phase == "driver-b holds it":
+                store.append(run, 0, new, [SourceAdmitted(1, ("from-b",))], driver="driver-b")
+                store.release_lease(run, 0, "driver-b", new)
+        assert store.lease_holder(run, 0) is None  # the refused driver took nothing
+        admitted = [f.fact for f in store.read(run, 0) if isinstance(f.fact, SourceAdmitted)]
+        assert admitted == [SourceAdmitted(0, ("a",)), SourceAdmitted(1, ("from-b",))]
+        assert store.acquire_lease(run, 0, "driver-c", ttl_s=60) == new + 1
+
+    def test_lapsed_lease_is_taken_back_only_if_nobody_held_it(self, store: LineageStore,
+                                                               run: str) -> None:
+        old = store.acquire_lease(run, 0, "driver-a", ttl_s=0.2)
+        assert store.acquire_lease(run, 0, "driver-a", ttl_s=0.2, after_epoch=old) == old
+        time.sleep(0.3)
+        with pytest.raises(LeaseLostError) as lost:
+            store.append(run, 0, old, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        assert not isinstance(lost.value, FencedError)
+        again = store.acquire_lease(run, 0, "driver-a", ttl_s=60, after_epoch=old)
+        assert again == old + 1  # a new epoch: anything in flight under the old one is fenced
+        store.append(run, 0, again, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        with pytest.raises(FencedError, match=f"continued by driver 'driver-a' \\(epoch {again}"):
+            store.append(run, 0, old, [SourceAdmitted(1, ("b",))], driver="driver-a")
+
+    def test_fenced_writes_check_the_driver_as_well_as_the_epoch(self, store: LineageStore,
+                                                                 run: str) -> None:
+        epoch = store.acquire_lease(run, 0, "driver-a", ttl_s=60)
+        before = store.read(run, 0)
+        with pytest.raises(FencedError, match="continued by driver 'driver-a'"):
+            store.append(run, 0, epoch, [SourceAdmitted(0, ("a",))], driver="driver-b")
+        with pytest.raises(FencedError):
+            store.renew_lease(run, 0, "driver-b", epoch, ttl_s=60)
+        store.release_lease(run, 0, "driver-b", epoch)  # not its lease: nothing happens
+        assert store.lease_holder(run, 0) == ("driver-a", epoch)
+        assert store.read(run, 0) == before
+
     # -- append / read -----------------------------------------------------------
     def test_read_back_equals_appended_in_order(self, store: LineageStore, run: str, epoch: int
                                                 ) -> None:

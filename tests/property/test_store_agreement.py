@@ -22,7 +22,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import Path
-from rayorch.store import GrainSealedError, LineageStore, open_store
+from rayorch.store import GrainSealedError, LeaseLostError, LineageStore, open_store
 from rayorch.store.scripted_run import scripted_plan
 
 pytestmark = pytest.mark.integration
@@ -72,6 +72,8 @@ def outcome(fn: Any) -> Any:
         return ("ok", fn())
     except GrainSealedError as exc:
         return ("error", "GrainSealedError", exc.grains)
+    except LeaseLostError as exc:  # who continued the shard, and at which epoch
+        return ("error", type(exc).__name__, exc.args)
     except Exception as exc:  # compared between the stores
         return ("error", type(exc).__name__)
 
@@ -94,6 +96,15 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS))
     def acquire(self, shard: int, driver: str) -> None:
         result = self.both(lambda s: s.acquire_lease(self.run, shard, driver, ttl_s=600))
+        if result[0] == "ok":
+            self.epochs[(shard, driver)] = result[1]
+
+    @rule(shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS),
+          back=st.integers(0, 1))
+    def reacquire(self, shard: int, driver: str, back: int) -> None:
+        after = self.epochs.get((shard, driver), 0) - back
+        result = self.both(lambda s: s.acquire_lease(self.run, shard, driver, ttl_s=600,
+                                                     after_epoch=after))
         if result[0] == "ok":
             self.epochs[(shard, driver)] = result[1]
 
