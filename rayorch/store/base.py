@@ -371,11 +371,15 @@ class LineageStore(ABC):
         """
 
     @abstractmethod
-    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> list[CommitVerdict]:
         """Apply the commit gate to worker reports (any shards); one verdict per report.
 
         Accepted reports seal their Grain and are appended; a ``group_failure`` of a
         child Grain also installs its barrier and appends ``BarrierInstalled``.
+        ``token`` (optional, unique per batch of reports): a call repeated with the same
+        token and reports after a lost reply answers as the first call did (ACCEPTED
+        for what it committed) instead of SEALED.
         """
 
     @abstractmethod

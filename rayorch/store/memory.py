@@ -250,7 +250,9 @@ class MemoryStore(LineageStore):
             self._changed.notify_all()
             return seqs
 
-    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> list[CommitVerdict]:
+        # ``token`` matters where a reply can be lost; an in-process call cannot lose one.
         verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
         with self._changed:
             run = self._run(run_id)

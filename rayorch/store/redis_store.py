@@ -429,55 +429,88 @@ class RedisStore(LineageStore):
             sealed.append((call, parse_path(path)))
         raise GrainSealedError(run_id, shard, sealed)
 
-    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> list[CommitVerdict]:
         layout = self._layout(run_id)
         groups = prepare_reports(layout, reports)
-        token = next_token()
+        token = token or next_token()
         refs: dict[int, str] = {}
         calls: list[tuple[LuaScript, list[str], list[Any]]] = []
         positions: list[list[int]] = []
-        try:
-            for shard, items in groups.items():
-                keys = ShardKeys(run_id, shard)
-                streams: dict[DomainId, int] = {}
-                args: list[Any] = [len(items), token]
-                barrier_args: list[bytes] = []
-                threshold = self.payloads.threshold
-                for item in items:
-                    report = item.report
-                    encoded = encode_fact(report)
-                    if len(encoded) > threshold and report.outputs is not None:
-                        slim, refs[item.position] = self.payloads.externalize(
-                            run_id, report, f"{token}-{item.position}"
-                        )
-                        encoded = encode_fact(slim)
-                    index = streams.get(item.domain)
-                    if index is None:
-                        index = streams[item.domain] = len(streams) + 1
-                    if item.installs_barrier:
-                        args.extend((item.grain, item.generation, item.barrier, "1", index,
-                                     encoded))
-                        barrier_args.append(encode_fact(barrier_fact(report)))
-                    else:
-                        args.extend((item.grain, item.generation, item.barrier, "0", index,
-                                     encoded))
-                stream_keys = [keys.facts(d) for d in streams]
-                calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
-                              args + barrier_args))
-                positions.append([item.position for item in items])
-            results = self._eval_many(calls)
-        except BaseException:
-            for ref in refs.values():  # nothing is known to be committed: keep no orphans
-                self.payloads.delete(ref)
-            raise
+        # Payload files are written before the scripts run and are not deleted if anything
+        # below raises: the outcome is then unknown (a lost reply may hide a commit), and a
+        # file's path is shared with any earlier commit of the same report. `rayorch gc`
+        # collects the files no fact refers to (docs/ARCHITECTURE.md, "Payload files").
+        for shard, items in groups.items():
+            keys = ShardKeys(run_id, shard)
+            streams: dict[DomainId, int] = {}
+            args: list[Any] = [len(items), token]
+            barrier_args: list[bytes] = []
+            threshold = self.payloads.threshold
+            for item in items:
+                report = item.report
+                encoded = encode_fact(report)
+                if len(encoded) > threshold and report.outputs is not None:
+                    slim, refs[item.position] = self.payloads.externalize(run_id, report)
+                    encoded = encode_fact(slim)
+                index = streams.get(item.domain)
+                if index is None:
+                    index = streams[item.domain] = len(streams) + 1
+                if item.installs_barrier:
+                    args.extend((item.grain, item.generation, item.barrier, "1", index, encoded))
+                    barrier_args.append(encode_fact(barrier_fact(report)))
+                else:
+                    args.extend((item.grain, item.generation, item.barrier, "0", index, encoded))
+            stream_keys = [keys.facts(d) for d in streams]
+            calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
+                          args + barrier_args))
+            positions.append([item.position for item in items])
+        results = self._eval_many(calls)
         verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
         for shard_positions, result in zip(positions, results):
             for position, code in zip(shard_positions, result):
                 verdicts[position] = VERDICTS[int(code)]
-        for position, ref in refs.items():
-            if not verdicts[position].accepted:
-                self.payloads.delete(ref)
+        if refs:
+            self._delete_rejected_payloads(layout, reports, verdicts, refs)
         return verdicts
+
+    def _delete_rejected_payloads(self, layout: RunLayout, reports: Sequence[GrainCommitted],
+                                  verdicts: list[CommitVerdict], refs: dict[int, str]) -> None:
+        """Delete the files of definitely rejected reports that no committed fact can name.
+
+        A file is named by Grain, generation and content. STALE, NOT_DISPATCHED and
+        BARRED leave the Grain unsealed at that generation, so no committed fact names
+        the file; SEALED may be this very report committed by an earlier call whose
+        reply was lost, so its file is kept unless the Grain was sealed at another
+        generation. Failing to delete only leaves garbage for ``rayorch gc``.
+        """
+        keep = {ref for position, ref in refs.items() if verdicts[position].accepted}
+        doomed: set[str] = set()
+        sealed: list[int] = []
+        for position, ref in refs.items():
+            if ref in keep:
+                continue
+            if verdicts[position] is CommitVerdict.SEALED:
+                sealed.append(position)
+            else:
+                doomed.add(ref)
+        with contextlib.suppress(StoreError):
+            if sealed:
+                client = self._client()
+                with self._errors():
+                    pipe = client.pipeline(transaction=False)
+                    for position in sealed:
+                        report = reports[position]
+                        shard = layout.info.shard_of(report.path[0])
+                        pipe.hget(ShardKeys(layout.info.run_id, shard).grains,
+                                  grain_field(report.call, report.path))
+                    phases = pipe.execute()
+                for position, raw in zip(sealed, phases):
+                    phase = _decode_phase(raw)
+                    if phase is not None and phase[1] != reports[position].generation:
+                        doomed.add(refs[position])
+            for ref in doomed - keep:
+                self.payloads.delete(ref)
 
     def read(
         self,
