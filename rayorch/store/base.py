@@ -437,17 +437,26 @@ class LineageStore(ABC):
     def done_shards(self, run_id: str) -> frozenset[int]:
         """The shards marked done."""
 
+    def resolve_payload(self, fact: GrainCommitted) -> GrainCommitted:
+        """The fact with outputs stored in a payload file loaded back.
+
+        Raises :class:`~rayorch.store.errors.PayloadError` when the file is missing or
+        corrupt. Stores without payload files return the fact as it is.
+        """
+        return fact
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (the store can still be re-opened from its URL)."""
 
     # -- conveniences --------------------------------------------------------------
     def iter_facts(
-        self, run_id: str, shard: int, after: int = 0, *, domain: DomainId | None = None
+        self, run_id: str, shard: int, after: int = 0, *, domain: DomainId | None = None,
+        payloads: bool = True,
     ) -> Iterator[StoredFact]:
         """Every fact of the shard after ``after``, in order (no blocking)."""
         cursor = after
         while True:
-            batch = self.read(run_id, shard, cursor, domain=domain)
+            batch = self.read(run_id, shard, cursor, domain=domain, payloads=payloads)
             if not batch:
                 return
             yield from batch

@@ -575,6 +575,9 @@ class RedisStore(LineageStore):
             out.append(StoredFact(seq, domain, fact))
         return out
 
+    def resolve_payload(self, fact: GrainCommitted) -> GrainCommitted:
+        return self.payloads.resolve(fact)
+
     def grain_phase(self, run_id: str, shard: int, call: CallId, path: EntityPath
                     ) -> tuple[GrainPhase, int] | None:
         self._layout(run_id).check_shard(shard)
