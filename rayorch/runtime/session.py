@@ -74,10 +74,11 @@ class RunSession:
             except FencedError:
                 raise  # another driver took the shard over: this one must stop
             except LeaseLostError:
-                # Expired while the caller was slow to ask for the next result and nobody
-                # took it: take it again (a new epoch fences anything written before).
+                # Expired while the caller was slow to ask for the next result: take it again
+                # only if nobody held it since (else FencedError: "lease lost ... continued by
+                # driver X"); a new epoch fences anything written before.
                 self.epochs[shard] = self.store.acquire_lease(
-                    self.run_id, shard, self.driver_id, self.lease_ttl_s
+                    self.run_id, shard, self.driver_id, self.lease_ttl_s, after_epoch=epoch
                 )
         self.renewed = now
 
