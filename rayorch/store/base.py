@@ -266,13 +266,6 @@ def prepare_reports(
     return by_shard
 
 
-def barrier_fact(report: GrainCommitted) -> BarrierInstalled:
-    """The barrier a GroupFailure commit of a child Grain installs."""
-    return BarrierInstalled(
-        report.call, report.path[:-1], report.cause or "group failure", ts=report.ts
-    )
-
-
 def plan_description(plan: Plan | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """``(description, fingerprint)`` of a Plan or of a stored description."""
     if isinstance(plan, Plan):

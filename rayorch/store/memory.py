@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path, parse_path
+from rayorch.core.machine import barrier_fact
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     KIND_DISPATCHED,
@@ -29,7 +30,6 @@ from rayorch.store.base import (
     RunInfo,
     RunLayout,
     StoredFact,
-    barrier_fact,
     check_reopen,
     prepare_driver_facts,
     prepare_reports,

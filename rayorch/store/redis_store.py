@@ -40,6 +40,7 @@ from rayorch.core.errors import StoreError
 from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
 from rayorch.core.ids import ROOT, CallId, DomainId, parse_path
 from rayorch.core.ids import Path as EntityPath
+from rayorch.core.machine import barrier_fact
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     LeaseHolder,
@@ -47,7 +48,6 @@ from rayorch.store.base import (
     RunInfo,
     RunLayout,
     StoredFact,
-    barrier_fact,
     prepare_driver_facts,
     prepare_reports,
 )

@@ -20,9 +20,9 @@ from rayorch.core.facts import (
     GrainCommitted,
     LeaseAcquired,
 )
+from rayorch.core.machine import barrier_fact
 from rayorch.core.plan import Plan
 from rayorch.store import LineageStore, open_store
-from rayorch.store.base import barrier_fact
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
 
 state = pytest.importorskip("rayorch.core.state")
