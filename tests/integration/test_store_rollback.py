@@ -95,3 +95,15 @@ def test_a_driver_returning_after_a_restore_is_told_and_raises_the_epoch(
     leases = [s.fact for s in store_b.read(RUN, 0) if isinstance(s.fact, LeaseAcquired)]
     assert [(f.driver, f.epoch) for f in leases] == [("driver-x", 1), ("driver-b", 3)]
     assert admitted(store_b) == []
+
+
+def test_two_clients_with_one_driver_id_only_the_later_acquirer_writes(
+    stores: tuple[LineageStore, LineageStore],
+) -> None:
+    first, second = stores
+    epoch = first.acquire_lease(RUN, 0, "driver-a", ttl_s=60)
+    assert second.acquire_lease(RUN, 0, "driver-a", ttl_s=60) == epoch  # same id: same epoch
+    with pytest.raises(FencedError, match=f"continued by driver 'driver-a' \\(epoch {epoch}\\)"):
+        first.append(RUN, 0, epoch, [SourceAdmitted(0, ("first",))], driver="driver-a")
+    second.append(RUN, 0, epoch, [SourceAdmitted(0, ("second",))], driver="driver-a")
+    assert admitted(second) == [SourceAdmitted(0, ("second",))]
