@@ -455,10 +455,11 @@ class LineageStore(ABC):
             yield from batch
             cursor = batch[-1].seq
 
-    def read_run(self, run_id: str) -> dict[int, list[StoredFact]]:
+    def read_run(self, run_id: str, *, payloads: bool = True) -> dict[int, list[StoredFact]]:
         """All facts of a run, per shard."""
         info = self.run_info(run_id)
-        return {k: list(self.iter_facts(run_id, k)) for k in range(info.shards)}
+        return {k: list(self.iter_facts(run_id, k, payloads=payloads))
+                for k in range(info.shards)}
 
     def __enter__(self) -> LineageStore:
         return self

@@ -19,10 +19,12 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, pack_value, unpack_value
 from rayorch.core.ids import format_path
 from rayorch.store.errors import PayloadError
@@ -129,3 +131,35 @@ class PayloadStore:
     def delete_run(self, run_id: str) -> None:
         for ref in self.refs(run_id):
             self.delete(ref)
+
+
+def deletable_refs(
+    refs: Mapping[int, str],
+    verdicts: Sequence[CommitVerdict],
+    reports: Sequence[GrainCommitted],
+    sealed_generations: Callable[[list[int]], list[int | None]],
+) -> set[str]:
+    """The payload files of one commit call that no committed fact can name.
+
+    ``refs`` maps a report's position to its file. A file is named by Grain,
+    generation and content: STALE, NOT_DISPATCHED and BARRED leave the Grain
+    unsealed at that generation, so no committed fact names the file; SEALED may be
+    this very report committed by an earlier call whose reply was lost, so its file
+    goes only if the Grain was sealed at another generation (``sealed_generations``
+    reads that, for the positions given). A file an accepted report uses is kept.
+    """
+    keep = {ref for position, ref in refs.items() if verdicts[position].accepted}
+    doomed: set[str] = set()
+    sealed: list[int] = []
+    for position, ref in refs.items():
+        if ref in keep:
+            continue
+        if verdicts[position] is CommitVerdict.SEALED:
+            sealed.append(position)
+        else:
+            doomed.add(ref)
+    if sealed:
+        for position, generation in zip(sealed, sealed_generations(sealed)):
+            if generation is not None and generation != reports[position].generation:
+                doomed.add(refs[position])
+    return doomed - keep

@@ -15,7 +15,6 @@ URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -52,11 +51,8 @@ from rayorch.store.base import (
     prepare_reports,
 )
 from rayorch.store.errors import (
-    FencedError,
     GrainSealedError,
     LeaseHeldError,
-    LeaseLostError,
-    LeaseRolledBackError,
     RunMismatchError,
     RunNotFoundError,
     StoreAuthError,
@@ -73,23 +69,22 @@ from rayorch.store.keys import (
     manifest_key,
     meta_key,
 )
-from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore
+from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs
 from rayorch.store.scripts import (
     ACQUIRE_LEASE,
     APPEND_FENCED,
     COMMIT_BATCH,
     CONFIG_MISMATCH,
-    FENCED,
     FINGERPRINT_MISMATCH,
     GRAIN_SEALED,
     LEASE_HELD,
-    LEASE_LOST,
     OPEN_RUN,
     RENEW_LEASE,
-    ROLLED_BACK,
     VERDICTS,
     LuaScript,
+    lease_refusal,
     next_token,
+    parse_lease_value,
 )
 
 MIN_REDIS_VERSION = (7, 0)
@@ -139,30 +134,6 @@ def _decode_phase(raw: bytes | str | None) -> tuple[GrainPhase, int] | None:
 
 def _seq_of(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
-
-
-_LEASE_VALUE = re.compile(r"^(\d+)\|([0-9a-f]*)\|(.*)$", re.DOTALL)
-
-
-def parse_lease_value(text: str) -> tuple[int, str, str]:
-    """``(epoch, token, driver)`` of a lease or holder value (see ``lua/includes/lease.lua``)."""
-    match = _LEASE_VALUE.match(text)
-    if match:
-        return int(match[1]), match[2], match[3]
-    epoch, _, driver = text.partition("|")  # written before holder tokens existed
-    return int(epoch), "", driver
-
-
-def lease_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any]) -> LeaseLostError:
-    """The error of a lease script's refusal code (see ``lua/includes/lease.lua``)."""
-    code = int(result[0])
-    if code == FENCED:
-        return FencedError(run_id, shard, epoch, int(result[1]), _text(result[2]))
-    if code == ROLLED_BACK:
-        return LeaseRolledBackError(run_id, shard, epoch, int(result[1]), _text(result[2]))
-    if code == LEASE_LOST:
-        return LeaseLostError(run_id, shard, epoch)
-    raise StoreError(f"a lease script answered the unknown code {code}")
 
 
 class RedisStore(LineageStore):
@@ -476,40 +447,23 @@ class RedisStore(LineageStore):
 
     def _delete_rejected_payloads(self, layout: RunLayout, reports: Sequence[GrainCommitted],
                                   verdicts: list[CommitVerdict], refs: dict[int, str]) -> None:
-        """Delete the files of definitely rejected reports that no committed fact can name.
+        """Delete the files :func:`~rayorch.store.payload.deletable_refs` allows; the rest
+        is left to ``rayorch gc``."""
 
-        A file is named by Grain, generation and content. STALE, NOT_DISPATCHED and
-        BARRED leave the Grain unsealed at that generation, so no committed fact names
-        the file; SEALED may be this very report committed by an earlier call whose
-        reply was lost, so its file is kept unless the Grain was sealed at another
-        generation. Failing to delete only leaves garbage for ``rayorch gc``.
-        """
-        keep = {ref for position, ref in refs.items() if verdicts[position].accepted}
-        doomed: set[str] = set()
-        sealed: list[int] = []
-        for position, ref in refs.items():
-            if ref in keep:
-                continue
-            if verdicts[position] is CommitVerdict.SEALED:
-                sealed.append(position)
-            else:
-                doomed.add(ref)
-        with contextlib.suppress(StoreError):
-            if sealed:
-                client = self._client()
-                with self._errors():
-                    pipe = client.pipeline(transaction=False)
-                    for position in sealed:
-                        report = reports[position]
-                        shard = layout.info.shard_of(report.path[0])
-                        pipe.hget(ShardKeys(layout.info.run_id, shard).grains,
-                                  grain_field(report.call, report.path))
-                    phases = pipe.execute()
-                for position, raw in zip(sealed, phases):
-                    phase = _decode_phase(raw)
-                    if phase is not None and phase[1] != reports[position].generation:
-                        doomed.add(refs[position])
-            for ref in doomed - keep:
+        def sealed_generations(positions: list[int]) -> list[int | None]:
+            client = self._client()
+            with self._errors():
+                pipe = client.pipeline(transaction=False)
+                for position in positions:
+                    report = reports[position]
+                    shard = layout.info.shard_of(report.path[0])
+                    pipe.hget(ShardKeys(layout.info.run_id, shard).grains,
+                              grain_field(report.call, report.path))
+                phases = pipe.execute()
+            return [None if p is None else p[1] for p in map(_decode_phase, phases)]
+
+        with contextlib.suppress(StoreError):  # not deleting only leaves garbage for gc
+            for ref in deletable_refs(refs, verdicts, reports, sealed_generations):
                 self.payloads.delete(ref)
 
     def read(

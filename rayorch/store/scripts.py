@@ -14,11 +14,15 @@ import itertools
 import os
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from rayorch.core.commit import CommitVerdict
+from rayorch.core.errors import StoreError
+from rayorch.store.errors import FencedError, LeaseLostError, LeaseRolledBackError
 
 _LUA_DIR = Path(__file__).parent / "lua"
 _INCLUDE = re.compile(r'^--- @include "([a-z-]+)"$', re.MULTILINE)
@@ -52,6 +56,32 @@ OPEN_RUN = _load_script("open-run-1")
 LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
 FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 VERDICTS = {int(v): v for v in CommitVerdict}  # commit-batch codes -> verdicts
+_LEASE_VALUE = re.compile(r"^(\d+)\|([0-9a-f]*)\|(.*)$", re.DOTALL)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def parse_lease_value(text: str) -> tuple[int, str, str]:
+    """``(epoch, token, driver)`` of a lease or holder value (see ``lua/includes/lease.lua``)."""
+    match = _LEASE_VALUE.match(text)
+    if match:
+        return int(match[1]), match[2], match[3]
+    epoch, _, driver = text.partition("|")  # written before holder tokens existed
+    return int(epoch), "", driver
+
+
+def lease_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any]) -> LeaseLostError:
+    """The error of a lease script's refusal code (see ``lua/includes/lease.lua``)."""
+    code = int(result[0])
+    if code == FENCED:
+        return FencedError(run_id, shard, epoch, int(result[1]), _text(result[2]))
+    if code == ROLLED_BACK:
+        return LeaseRolledBackError(run_id, shard, epoch, int(result[1]), _text(result[2]))
+    if code == LEASE_LOST:
+        return LeaseLostError(run_id, shard, epoch)
+    raise StoreError(f"a lease script answered the unknown code {code}")
 
 # Call tokens are "<random prefix of this process>.<counter>"; next() on a count is
 # atomic under the GIL, and a forked child draws a prefix of its own.
