@@ -93,7 +93,7 @@ def bench_commits(store: LineageStore, grains: int, batch: int, clients: int = 1
     todo = paths(grains)
     for start in range(0, len(todo), 1000):
         chunk = todo[start:start + 1000]
-        store.append(run, 0, epoch, [GrainDispatched("ocr", p, 0) for p in chunk])
+        store.append(run, 0, epoch, [GrainDispatched("ocr", p, 0) for p in chunk], driver="bench")
     if clients == 1:
         reports = reports_of(todo)
         started = time.perf_counter()
@@ -123,18 +123,18 @@ def write_sources(store: LineageStore, run: str, epoch: int, sources: int) -> No
     for index in range(sources):
         src = (index,)
         store.append(run, 0, epoch, [SourceAdmitted(index, (f"doc{index}",)),
-                                     GrainDispatched("render", src, 0)])
+                                     GrainDispatched("render", src, 0)], driver="bench")
         pages = [f"page {o}" for o in range(PAGES_PER_SOURCE)]
         store.commit(run, [GrainCommitted("render", src, 0, REPORT_PRESENT, (pages,))])
         children = [(index, o) for o in range(PAGES_PER_SOURCE)]
         store.append(run, 0, epoch,
                      [ExpansionClosed("root/0", src, "succeeded", PAGES_PER_SOURCE)]
-                     + [GrainDispatched("ocr", p, 0) for p in children])
+                     + [GrainDispatched("ocr", p, 0) for p in children], driver="bench")
         store.commit(run, [GrainCommitted("ocr", p, 0, REPORT_PRESENT, (f"text {p}",))
                            for p in children])
-        store.append(run, 0, epoch, [GrainDispatched("assemble", src, 0)])
+        store.append(run, 0, epoch, [GrainDispatched("assemble", src, 0)], driver="bench")
         store.commit(run, [GrainCommitted("assemble", src, 0, REPORT_PRESENT, ("doc",))])
-        store.append(run, 0, epoch, [OutputEmitted(index, "present")])
+        store.append(run, 0, epoch, [OutputEmitted(index, "present")], driver="bench")
 
 
 def bench_rebuild(store: LineageStore, facts: int) -> tuple[int, float, float | None]:

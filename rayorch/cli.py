@@ -108,7 +108,7 @@ def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) ->
                         f"({exc}); pass --out-dir"]
     emitted: list[OutputEmitted] = []
     complete = True
-    for facts in store.read_run(run_id).values():
+    for facts in store.read_run(run_id, payloads=False).values():  # outputs not needed
         complete = complete and any(isinstance(s.fact, RunCompleted) for s in facts)
         emitted.extend(s.fact for s in facts if isinstance(s.fact, OutputEmitted))
     return check_delivery(out_dir, emitted, complete=complete)

@@ -1,15 +1,20 @@
-"""A private ``redis-server`` for tests and benchmarks: free port, temp dir, stopped by PID.
+"""Test rigs: a private ``redis-server`` and a TCP proxy that loses replies.
 
-Never touches a server it did not start (no FLUSHALL anywhere). Used by the test
-fixtures in ``tests/conftest.py`` and by the benchmarks in ``bench/``.
+:class:`RedisServer` runs on a free port in a temp dir and is stopped by PID; it never
+touches a server it did not start (no FLUSHALL anywhere). :class:`ReplyDroppingProxy`
+sits between a client and a server and, when armed, lets a request through but drops
+its reply (a network failure after the server acted). Used by the test fixtures in
+``tests/conftest.py`` and by the benchmarks in ``bench/``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -108,3 +113,101 @@ class RedisServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class ReplyDroppingProxy:
+    """A TCP proxy to ``127.0.0.1:target_port`` that can lose the reply to one request.
+
+    After :meth:`drop_next_reply`, the next request containing ``match`` is forwarded
+    to the server, its reply is read and thrown away, and the client's connection is
+    closed: the server acted, the client cannot know. Other traffic passes unchanged.
+
+    Example::
+
+        with ReplyDroppingProxy(server.port) as proxy:
+            store = open_store(f"redis://127.0.0.1:{proxy.port}/0?retries=0")
+            proxy.drop_next_reply(COMMIT_BATCH.sha.encode())
+            store.commit(run_id, reports)      # StoreUnavailableError; the commit happened
+    """
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._match: bytes | None = None
+        self.dropped = 0
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, name="reply-dropping-proxy", daemon=True).start()
+
+    def drop_next_reply(self, match: bytes = b"") -> None:
+        """Arm: lose the reply to the next request whose bytes contain ``match``."""
+        with self._lock:
+            self._match = match
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._sockets += [client, server]
+            doomed = threading.Event()  # the reply to a forwarded request is to be lost
+            threading.Thread(target=self._requests, args=(client, server, doomed),
+                             daemon=True).start()
+            threading.Thread(target=self._replies, args=(server, client, doomed),
+                             daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket,
+                  doomed: threading.Event) -> None:
+        try:
+            while chunk := client.recv(65536):
+                with self._lock:
+                    if self._match is not None and self._match in chunk:
+                        self._match = None
+                        doomed.set()
+                server.sendall(chunk)
+        except OSError:
+            pass
+        _close(client, server)
+
+    def _replies(self, server: socket.socket, client: socket.socket,
+                 doomed: threading.Event) -> None:
+        try:
+            while chunk := server.recv(65536):
+                if doomed.is_set():
+                    with self._lock:
+                        self.dropped += 1
+                    break
+                client.sendall(chunk)
+        except OSError:
+            pass
+        _close(client, server)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        _close(*sockets)
+
+    def __enter__(self) -> ReplyDroppingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _close(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()

@@ -135,13 +135,17 @@ class ModuleWorker:
             self._store = open_store(self._binding.url)
         assert self._binding is not None
         from rayorch.store.errors import StoreUnavailableError
+        from rayorch.store.scripts import next_token
 
+        # One token for every attempt: a retry after a lost reply answers ACCEPTED for what
+        # the lost attempt committed (and re-commits to the same payload files).
+        token = next_token()
         deadline = time.monotonic() + STORE_OUTAGE_S
         delay = 0.2
         told = False
         while True:
             try:
-                verdicts = self._store.commit(self._binding.run_id, reports)
+                verdicts = self._store.commit(self._binding.run_id, reports, token=token)
             except StoreUnavailableError as exc:
                 if time.monotonic() >= deadline:
                     raise

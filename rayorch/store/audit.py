@@ -7,6 +7,8 @@ child ordinals within ``0..count-1`` of their Expansion, a reduce's consumer dis
 only after every member is terminal; then it folds the facts through the pure
 :class:`~rayorch.core.state.Kernel`, which rejects any fact that does not fit, checks a
 reduce's value is its members' values in ordinal order, and validates the final state.
+A committed payload file that is missing or corrupt is a finding (the fold of that
+shard is then skipped), never an abort.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rayorch.core.facts import (
 from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, format_path
 from rayorch.core.plan import Plan
 from rayorch.store.base import LineageStore, StoredFact
+from rayorch.store.errors import PayloadError
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,7 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
     shape = PlanShape.of(plan)
     report = AuditReport(run_id, info.shards)
     for shard in range(info.shards):
-        facts = list(store.iter_facts(run_id, shard))
+        facts, unresolved = _read_shard(store, run_id, shard, report)
         report.facts += len(facts)
         checks = ShardAudit(shard, shape, report)
         for stored in facts:
@@ -316,8 +319,33 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
         checks.finish()
         report.counts.setdefault("sources", Counter())["admitted"] += len(checks.admitted)
         report.counts["sources"]["completed shards"] += int(checks.completed)
-        _fold_through_kernel(plan, shard, facts, shape, report, checks.committed)
+        if unresolved:
+            report.notes.append(f"shard {shard}: kernel fold skipped ({unresolved} committed "
+                                "outputs cannot be read)")
+        else:
+            _fold_through_kernel(plan, shard, facts, shape, report, checks.committed)
     return report
+
+
+def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditReport
+                ) -> tuple[list[StoredFact], int]:
+    """The shard's facts with payloads loaded; a payload that does not resolve is a finding."""
+    facts: list[StoredFact] = []
+    unresolved = 0
+    for stored in store.iter_facts(run_id, shard, payloads=False):
+        fact = stored.fact
+        if isinstance(fact, GrainCommitted) and fact.payload_ref is not None \
+                and fact.outputs is None:
+            try:
+                stored = stored._replace(fact=store.resolve_payload(fact))
+            except PayloadError as exc:
+                unresolved += 1
+                report.violations.append(Violation(
+                    shard, stored.seq, f"run {run_id} {format_grain((fact.call, fact.path))}",
+                    f"committed payload file {fact.payload_ref!r} does not resolve "
+                    f"({exc.detail})"))
+        facts.append(stored)
+    return facts, unresolved
 
 
 def entity_story(store: LineageStore, run_id: str, path: Path) -> list[StoredFact]:

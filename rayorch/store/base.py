@@ -10,7 +10,7 @@ Example::
     store = open_store("memory://")
     store.open_run("run-1", plan, shards=2, micro_batch=8)
     epoch = store.acquire_lease("run-1", 0, "driver-a", ttl_s=10)
-    store.append("run-1", 0, epoch, [SourceAdmitted(0, ("a.pdf",))])
+    store.append("run-1", 0, epoch, [SourceAdmitted(0, ("a.pdf",))], driver="driver-a")
     store.read("run-1", 0, after=0)        # [StoredFact(seq=1, domain="root", fact=...)]
 """
 
@@ -53,7 +53,7 @@ from rayorch.store.keys import barrier_member, grain_field, valid_run_id
 DEFAULT_READ_LIMIT = 10_000
 REPORT_OUTCOMES = frozenset({REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP_FAILURE})
 
-# How a driver fact changes the Grain table (same codes as append-fenced-4.lua).
+# How a driver fact changes the Grain table (same codes as append-fenced-6.lua).
 KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
 
 
@@ -323,22 +323,28 @@ class LineageStore(ABC):
 
     # -- leases ------------------------------------------------------------------
     @abstractmethod
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float,
-                      *, after_epoch: int | None = None) -> int:
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
+                      after_epoch: int | None = None) -> int:
         """Take the shard's lease; returns the epoch (fencing token).
 
-        A new holder gets the previous epoch + 1 and a ``LeaseAcquired`` fact is
-        appended; the current holder re-acquiring keeps its epoch (and renews).
-        Raises :class:`LeaseHeldError` while another driver holds it.
+        A new holder gets an epoch above every epoch the shard has handed out and a
+        ``LeaseAcquired`` fact is appended; the current holder re-acquiring keeps its
+        epoch (and renews). Raises :class:`LeaseHeldError` while another driver holds it.
+
+        With ``after_epoch`` (the caller's own last epoch of this shard), the caller takes
+        the lease back only if nobody held the shard since: otherwise it raises
+        :class:`FencedError` ("lease lost: ... continued by driver X (epoch N)") or
+        :class:`LeaseRolledBackError` (the store forgot that epoch), never LeaseHeldError.
         """
 
     @abstractmethod
     def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
-        """Extend the lease; raises :class:`LeaseLostError` / :class:`FencedError`."""
+        """Extend the lease; raises :class:`LeaseLostError` (expired, nobody took it since) or
+        :class:`FencedError` / :class:`LeaseRolledBackError` (deposed: stop)."""
 
     @abstractmethod
     def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
-        """Give the lease up (no-op when not held with this epoch)."""
+        """Give the lease up (no-op when not held by ``driver`` with this epoch)."""
 
     @abstractmethod
     def lease_holder(self, run_id: str, shard: int) -> LeaseHolder | None:
@@ -346,21 +352,27 @@ class LineageStore(ABC):
 
     # -- facts -------------------------------------------------------------------
     @abstractmethod
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact],
-               *, driver: str | None = None) -> list[int]:
-        """Append driver facts atomically if ``epoch`` holds the shard's lease.
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
+               driver: str) -> list[int]:
+        """Append driver facts atomically if ``driver`` holds the shard's lease with ``epoch``.
 
-        Returns their sequence numbers. Checks every fact first and writes nothing
-        on error: :class:`LeaseLostError`/:class:`FencedError` for a bad epoch,
-        :class:`GrainSealedError` for a dispatch/retry/failure of a sealed Grain.
+        Returns their sequence numbers. Checks every fact first and writes nothing on
+        error: :class:`LeaseLostError`/:class:`FencedError`/:class:`LeaseRolledBackError`
+        when the caller is not the live holder (the Redis store also checks the token of
+        the acquisition this client made), :class:`GrainSealedError` for a
+        dispatch/retry/failure of a sealed Grain.
         """
 
     @abstractmethod
-    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> list[CommitVerdict]:
         """Apply the commit gate to worker reports (any shards); one verdict per report.
 
         Accepted reports seal their Grain and are appended; a ``group_failure`` of a
         child Grain also installs its barrier and appends ``BarrierInstalled``.
+        ``token`` (optional, unique per batch of reports): a call repeated with the same
+        token and reports after a lost reply answers as the first call did (ACCEPTED
+        for what it committed) instead of SEALED.
         """
 
     @abstractmethod
@@ -418,26 +430,36 @@ class LineageStore(ABC):
     def done_shards(self, run_id: str) -> frozenset[int]:
         """The shards marked done."""
 
+    def resolve_payload(self, fact: GrainCommitted) -> GrainCommitted:
+        """The fact with outputs stored in a payload file loaded back.
+
+        Raises :class:`~rayorch.store.errors.PayloadError` when the file is missing or
+        corrupt. Stores without payload files return the fact as it is.
+        """
+        return fact
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (the store can still be re-opened from its URL)."""
 
     # -- conveniences --------------------------------------------------------------
     def iter_facts(
-        self, run_id: str, shard: int, after: int = 0, *, domain: DomainId | None = None
+        self, run_id: str, shard: int, after: int = 0, *, domain: DomainId | None = None,
+        payloads: bool = True,
     ) -> Iterator[StoredFact]:
         """Every fact of the shard after ``after``, in order (no blocking)."""
         cursor = after
         while True:
-            batch = self.read(run_id, shard, cursor, domain=domain)
+            batch = self.read(run_id, shard, cursor, domain=domain, payloads=payloads)
             if not batch:
                 return
             yield from batch
             cursor = batch[-1].seq
 
-    def read_run(self, run_id: str) -> dict[int, list[StoredFact]]:
+    def read_run(self, run_id: str, *, payloads: bool = True) -> dict[int, list[StoredFact]]:
         """All facts of a run, per shard."""
         info = self.run_info(run_id)
-        return {k: list(self.iter_facts(run_id, k)) for k in range(info.shards)}
+        return {k: list(self.iter_facts(run_id, k, payloads=payloads))
+                for k in range(info.shards)}
 
     def __enter__(self) -> LineageStore:
         return self

@@ -191,18 +191,48 @@ class LeaseLostError(_StoreErrorWithArgs):
 
 
 class FencedError(LeaseLostError):
-    """Another driver took the shard over with a newer epoch (the caller is deposed)."""
+    """Another driver holds or held the shard since the caller's epoch (the caller is deposed).
 
-    def __init__(self, run_id: str, shard: int, epoch: int, current_epoch: int) -> None:
-        _StoreErrorWithArgs.__init__(self, run_id, shard, epoch, current_epoch)
+    ``holder`` is the driver that continued the shard (``""`` when the store does not
+    know it) and ``current_epoch`` its epoch.
+    """
+
+    def __init__(self, run_id: str, shard: int, epoch: int, current_epoch: int,
+                 holder: str = "") -> None:
+        _StoreErrorWithArgs.__init__(self, run_id, shard, epoch, current_epoch, holder)
         self.run_id, self.shard, self.epoch = run_id, shard, epoch
-        self.current_epoch = current_epoch
+        self.current_epoch, self.holder = current_epoch, holder
 
     def message(self) -> str:
+        who = f"driver {self.holder!r}" if self.holder else "another driver"
         return (
-            f"shard {self.shard} of run {self.run_id!r} is now held with epoch "
-            f"{self.current_epoch}; this driver's epoch {self.epoch} is fenced off and nothing "
-            "was written. Stop scheduling this shard."
+            f"lease lost: run {self.run_id!r} shard {self.shard} was continued by {who} "
+            f"(epoch {self.current_epoch}); this driver's epoch {self.epoch} is fenced off and "
+            "nothing was written. Stop driving this shard."
+        )
+
+
+class LeaseRolledBackError(LeaseLostError):
+    """The store has no record of the caller's epoch: it was restored from an older state.
+
+    A Redis restart from an older RDB snapshot, or the promotion of an asynchronous
+    replica, forgets leases (and facts) acknowledged after the snapshot.
+    """
+
+    def __init__(self, run_id: str, shard: int, epoch: int, last_epoch: int,
+                 last_holder: str) -> None:
+        _StoreErrorWithArgs.__init__(self, run_id, shard, epoch, last_epoch, last_holder)
+        self.run_id, self.shard, self.epoch = run_id, shard, epoch
+        self.last_epoch, self.last_holder = last_epoch, last_holder
+
+    def message(self) -> str:
+        last = (f"epoch {self.last_epoch} by driver {self.last_holder!r}" if self.last_holder
+                else f"epoch {self.last_epoch}")
+        return (
+            f"lease lost: run {self.run_id!r} shard {self.shard} has no record of this driver's "
+            f"epoch {self.epoch} (its last lease is {last}): the store was restored from an "
+            "older state or failed over, so facts may be missing; nothing was written. Stop "
+            "this driver and resume the run from the store."
         )
 
 
@@ -244,6 +274,7 @@ __all__ = [
     "InvalidRunIdError",
     "LeaseHeldError",
     "LeaseLostError",
+    "LeaseRolledBackError",
     "PayloadError",
     "RunMismatchError",
     "RunNotFoundError",

@@ -11,7 +11,9 @@ touches one shard stays in one Redis Cluster slot::
     ro:{<run>:<k>}:facts:<domain>       stream  shard k's facts of one Domain (id = seq-0)
     ro:{<run>:<k>}:grains               hash    "call|path" -> "phase:generation[:token]"
     ro:{<run>:<k>}:barriers             set     "call|parent_path" of GroupFailure barriers
-    ro:{<run>:<k>}:lease                string  "epoch|driver", with the lease TTL
+    ro:{<run>:<k>}:lease                string  "epoch|token|driver", with the lease TTL
+    ro:{<run>:<k>}:holder               string  "epoch|token|driver" of the last acquisition
+                                                (no TTL: who continued the shard, for fencing)
     ro:{<run>:<k>}:epoch                string  last epoch handed out (never goes backwards)
     ro:{<run>:<k>}:seq                  string  last sequence number of the shard's facts
     ro:{<run>:<k>}:lastop               string  token of the last driver append (retry safety)
@@ -88,6 +90,10 @@ class ShardKeys:
         return f"{PREFIX}:{self.tag}:lease"
 
     @property
+    def holder(self) -> str:
+        return f"{PREFIX}:{self.tag}:holder"
+
+    @property
     def epoch(self) -> str:
         return f"{PREFIX}:{self.tag}:epoch"
 
@@ -101,5 +107,6 @@ class ShardKeys:
 
     def all_keys(self, domains: tuple[DomainId, ...]) -> list[str]:
         """Every key of the shard (for deleting a run)."""
-        fixed = [self.grains, self.barriers, self.lease, self.epoch, self.seq, self.lastop]
+        fixed = [self.grains, self.barriers, self.lease, self.holder, self.epoch, self.seq,
+                 self.lastop]
         return fixed + [self.facts(d) for d in domains]

@@ -39,6 +39,7 @@ from rayorch.store.errors import (
     GrainSealedError,
     LeaseHeldError,
     LeaseLostError,
+    LeaseRolledBackError,
     RunNotFoundError,
     StoreURLError,
 )
@@ -64,7 +65,8 @@ class _Shard:
     by_domain: dict[DomainId, list[int]] = field(default_factory=dict)  # domain -> seqs
     grains: dict[str, tuple[GrainPhase, int]] = field(default_factory=dict)
     barriers: set[str] = field(default_factory=set)
-    lease: _Lease | None = None
+    lease: _Lease | None = None  # the live lease
+    last: _Lease | None = None  # the last acquisition (who continued the shard)
     epoch: int = 0
 
     def add(self, domain: DomainId, fact: Fact) -> int:
@@ -160,35 +162,54 @@ class MemoryStore(LineageStore):
             shard.lease = lease = None
         return lease
 
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float,
-                      *, after_epoch: int | None = None) -> int:
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
+                      after_epoch: int | None = None) -> int:
         with self._changed:
             _, state = self._shard(run_id, shard)
             lease = self._live_lease(state)
+            if after_epoch is not None:
+                try:
+                    lease = self._fence(run_id, shard, state, after_epoch, driver)
+                except LeaseLostError as exc:
+                    if type(exc) is not LeaseLostError:
+                        raise  # deposed; plain LeaseLostError: nobody held it since
+            elif lease is not None and lease.driver != driver:
+                raise LeaseHeldError(run_id, shard, lease.driver, lease.epoch)
             deadline = self._clock() + ttl_s
             if lease is not None:
-                if lease.driver != driver:
-                    raise LeaseHeldError(run_id, shard, lease.driver, lease.epoch)
                 lease.deadline = deadline
                 return lease.epoch
-            state.epoch += 1
-            state.lease = _Lease(driver, state.epoch, deadline)
+            state.epoch = max(state.epoch, state.last.epoch if state.last else 0) + 1
+            state.lease = state.last = _Lease(driver, state.epoch, deadline)
             state.add(ROOT, LeaseAcquired(shard, driver, state.epoch, ts=time.time()))
             self._changed.notify_all()
             return state.epoch
 
-    def _check_epoch(self, run_id: str, shard: int, state: _Shard, epoch: int) -> _Lease:
+    def _fence(self, run_id: str, shard: int, state: _Shard, epoch: int, driver: str
+               ) -> _Lease:
+        """The live lease if ``driver`` holds it with ``epoch``; else raise why not.
+
+        The same rule as ``lua/includes/lease.lua``: :class:`LeaseLostError` when the
+        lease lapsed and nobody held the shard since, :class:`FencedError` naming who
+        continued it, :class:`LeaseRolledBackError` for an epoch the store never handed out.
+        """
         lease = self._live_lease(state)
-        if lease is None:
+        if lease is not None and lease.epoch == epoch and lease.driver == driver:
+            return lease
+        last = lease or state.last
+        last_epoch, last_driver = (last.epoch, last.driver) if last else (state.epoch, "")
+        mine = last_epoch == epoch and (last is None or last.driver == driver)
+        state.epoch = max(state.epoch, epoch)
+        if lease is None and mine:
             raise LeaseLostError(run_id, shard, epoch)
-        if lease.epoch != epoch:
-            raise FencedError(run_id, shard, epoch, lease.epoch)
-        return lease
+        if last_epoch < epoch:
+            raise LeaseRolledBackError(run_id, shard, epoch, last_epoch, last_driver)
+        raise FencedError(run_id, shard, epoch, last_epoch, last_driver)
 
     def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
         with self._lock:
             _, state = self._shard(run_id, shard)
-            lease = self._check_epoch(run_id, shard, state, epoch)
+            lease = self._fence(run_id, shard, state, epoch, driver)
             lease.deadline = self._clock() + ttl_s
 
     def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
@@ -205,12 +226,12 @@ class MemoryStore(LineageStore):
             return None if lease is None else LeaseHolder(lease.driver, lease.epoch)
 
     # -- facts -------------------------------------------------------------------
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact],
-               *, driver: str | None = None) -> list[int]:
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
+               driver: str) -> list[int]:
         with self._changed:
             run, state = self._shard(run_id, shard)
             prepared = prepare_driver_facts(run.layout, shard, facts)
-            self._check_epoch(run_id, shard, state, epoch)
+            self._fence(run_id, shard, state, epoch, driver)
             overlay: dict[str, tuple[GrainPhase, int]] = {}
             conflicts: list[tuple[CallId, Path]] = []
             for item in prepared:
@@ -229,7 +250,9 @@ class MemoryStore(LineageStore):
             self._changed.notify_all()
             return seqs
 
-    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> list[CommitVerdict]:
+        # ``token`` matters where a reply can be lost; an in-process call cannot lose one.
         verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
         with self._changed:
             run = self._run(run_id)

@@ -2,26 +2,41 @@
 
 An actor writes a large report's outputs (msgpack, via ``core.facts.pack_value``)
 to the payload directory *before* its commit; the committed fact holds only the
-reference. If the commit gate rejects the report, the file is deleted at once;
-:meth:`PayloadStore.collect_garbage` removes files an actor left behind when it
-died between writing and committing. A reference is a path relative to the
-payload directory, so every process of a run must use the same directory.
+reference. A file is named by its Grain, generation and content digest
+(``<path>.g<generation>.<digest>.msgpack``), so a commit retried after a lost reply
+writes the very file the first attempt may have committed, and a read checks the
+content against the name. The store deletes a file only when the commit gate
+definitely rejected it (docs/ARCHITECTURE.md, "Payload files and uncertain commits");
+:meth:`PayloadStore.collect_garbage` removes files no committed fact refers to (an
+actor that died between writing and committing, a commit whose reply was lost).
+A reference is a path relative to the payload directory, so every process of a run
+must use the same directory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, pack_value, unpack_value
 from rayorch.core.ids import format_path
 from rayorch.store.errors import PayloadError
 
 DEFAULT_THRESHOLD = 64 * 1024
 SUFFIX = ".msgpack"
+_DIGESTED = re.compile(r"\.g\d+\.([0-9a-f]{32})\.msgpack$")
+
+
+def content_digest(blob: bytes) -> str:
+    """The 128-bit BLAKE2b digest (hex) that names a payload file."""
+    return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
 def default_payload_dir() -> Path:
@@ -37,12 +52,13 @@ class PayloadStore:
         self.root = Path(root) if root is not None else default_payload_dir()
         self.threshold = threshold
 
-    def externalize(
-        self, run_id: str, report: GrainCommitted, token: str
-    ) -> tuple[GrainCommitted, str]:
-        """Write the report's outputs to a file; return the report holding only the ref."""
+    def externalize(self, run_id: str, report: GrainCommitted) -> tuple[GrainCommitted, str]:
+        """Write the report's outputs to a file; return the report holding only the ref.
+
+        The same report always goes to the same file (rewritten whole, atomically).
+        """
         blob = pack_value(report.outputs)
-        name = f"{format_path(report.path)}.g{report.generation}.{token}{SUFFIX}"
+        name = f"{format_path(report.path)}.g{report.generation}.{content_digest(blob)}{SUFFIX}"
         ref = f"{run_id}/{report.call}/{name}"
         path = self.root / ref
         try:
@@ -64,12 +80,22 @@ class PayloadStore:
         return path
 
     def load(self, ref: str) -> tuple[Any, ...]:
-        """The outputs stored under ``ref``."""
+        """The outputs stored under ``ref``; :class:`PayloadError` if missing or corrupt."""
         try:
             data = self._path(ref).read_bytes()
         except OSError as exc:
             raise PayloadError(ref, f"cannot read it under {self.root} ({exc})") from exc
-        return tuple(unpack_value(data))
+        named = _DIGESTED.search(ref)
+        if named is not None and content_digest(data) != named[1]:
+            raise PayloadError(ref, "its content does not match the digest in its name "
+                                    "(the file is corrupt or was altered)")
+        try:
+            value = unpack_value(data)
+        except Exception as exc:  # msgpack raises several types on bad bytes
+            raise PayloadError(ref, f"cannot decode it ({type(exc).__name__}: {exc})") from exc
+        if not isinstance(value, list | tuple):
+            raise PayloadError(ref, "it does not hold a list of outputs")
+        return tuple(value)
 
     def resolve(self, fact: GrainCommitted) -> GrainCommitted:
         """The fact with its outputs loaded back (``payload_ref`` kept)."""
@@ -105,3 +131,35 @@ class PayloadStore:
     def delete_run(self, run_id: str) -> None:
         for ref in self.refs(run_id):
             self.delete(ref)
+
+
+def deletable_refs(
+    refs: Mapping[int, str],
+    verdicts: Sequence[CommitVerdict],
+    reports: Sequence[GrainCommitted],
+    sealed_generations: Callable[[list[int]], list[int | None]],
+) -> set[str]:
+    """The payload files of one commit call that no committed fact can name.
+
+    ``refs`` maps a report's position to its file. A file is named by Grain,
+    generation and content: STALE, NOT_DISPATCHED and BARRED leave the Grain
+    unsealed at that generation, so no committed fact names the file; SEALED may be
+    this very report committed by an earlier call whose reply was lost, so its file
+    goes only if the Grain was sealed at another generation (``sealed_generations``
+    reads that, for the positions given). A file an accepted report uses is kept.
+    """
+    keep = {ref for position, ref in refs.items() if verdicts[position].accepted}
+    doomed: set[str] = set()
+    sealed: list[int] = []
+    for position, ref in refs.items():
+        if ref in keep:
+            continue
+        if verdicts[position] is CommitVerdict.SEALED:
+            sealed.append(position)
+        else:
+            doomed.add(ref)
+    if sealed:
+        for position, generation in zip(sealed, sealed_generations(sealed)):
+            if generation is not None and generation != reports[position].generation:
+                doomed.add(refs[position])
+    return doomed - keep

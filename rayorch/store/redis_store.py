@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -50,10 +51,8 @@ from rayorch.store.base import (
     prepare_reports,
 )
 from rayorch.store.errors import (
-    FencedError,
     GrainSealedError,
     LeaseHeldError,
-    LeaseLostError,
     RunMismatchError,
     RunNotFoundError,
     StoreAuthError,
@@ -70,21 +69,22 @@ from rayorch.store.keys import (
     manifest_key,
     meta_key,
 )
-from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore
+from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs
 from rayorch.store.scripts import (
     ACQUIRE_LEASE,
     APPEND_FENCED,
     COMMIT_BATCH,
     CONFIG_MISMATCH,
-    FENCED,
     FINGERPRINT_MISMATCH,
+    GRAIN_SEALED,
     LEASE_HELD,
-    LEASE_LOST,
     OPEN_RUN,
     RENEW_LEASE,
     VERDICTS,
     LuaScript,
+    lease_refusal,
     next_token,
+    parse_lease_value,
 )
 
 MIN_REDIS_VERSION = (7, 0)
@@ -159,6 +159,8 @@ class RedisStore(LineageStore):
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
         self._waitaof = True
+        # (run, shard, driver, epoch) -> the token of this client's acquisition
+        self._holder_tokens: dict[tuple[str, int, str, int], str] = {}
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (RedisStore, (self.url,))
@@ -302,21 +304,39 @@ class RedisStore(LineageStore):
         self.payloads.delete_run(run_id)
 
     # -- leases ------------------------------------------------------------------
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float,
-                      *, after_epoch: int | None = None) -> int:
-        layout = self._layout(run_id)
-        layout.check_shard(shard)
+    def _lease_keys(self, run_id: str, shard: int) -> tuple[ShardKeys, list[str]]:
+        self._layout(run_id).check_shard(shard)
         keys = ShardKeys(run_id, shard)
+        return keys, [keys.lease, keys.holder, keys.epoch]
+
+    def _holder_token(self, run_id: str, shard: int, driver: str, epoch: int) -> str:
+        """The token of this client's acquisition of ``epoch`` ("" if another client took it)."""
+        return self._holder_tokens.get((run_id, shard, driver, epoch), "")
+
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
+                      after_epoch: int | None = None) -> int:
+        keys, lease_keys = self._lease_keys(run_id, shard)
+        token = uuid.uuid4().hex
+        after, after_token = "", ""
+        if after_epoch is not None:
+            after, after_token = str(after_epoch), self._holder_token(run_id, shard, driver,
+                                                                      after_epoch)
         result = self._eval(
             ACQUIRE_LEASE,
-            [keys.lease, keys.epoch, keys.seq, keys.facts(ROOT)],
-            [driver, max(1, int(ttl_s * 1000)), shard, repr(time.time())],
+            [*lease_keys, keys.seq, keys.facts(ROOT)],
+            [driver, max(1, int(ttl_s * 1000)), shard, repr(time.time()), token, after,
+             after_token],
         )
-        if int(result[0]) == LEASE_HELD:
-            raise LeaseHeldError(run_id, shard, result[2].decode(), int(result[1]))
-        if int(result[0]) == 1:
+        code = int(result[0])
+        if code == LEASE_HELD:
+            raise LeaseHeldError(run_id, shard, _text(result[2]), int(result[1]))
+        if code < 0:
+            raise lease_refusal(run_id, shard, after_epoch or 0, result)
+        epoch = int(result[1])
+        self._holder_tokens[(run_id, shard, driver, epoch)] = token
+        if code == 1:
             self._sync_to_disk()
-        return int(result[1])
+        return epoch
 
     def _sync_to_disk(self) -> None:
         """Wait for the AOF fsync of a new epoch where the server supports it (Redis >= 7.2)."""
@@ -328,24 +348,20 @@ class RedisStore(LineageStore):
         except StoreError:
             self._waitaof = False  # no AOF, or a server without WAITAOF
 
-    def _renew(self, run_id: str, shard: int, driver: str, epoch: int, ttl_ms: int) -> int:
-        self._layout(run_id).check_shard(shard)
-        keys = ShardKeys(run_id, shard)
-        result = self._eval(RENEW_LEASE, [keys.lease], [epoch, driver, ttl_ms])
-        code = int(result[0])
-        if code == FENCED:
-            return int(result[1])
-        return code
+    def _renew(self, run_id: str, shard: int, driver: str, epoch: int, ttl_ms: int) -> Any:
+        _, lease_keys = self._lease_keys(run_id, shard)
+        token = self._holder_token(run_id, shard, driver, epoch)
+        return self._eval(RENEW_LEASE, lease_keys, [epoch, driver, ttl_ms, token])
 
     def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
-        code = self._renew(run_id, shard, driver, epoch, max(1, int(ttl_s * 1000)))
-        if code == LEASE_LOST:
-            raise LeaseLostError(run_id, shard, epoch)
-        if code != 1:
-            raise FencedError(run_id, shard, epoch, code)
+        result = self._renew(run_id, shard, driver, epoch, max(1, int(ttl_s * 1000)))
+        if int(result[0]) != 1:
+            raise lease_refusal(run_id, shard, epoch, result)
 
     def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
-        self._renew(run_id, shard, driver, epoch, 0)
+        result = self._renew(run_id, shard, driver, epoch, 0)
+        if int(result[0]) == 1:
+            self._holder_tokens.pop((run_id, shard, driver, epoch), None)
 
     def lease_holder(self, run_id: str, shard: int) -> LeaseHolder | None:
         self._layout(run_id).check_shard(shard)
@@ -353,87 +369,102 @@ class RedisStore(LineageStore):
             raw = self._client().get(ShardKeys(run_id, shard).lease)
         if raw is None:
             return None
-        epoch, _, driver = _text(raw).partition("|")
-        return LeaseHolder(driver, int(epoch))
+        epoch, _, driver = parse_lease_value(_text(raw))
+        return LeaseHolder(driver, epoch)
 
     # -- facts -------------------------------------------------------------------
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact],
-               *, driver: str | None = None) -> list[int]:
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
+               driver: str) -> list[int]:
         layout = self._layout(run_id)
         prepared = prepare_driver_facts(layout, shard, facts)
-        keys = ShardKeys(run_id, shard)
+        keys, lease_keys = self._lease_keys(run_id, shard)
         streams: dict[DomainId, int] = {}
-        args: list[Any] = [epoch, next_token(), len(prepared)]
+        args: list[Any] = [epoch, next_token(), len(prepared), driver,
+                           self._holder_token(run_id, shard, driver, epoch)]
         for item in prepared:
             index = streams.setdefault(item.domain, len(streams) + 1)
             args += [item.kind, item.grain, item.generation, index, encode_fact(item.fact)]
         stream_keys = [keys.facts(d) for d in streams]
         result = self._eval(
-            APPEND_FENCED, [keys.lease, keys.grains, keys.seq, keys.lastop, *stream_keys], args
+            APPEND_FENCED, [*lease_keys, keys.grains, keys.seq, keys.lastop, *stream_keys], args
         )
         code = int(result[0])
         if code in (1, 2):
             first = int(result[1])
             return list(range(first, first + len(prepared)))
-        if code == LEASE_LOST:
-            raise LeaseLostError(run_id, shard, epoch)
-        if code == FENCED:
-            raise FencedError(run_id, shard, epoch, int(result[1]))
+        if code != GRAIN_SEALED:
+            raise lease_refusal(run_id, shard, epoch, result)
         sealed = []
         for i in result[1:]:
             call, _, path = prepared[int(i) - 1].grain.rpartition("|")
             sealed.append((call, parse_path(path)))
         raise GrainSealedError(run_id, shard, sealed)
 
-    def commit(self, run_id: str, reports: Sequence[GrainCommitted]) -> list[CommitVerdict]:
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> list[CommitVerdict]:
         layout = self._layout(run_id)
         groups = prepare_reports(layout, reports)
-        token = next_token()
+        token = token or next_token()
         refs: dict[int, str] = {}
         calls: list[tuple[LuaScript, list[str], list[Any]]] = []
         positions: list[list[int]] = []
-        try:
-            for shard, items in groups.items():
-                keys = ShardKeys(run_id, shard)
-                streams: dict[DomainId, int] = {}
-                args: list[Any] = [len(items), token]
-                barrier_args: list[bytes] = []
-                threshold = self.payloads.threshold
-                for item in items:
-                    report = item.report
-                    encoded = encode_fact(report)
-                    if len(encoded) > threshold and report.outputs is not None:
-                        slim, refs[item.position] = self.payloads.externalize(
-                            run_id, report, f"{token}-{item.position}"
-                        )
-                        encoded = encode_fact(slim)
-                    index = streams.get(item.domain)
-                    if index is None:
-                        index = streams[item.domain] = len(streams) + 1
-                    if item.installs_barrier:
-                        args.extend((item.grain, item.generation, item.barrier, "1", index,
-                                     encoded))
-                        barrier_args.append(encode_fact(barrier_fact(report)))
-                    else:
-                        args.extend((item.grain, item.generation, item.barrier, "0", index,
-                                     encoded))
-                stream_keys = [keys.facts(d) for d in streams]
-                calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
-                              args + barrier_args))
-                positions.append([item.position for item in items])
-            results = self._eval_many(calls)
-        except BaseException:
-            for ref in refs.values():  # nothing is known to be committed: keep no orphans
-                self.payloads.delete(ref)
-            raise
+        # Payload files are written before the scripts run and are not deleted if anything
+        # below raises: the outcome is then unknown (a lost reply may hide a commit), and a
+        # file's path is shared with any earlier commit of the same report. `rayorch gc`
+        # collects the files no fact refers to (docs/ARCHITECTURE.md, "Payload files").
+        for shard, items in groups.items():
+            keys = ShardKeys(run_id, shard)
+            streams: dict[DomainId, int] = {}
+            args: list[Any] = [len(items), token]
+            barrier_args: list[bytes] = []
+            threshold = self.payloads.threshold
+            for item in items:
+                report = item.report
+                encoded = encode_fact(report)
+                if len(encoded) > threshold and report.outputs is not None:
+                    slim, refs[item.position] = self.payloads.externalize(run_id, report)
+                    encoded = encode_fact(slim)
+                index = streams.get(item.domain)
+                if index is None:
+                    index = streams[item.domain] = len(streams) + 1
+                if item.installs_barrier:
+                    args.extend((item.grain, item.generation, item.barrier, "1", index, encoded))
+                    barrier_args.append(encode_fact(barrier_fact(report)))
+                else:
+                    args.extend((item.grain, item.generation, item.barrier, "0", index, encoded))
+            stream_keys = [keys.facts(d) for d in streams]
+            calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
+                          args + barrier_args))
+            positions.append([item.position for item in items])
+        results = self._eval_many(calls)
         verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
         for shard_positions, result in zip(positions, results):
             for position, code in zip(shard_positions, result):
                 verdicts[position] = VERDICTS[int(code)]
-        for position, ref in refs.items():
-            if not verdicts[position].accepted:
-                self.payloads.delete(ref)
+        if refs:
+            self._delete_rejected_payloads(layout, reports, verdicts, refs)
         return verdicts
+
+    def _delete_rejected_payloads(self, layout: RunLayout, reports: Sequence[GrainCommitted],
+                                  verdicts: list[CommitVerdict], refs: dict[int, str]) -> None:
+        """Delete the files :func:`~rayorch.store.payload.deletable_refs` allows; the rest
+        is left to ``rayorch gc``."""
+
+        def sealed_generations(positions: list[int]) -> list[int | None]:
+            client = self._client()
+            with self._errors():
+                pipe = client.pipeline(transaction=False)
+                for position in positions:
+                    report = reports[position]
+                    shard = layout.info.shard_of(report.path[0])
+                    pipe.hget(ShardKeys(layout.info.run_id, shard).grains,
+                              grain_field(report.call, report.path))
+                phases = pipe.execute()
+            return [None if p is None else p[1] for p in map(_decode_phase, phases)]
+
+        with contextlib.suppress(StoreError):  # not deleting only leaves garbage for gc
+            for ref in deletable_refs(refs, verdicts, reports, sealed_generations):
+                self.payloads.delete(ref)
 
     def read(
         self,
@@ -497,6 +528,9 @@ class RedisStore(LineageStore):
                 fact = self.payloads.resolve(fact)
             out.append(StoredFact(seq, domain, fact))
         return out
+
+    def resolve_payload(self, fact: GrainCommitted) -> GrainCommitted:
+        return self.payloads.resolve(fact)
 
     def grain_phase(self, run_id: str, shard: int, call: CallId, path: EntityPath
                     ) -> tuple[GrainPhase, int] | None:

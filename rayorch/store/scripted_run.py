@@ -96,7 +96,7 @@ def write_scripted_run(
         return shard_of(index, micro_batch, shards)
 
     def append(index: int, facts: list[Fact]) -> None:
-        store.append(run_id, shard(index), epochs[shard(index)], facts)
+        store.append(run_id, shard(index), epochs[shard(index)], facts, driver=driver)
 
     def commit(reports: list[GrainCommitted]) -> None:
         verdicts = store.commit(run_id, reports)
@@ -143,7 +143,8 @@ def write_scripted_run(
     if complete:
         for k in range(shards):
             admitted = sum(1 for i in range(len(pages)) if shard(i) == k)
-            store.append(run_id, k, epochs[k], [RunCompleted(admitted, ts=now())])
+            store.append(run_id, k, epochs[k], [RunCompleted(admitted, ts=now())],
+                         driver=driver)
     for k, epoch in epochs.items():
         store.release_lease(run_id, k, driver, epoch)
     return result

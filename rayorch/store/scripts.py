@@ -1,8 +1,10 @@
 """The Lua scripts of the Redis store (``lua/*.lua``), their return codes, and call tokens.
 
 Each script is run by SHA (EVALSHA) and reloaded on NOSCRIPT; its header comment
-documents its keys, arguments and answers. Every script call carries a token unique
-across processes, so a call redone after a lost reply answers as the first one did.
+documents its keys, arguments and answers. A line ``--- @include "name"`` is replaced by
+``lua/includes/name.lua`` when the script is loaded (shared helpers, e.g. the lease fence).
+Every script call carries a token unique across processes, so a call redone after a lost
+reply answers as the first one did.
 """
 
 from __future__ import annotations
@@ -10,14 +12,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from rayorch.core.commit import CommitVerdict
+from rayorch.core.errors import StoreError
+from rayorch.store.errors import FencedError, LeaseLostError, LeaseRolledBackError
 
 _LUA_DIR = Path(__file__).parent / "lua"
+_INCLUDE = re.compile(r'^--- @include "([a-z-]+)"$', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -33,19 +41,47 @@ class LuaScript:
 
 
 def _load_script(stem: str) -> LuaScript:
-    return LuaScript(stem, (_LUA_DIR / f"{stem}.lua").read_text())
+    source = (_LUA_DIR / f"{stem}.lua").read_text()
+    source = _INCLUDE.sub(lambda m: (_LUA_DIR / "includes" / f"{m[1]}.lua").read_text(), source)
+    return LuaScript(stem, source)
 
 
 COMMIT_BATCH = _load_script("commit-batch-3")
-APPEND_FENCED = _load_script("append-fenced-4")
-ACQUIRE_LEASE = _load_script("acquire-lease-4")
-RENEW_LEASE = _load_script("renew-lease-1")
+APPEND_FENCED = _load_script("append-fenced-6")
+ACQUIRE_LEASE = _load_script("acquire-lease-5")
+RENEW_LEASE = _load_script("renew-lease-3")
 OPEN_RUN = _load_script("open-run-1")
 
 # Return codes of the scripts (see their headers).
-LEASE_LOST, FENCED, GRAIN_SEALED, LEASE_HELD = -10, -11, -12, -20
+LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
 FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 VERDICTS = {int(v): v for v in CommitVerdict}  # commit-batch codes -> verdicts
+_LEASE_VALUE = re.compile(r"^(\d+)\|([0-9a-f]*)\|(.*)$", re.DOTALL)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def parse_lease_value(text: str) -> tuple[int, str, str]:
+    """``(epoch, token, driver)`` of a lease or holder value (see ``lua/includes/lease.lua``)."""
+    match = _LEASE_VALUE.match(text)
+    if match:
+        return int(match[1]), match[2], match[3]
+    epoch, _, driver = text.partition("|")  # written before holder tokens existed
+    return int(epoch), "", driver
+
+
+def lease_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any]) -> LeaseLostError:
+    """The error of a lease script's refusal code (see ``lua/includes/lease.lua``)."""
+    code = int(result[0])
+    if code == FENCED:
+        return FencedError(run_id, shard, epoch, int(result[1]), _text(result[2]))
+    if code == ROLLED_BACK:
+        return LeaseRolledBackError(run_id, shard, epoch, int(result[1]), _text(result[2]))
+    if code == LEASE_LOST:
+        return LeaseLostError(run_id, shard, epoch)
+    raise StoreError(f"a lease script answered the unknown code {code}")
 
 # Call tokens are "<random prefix of this process>.<counter>"; next() on a count is
 # atomic under the GIL, and a forked child draws a prefix of its own.

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import redis
@@ -99,3 +100,28 @@ def test_console_script_exit_codes_and_plain_errors(redis_url: str) -> None:
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2
     assert "run 'nope' not found" in missing.stderr
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_audit_reports_a_committed_payload_that_does_not_resolve(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    payload_dir = tmp_path / "payloads"
+    url = f"{redis_url}?payload_dir={payload_dir}&payload_threshold=40"
+    write_scripted_run(open_store(url), "lost")
+    files = sorted(payload_dir.rglob("*.msgpack"))
+    assert files, "the scripted run's outputs should be over the payload threshold"
+    victim = files[0]
+    ref = victim.relative_to(payload_dir).as_posix()
+    if damage == "missing":
+        victim.unlink()
+    else:
+        victim.write_bytes(victim.read_bytes()[::-1])
+    assert main(["audit", "lost", "--store", url]) == EXIT_INVARIANT
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if ref in line]
+    grain = f"{ref.split('/')[1]}[{victim.name.split('.g')[0]}]"
+    assert line.startswith("  VIOLATION ") and "run lost " + grain in line
+    assert "does not resolve" in line and "Traceback" not in out
+    # the other payloads and every other check still ran: one finding, nothing else
+    assert sum("VIOLATION" in line for line in out.splitlines()) == 1

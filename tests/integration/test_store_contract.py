@@ -97,7 +97,7 @@ class StoreContract:
             store.open_run("bad:id", PLAN)
 
     def test_delete_run(self, store: LineageStore, run: str, epoch: int) -> None:
-        store.append(run, 0, epoch, [SourceAdmitted(0, ("a",))])
+        store.append(run, 0, epoch, [SourceAdmitted(0, ("a",))], driver="driver-a")
         store.delete_run(run)
         with pytest.raises(RunNotFoundError):
             store.run_info(run)
@@ -124,17 +124,68 @@ class StoreContract:
         old = store.acquire_lease(run, 0, "driver-a", ttl_s=0.2)
         time.sleep(0.3)
         with pytest.raises(LeaseLostError) as lost:
-            store.append(run, 0, old, [SourceAdmitted(0, ("a",))])
+            store.append(run, 0, old, [SourceAdmitted(0, ("a",))], driver="driver-a")
         assert not isinstance(lost.value, FencedError)
         new = store.acquire_lease(run, 0, "driver-b", ttl_s=60)
         assert new == old + 1
         before = store.read(run, 0)
         with pytest.raises(FencedError, match=f"epoch {new}"):
-            store.append(run, 0, old, [SourceAdmitted(0, ("a",))])
+            store.append(run, 0, old, [SourceAdmitted(0, ("a",))], driver="driver-a")
         with pytest.raises(FencedError):
             store.renew_lease(run, 0, "driver-a", old, ttl_s=60)
         assert store.read(run, 0) == before
         store.renew_lease(run, 0, "driver-b", new, ttl_s=60)
+
+    def test_deposed_driver_wakes_after_another_continued(self, store: LineageStore, run: str
+                                                          ) -> None:
+        # driver-a stops renewing past its TTL (SIGSTOP); driver-b takes over, writes, then
+        # finishes and releases; driver-a wakes up (SIGCONT) and tries to carry on.
+        old = store.acquire_lease(run, 0, "driver-a", ttl_s=0.2)
+        store.append(run, 0, old, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        time.sleep(0.3)
+        new = store.acquire_lease(run, 0, "driver-b", ttl_s=60)
+        lost = (f"^lease lost: run '{run}' shard 0 was continued by driver 'driver-b' "
+                f"\\(epoch {new}\\);[^\\n]*$")
+        for phase in ("driver-b holds it", "driver-b released it"):
+            with pytest.raises(FencedError, match=lost):
+                store.acquire_lease(run, 0, "driver-a", ttl_s=60, after_epoch=old)
+            with pytest.raises(FencedError, match=lost):
+                store.append(run, 0, old, [SourceAdmitted(1, ("from-a",))], driver="driver-a")
+            with pytest.raises(FencedError, match=lost):
+                store.renew_lease(run, 0, "driver-a", old, ttl_s=60)
+            if phase == "driver-b holds it":
+                store.append(run, 0, new, [SourceAdmitted(1, ("from-b",))], driver="driver-b")
+                store.release_lease(run, 0, "driver-b", new)
+        assert store.lease_holder(run, 0) is None  # the refused driver took nothing
+        admitted = [f.fact for f in store.read(run, 0) if isinstance(f.fact, SourceAdmitted)]
+        assert admitted == [SourceAdmitted(0, ("a",)), SourceAdmitted(1, ("from-b",))]
+        assert store.acquire_lease(run, 0, "driver-c", ttl_s=60) == new + 1
+
+    def test_lapsed_lease_is_taken_back_only_if_nobody_held_it(self, store: LineageStore,
+                                                               run: str) -> None:
+        old = store.acquire_lease(run, 0, "driver-a", ttl_s=0.2)
+        assert store.acquire_lease(run, 0, "driver-a", ttl_s=0.2, after_epoch=old) == old
+        time.sleep(0.3)
+        with pytest.raises(LeaseLostError) as lost:
+            store.append(run, 0, old, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        assert not isinstance(lost.value, FencedError)
+        again = store.acquire_lease(run, 0, "driver-a", ttl_s=60, after_epoch=old)
+        assert again == old + 1  # a new epoch: anything in flight under the old one is fenced
+        store.append(run, 0, again, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        with pytest.raises(FencedError, match=f"continued by driver 'driver-a' \\(epoch {again}"):
+            store.append(run, 0, old, [SourceAdmitted(1, ("b",))], driver="driver-a")
+
+    def test_fenced_writes_check_the_driver_as_well_as_the_epoch(self, store: LineageStore,
+                                                                 run: str) -> None:
+        epoch = store.acquire_lease(run, 0, "driver-a", ttl_s=60)
+        before = store.read(run, 0)
+        with pytest.raises(FencedError, match="continued by driver 'driver-a'"):
+            store.append(run, 0, epoch, [SourceAdmitted(0, ("a",))], driver="driver-b")
+        with pytest.raises(FencedError):
+            store.renew_lease(run, 0, "driver-b", epoch, ttl_s=60)
+        store.release_lease(run, 0, "driver-b", epoch)  # not its lease: nothing happens
+        assert store.lease_holder(run, 0) == ("driver-a", epoch)
+        assert store.read(run, 0) == before
 
     # -- append / read -----------------------------------------------------------
     def test_read_back_equals_appended_in_order(self, store: LineageStore, run: str, epoch: int
@@ -147,7 +198,7 @@ class StoreContract:
             GrainRetried("ocr", (1, 0), 1, "crash"),
             GrainDispatched("assemble", (1,), 0),
         ]
-        seqs = store.append(run, 0, epoch, facts)
+        seqs = store.append(run, 0, epoch, facts, driver="driver-a")
         assert seqs == [epoch_seq + 2 for epoch_seq in range(len(facts))]  # 1 = LeaseAcquired
         stored = store.read(run, 0)[1:]
         assert [s.fact for s in stored] == facts
@@ -165,7 +216,7 @@ class StoreContract:
         for i in range(30):
             facts.append(GrainDispatched("ocr", (0, i), 0) if i % 3 else
                          GrainDispatched("render", (i % 2,), i))
-        store.append(run, 0, epoch, facts)
+        store.append(run, 0, epoch, facts, driver="driver-a")
         pages, cursor = [], 0
         while batch := store.read(run, 0, cursor, limit=4):
             pages.append(batch)
@@ -179,7 +230,8 @@ class StoreContract:
         start = time.monotonic()
         assert store.read(run, 0, cursor, block_s=0.2) == []
         assert time.monotonic() - start >= 0.15
-        timer = threading.Timer(0.2, store.append, (run, 0, epoch, [SourceAdmitted(0, ("a",))]))
+        timer = threading.Timer(0.2, store.append, (run, 0, epoch, [SourceAdmitted(0, ("a",))]),
+                                {"driver": "driver-a"})
         timer.start()
         try:
             got = store.read(run, 0, cursor, block_s=10)
@@ -190,24 +242,25 @@ class StoreContract:
     def test_append_checks_shard_and_fact_kinds(self, store: LineageStore, run: str, epoch: int
                                                 ) -> None:
         with pytest.raises(UnknownRunPartError, match="shard 1"):
-            store.append(run, 0, epoch, [SourceAdmitted(2, ("c",))])  # (2 // 2) % 2 == 1
+            # (2 // 2) % 2 == 1
+            store.append(run, 0, epoch, [SourceAdmitted(2, ("c",))], driver="driver-a")
         with pytest.raises(FactNotAllowedError):
-            store.append(run, 0, epoch, [committed("render", (0,))])
+            store.append(run, 0, epoch, [committed("render", (0,))], driver="driver-a")
         with pytest.raises(FactNotAllowedError):
-            store.append(run, 0, epoch, [BarrierInstalled("ocr", (0,))])
+            store.append(run, 0, epoch, [BarrierInstalled("ocr", (0,))], driver="driver-a")
         with pytest.raises(UnknownRunPartError, match="'nope'"):
-            store.append(run, 0, epoch, [GrainDispatched("nope", (0,), 0)])
+            store.append(run, 0, epoch, [GrainDispatched("nope", (0,), 0)], driver="driver-a")
         with pytest.raises(UnknownRunPartError, match="depth"):
-            store.append(run, 0, epoch, [GrainDispatched("ocr", (0,), 0)])
+            store.append(run, 0, epoch, [GrainDispatched("ocr", (0,), 0)], driver="driver-a")
         with pytest.raises(UnknownRunPartError, match="shard 5"):
-            store.append(run, 5, epoch, [])
+            store.append(run, 5, epoch, [], driver="driver-a")
 
     def test_driver_facts_on_sealed_grains_change_nothing(self, store: LineageStore, run: str,
                                                           epoch: int) -> None:
         store.append(run, 0, epoch, [GrainDispatched("ocr", (0, 0), 0),
-                                     GrainDispatched("ocr", (0, 1), 0)])
+                                     GrainDispatched("ocr", (0, 1), 0)], driver="driver-a")
         assert store.commit(run, [committed("ocr", (0, 0))]) == [CommitVerdict.ACCEPTED]
-        store.append(run, 0, epoch, [GrainFailed("ocr", (0, 1), 0, "gave up")])
+        store.append(run, 0, epoch, [GrainFailed("ocr", (0, 1), 0, "gave up")], driver="driver-a")
         before = store.read(run, 0)
         with pytest.raises(GrainSealedError) as err:
             store.append(run, 0, epoch, [
@@ -215,7 +268,7 @@ class StoreContract:
                 GrainRetried("ocr", (0, 0), 1, "actor died"),
                 GrainDispatched("ocr", (0, 2), 0),
                 GrainDispatched("ocr", (0, 1), 1),
-            ])
+            ], driver="driver-a")
         assert err.value.grains == (("ocr", (0, 0)), ("ocr", (0, 1)))
         assert "ocr[0.0], ocr[0.1] already sealed" in str(err.value)
         assert store.read(run, 0) == before
@@ -223,7 +276,7 @@ class StoreContract:
         # a fact sealing a Grain earlier in the same call counts too
         with pytest.raises(GrainSealedError):
             store.append(run, 0, epoch, [GrainFailed("ocr", (0, 2), 0, "x"),
-                                         GrainDispatched("ocr", (0, 2), 1)])
+                                         GrainDispatched("ocr", (0, 2), 1)], driver="driver-a")
 
     # -- commit gate -------------------------------------------------------------
     def test_commit_rule_verdicts(self, store: LineageStore, run: str, epoch: int) -> None:
@@ -234,7 +287,7 @@ class StoreContract:
             GrainDispatched("ocr", (0, 1), 1),
             GrainDispatched("ocr", (0, 2), 0),
             GrainRetried("ocr", (0, 2), 1, "crash"),
-        ])
+        ], driver="driver-a")
         verdicts = store.commit(run, [
             committed("ocr", (0, 0)),           # accepted
             committed("ocr", (0, 0)),           # duplicate in the same batch
@@ -254,7 +307,8 @@ class StoreContract:
     def test_group_failure_installs_barrier_atomically(self, store: LineageStore, run: str,
                                                        epoch: int) -> None:
         store.append(run, 0, epoch, [GrainDispatched("ocr", (0, i), 0) for i in range(4)]
-                     + [GrainDispatched("ocr", (1, 0), 0), GrainDispatched("render", (0,), 0)])
+                     + [GrainDispatched("ocr", (1, 0), 0), GrainDispatched("render", (0,), 0)],
+                     driver="driver-a")
         assert store.commit(run, [committed("ocr", (0, 0))]) == [CommitVerdict.ACCEPTED]
         verdicts = store.commit(run, [
             committed("ocr", (0, 1), outcome=REPORT_RECORD_FAILURE),
@@ -276,8 +330,8 @@ class StoreContract:
                                                            ) -> None:
         e0 = store.acquire_lease(run, 0, "d", ttl_s=60)
         e1 = store.acquire_lease(run, 1, "d", ttl_s=60)
-        store.append(run, 0, e0, [GrainDispatched("ocr", (0, 0), 0)])
-        store.append(run, 1, e1, [GrainDispatched("ocr", (2, 0), 0)])
+        store.append(run, 0, e0, [GrainDispatched("ocr", (0, 0), 0)], driver="d")
+        store.append(run, 1, e1, [GrainDispatched("ocr", (2, 0), 0)], driver="d")
         verdicts = store.commit(run, [committed("ocr", (2, 0), 1), committed("ocr", (0, 0)),
                                       committed("ocr", (2, 0)), committed("ocr", (3, 0))])
         assert verdicts == [CommitVerdict.STALE, CommitVerdict.ACCEPTED, CommitVerdict.ACCEPTED,
@@ -294,7 +348,7 @@ class StoreContract:
         for shard, epoch in ((0, e0), (1, e1)):
             store.append(run, shard, epoch, [
                 GrainDispatched("ocr", (p, i), 0) for p in parents[shard] for i in range(900)
-            ])
+            ], driver="d")
         reports, expected = [], []
         for p in (0, 1, 2, 3):
             for i in range(900):

@@ -30,7 +30,7 @@ def test_large_outputs_go_to_payload_files(redis_url: str, tmp_path: Path) -> No
     store.open_run("r", scripted_plan())
     epoch = store.acquire_lease("r", 0, "d", ttl_s=60)
     store.append("r", 0, epoch, [GrainDispatched("ocr", (0, 0), 0),
-                                 GrainDispatched("ocr", (0, 1), 0)])
+                                 GrainDispatched("ocr", (0, 1), 0)], driver="d")
     verdicts = store.commit("r", [big_report((0, 0), 0), big_report((0, 1), 5),
                                   GrainCommitted("ocr", (0, 1), 0, REPORT_PRESENT, ("small",))])
     assert verdicts == [CommitVerdict.ACCEPTED, CommitVerdict.STALE, CommitVerdict.ACCEPTED]
@@ -55,7 +55,7 @@ def test_scripts_are_reloaded_after_the_server_forgets_them(redis_url: str) -> N
     store.open_run("r", scripted_plan())
     epoch = store.acquire_lease("r", 0, "d", ttl_s=60)
     redis.Redis.from_url(redis_url).script_flush()
-    store.append("r", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)])
+    store.append("r", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)], driver="d")
     redis.Redis.from_url(redis_url).script_flush()
     assert store.commit("r", [GrainCommitted("ocr", (0, 0), 0, REPORT_PRESENT, (1,))]) == [
         CommitVerdict.ACCEPTED]
@@ -67,7 +67,8 @@ def test_keys_of_a_shard_share_one_hash_tag(redis_url: str) -> None:
     store.acquire_lease("r", 1, "d", ttl_s=60)
     client = redis.Redis.from_url(redis_url)
     keys = sorted(k.decode() for k in client.keys("ro:{r:1}:*"))  # type: ignore[union-attr]
-    assert keys == sorted([ShardKeys("r", 1).lease, ShardKeys("r", 1).epoch,
+    assert keys == sorted([ShardKeys("r", 1).lease, ShardKeys("r", 1).holder,
+                           ShardKeys("r", 1).epoch,
                            ShardKeys("r", 1).seq, ShardKeys("r", 1).facts("root")])
 
 
@@ -99,7 +100,8 @@ def test_store_reconnects_after_a_redis_restart_with_aof(redis_aof_server: Redis
     store = open_store(redis_aof_server.url + "?retries=30")
     store.open_run("r", scripted_plan())
     epoch = store.acquire_lease("r", 0, "d", ttl_s=60)
-    store.append("r", 0, epoch, [SourceAdmitted(0, ("a",)), GrainDispatched("ocr", (0, 0), 0)])
+    store.append("r", 0, epoch, [SourceAdmitted(0, ("a",)), GrainDispatched("ocr", (0, 0), 0)],
+                 driver="d")
     before = store.read("r", 0)
     redis_aof_server.kill()
     restart = threading.Timer(0.5, redis_aof_server.start)

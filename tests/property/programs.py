@@ -226,3 +226,33 @@ class RandomPipeline(ro.Pipeline):
         if self.spec.side_output:
             return {"main": main, "source": source}
         return main
+
+
+# -- a fixed two-level program for the store tests ------------------------------------
+class _Same:
+    def __call__(self, rows: list[Any]) -> list[Any]:
+        return rows
+
+
+class NestedPdfPipeline(ro.Pipeline):
+    """render (root) -> expand -> split (root/0) -> expand -> ocr (root/0/0) -> reduce -> join
+    (root/0) -> reduce -> assemble (root): Grains at depth 1, 2 and 3, barriers at two levels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.render = ro.RayModule(_Same)
+        self.split = ro.RayModule(_Same)
+        self.ocr = ro.RayModule(_Same)
+        self.join = ro.RayModule(_Same)
+        self.assemble = ro.RayModule(_Same)
+
+    def forward(self, pdfs: Any) -> Any:
+        sections = F.expand(self.render(pdfs))
+        lines = F.expand(self.split(sections))
+        texts = F.reduce(self.ocr(lines))
+        return self.assemble(F.reduce(self.join(texts)))
+
+
+def nested_plan() -> Any:
+    """The compiled plan of :class:`NestedPdfPipeline` (Domains root, root/0, root/0/0)."""
+    return NestedPdfPipeline().compile()

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from programs import nested_plan
 
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
@@ -22,21 +23,33 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import Path
-from rayorch.store import GrainSealedError, LineageStore, open_store
-from rayorch.store.scripted_run import scripted_plan
+from rayorch.store import GrainSealedError, LeaseLostError, LineageStore, open_store
 
 pytestmark = pytest.mark.integration
 
-PLAN = scripted_plan()
+PLAN = nested_plan()  # Grains at depth 1 (render, assemble), 2 (split, join) and 3 (ocr)
 SHARDS = 2
 DRIVERS = ("a", "b")
 
 
+def sources_of(shard: int) -> st.SearchStrategy[int]:
+    return st.sampled_from([i for i in range(4) if i % SHARDS == shard])
+
+
 def grain_paths(shard: int) -> st.SearchStrategy[tuple[str, Path]]:
-    sources = st.sampled_from([i for i in range(4) if i % SHARDS == shard])
-    child = st.tuples(st.just("ocr"), st.tuples(sources, st.integers(0, 2)))
+    sources = sources_of(shard)
+    grandchild = st.tuples(st.just("ocr"), st.tuples(sources, st.integers(0, 1),
+                                                     st.integers(0, 2)))
+    child = st.tuples(st.sampled_from(["split", "join"]), st.tuples(sources, st.integers(0, 2)))
     root = st.tuples(st.sampled_from(["render", "assemble"]), st.tuples(sources))
-    return st.one_of(child, root)
+    return st.one_of(grandchild, child, root)
+
+
+def sibling_parents(shard: int) -> st.SearchStrategy[tuple[str, Path]]:
+    """A child Call and a parent path: three siblings there can meet a barrier."""
+    sources = sources_of(shard)
+    return st.one_of(st.tuples(st.just("ocr"), st.tuples(sources, st.integers(0, 1))),
+                     st.tuples(st.just("split"), st.tuples(sources)))
 
 
 def driver_fact(shard: int) -> st.SearchStrategy[Fact]:
@@ -72,6 +85,8 @@ def outcome(fn: Any) -> Any:
         return ("ok", fn())
     except GrainSealedError as exc:
         return ("error", "GrainSealedError", exc.grains)
+    except LeaseLostError as exc:  # who continued the shard, and at which epoch
+        return ("error", type(exc).__name__, exc.args)
     except Exception as exc:  # compared between the stores
         return ("error", type(exc).__name__)
 
@@ -97,6 +112,15 @@ class StoresAgree(RuleBasedStateMachine):
         if result[0] == "ok":
             self.epochs[(shard, driver)] = result[1]
 
+    @rule(shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS),
+          back=st.integers(0, 1))
+    def reacquire(self, shard: int, driver: str, back: int) -> None:
+        after = self.epochs.get((shard, driver), 0) - back
+        result = self.both(lambda s: s.acquire_lease(self.run, shard, driver, ttl_s=600,
+                                                     after_epoch=after))
+        if result[0] == "ok":
+            self.epochs[(shard, driver)] = result[1]
+
     @rule(shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS))
     def release(self, shard: int, driver: str) -> None:
         epoch = self.epochs.get((shard, driver), 0)
@@ -107,7 +131,22 @@ class StoresAgree(RuleBasedStateMachine):
     def append(self, data: st.DataObject, shard: int, driver: str, stale: bool) -> None:
         facts = data.draw(st.lists(driver_fact(shard), max_size=4))
         epoch = self.epochs.get((shard, driver), 0) - (1 if stale else 0)
-        self.both(lambda s: s.append(self.run, shard, epoch, facts))
+        self.both(lambda s: s.append(self.run, shard, epoch, facts, driver=driver))
+
+    @rule(data=st.data(), shard=st.integers(0, SHARDS - 1), driver=st.sampled_from(DRIVERS))
+    def siblings_meet_a_barrier(self, data: st.DataObject, shard: int, driver: str) -> None:
+        """Three siblings in flight; one fails its group; the others report after it."""
+        call, parent = data.draw(sibling_parents(shard))
+        self.acquire(shard, driver)  # held by the other driver: the appends are refused
+        epoch = self.epochs.get((shard, driver), 0)
+        kids = [(*parent, o) for o in range(3)]
+        self.both(lambda s: s.append(self.run, shard, epoch,
+                                     [GrainDispatched(call, k, 0) for k in kids], driver=driver))
+        self.both(lambda s: s.commit(self.run, [
+            GrainCommitted(call, kids[0], 0, REPORT_GROUP_FAILURE, None, "bad"),
+            GrainCommitted(call, kids[1], 0, REPORT_PRESENT, ("v",))]))
+        self.both(lambda s: s.commit(self.run, [
+            GrainCommitted(call, kids[2], 0, REPORT_PRESENT, ("v",))]))
 
     @rule(batch=st.lists(reports, min_size=1, max_size=6))
     def commit(self, batch: list[GrainCommitted]) -> None:

@@ -9,6 +9,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from programs import nested_plan
 
 from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
 from rayorch.core.facts import (
@@ -30,17 +31,25 @@ from rayorch.store.scripted_run import scripted_plan
 
 pytestmark = pytest.mark.integration
 
-PLAN = scripted_plan()
+PLAN = nested_plan()  # Grains at depth 1 (render), 2 (split) and 3 (ocr)
 SHARDS = 2
 grains = st.one_of(
-    st.tuples(st.just("ocr"), st.tuples(st.integers(0, 3), st.integers(0, 2))),
+    st.tuples(st.just("ocr"), st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(0, 2))),
+    st.tuples(st.just("split"), st.tuples(st.integers(0, 3), st.integers(0, 2))),
     st.tuples(st.just("render"), st.tuples(st.integers(0, 3))),
 )
 driver_step = st.tuples(st.sampled_from(["dispatch", "dispatch", "retry", "fail"]), grains)
 report = st.tuples(grains, st.integers(-1, 1),  # generation relative to the current one
                    st.sampled_from([REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP_FAILURE]))
+# Siblings under one parent all dispatched, one fails its group, the others report after it
+# (in the same commit call and in a later one): every example exercises the barrier rule.
+siblings = st.one_of(
+    st.tuples(st.just("ocr"), st.tuples(st.integers(0, 3), st.integers(0, 1))),
+    st.tuples(st.just("split"), st.tuples(st.integers(0, 3))),
+)
 step = st.one_of(driver_step.map(lambda d: ("driver", d)),
-                 st.lists(report, min_size=1, max_size=5).map(lambda r: ("commit", r)))
+                 st.lists(report, min_size=1, max_size=5).map(lambda r: ("commit", r)),
+                 siblings.map(lambda s: ("siblings", s)))
 
 
 class PythonGate:
@@ -65,43 +74,55 @@ class PythonGate:
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # fresh run id per example
-@given(steps=st.lists(step, max_size=30))
+@given(steps=st.lists(step, min_size=1, max_size=30))
 def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, Any]]) -> None:
     store = open_store(redis_url)
     run = f"diff-{uuid.uuid4().hex[:10]}"
     store.open_run(run, PLAN, shards=SHARDS, micro_batch=1)
     epochs = [store.acquire_lease(run, k, "d", ttl_s=600) for k in range(SHARDS)]
     gate = PythonGate()
+
+    def drive(action: str, call: str, path: Path) -> None:
+        phase, gen = gate.phase.get((call, path)) or (None, 0)
+        fact: Fact
+        if action == "dispatch":
+            fact = GrainDispatched(call, path, gen)
+            new = (GrainPhase.IN_FLIGHT, gen)
+        elif action == "retry":
+            fact = GrainRetried(call, path, gen + 1, "crash")
+            new = (GrainPhase.READY, gen + 1)
+        else:
+            fact = GrainFailed(call, path, gen, "gave up")
+            new = (GrainPhase.SEALED, gen)
+        shard = path[0] % SHARDS
+        if phase is GrainPhase.SEALED:
+            with pytest.raises(GrainSealedError):
+                store.append(run, shard, epochs[shard], [fact], driver="d")
+        else:
+            store.append(run, shard, epochs[shard], [fact], driver="d")
+            gate.phase[(call, path)] = new
+
+    def commit(reports: list[tuple[tuple[str, Path], int, str]]) -> None:
+        batch = []
+        for (call, path), delta, outcome in reports:
+            gen = max(0, (gate.phase.get((call, path)) or (None, 0))[1] + delta)
+            outputs = ("v",) if outcome == REPORT_PRESENT else None
+            batch.append(GrainCommitted(call, path, gen, outcome, outputs, "c"))
+        expected = gate.commit(batch)
+        assert store.commit(run, batch) == expected, batch
+
     for kind, payload in steps:
         if kind == "driver":
-            action: str = payload[0]
-            call: str = payload[1][0]
-            path: Path = payload[1][1]
-            phase, gen = gate.phase.get((call, path)) or (None, 0)
-            fact: Fact
-            if action == "dispatch":
-                fact = GrainDispatched(call, path, gen)
-                new = (GrainPhase.IN_FLIGHT, gen)
-            elif action == "retry":
-                fact = GrainRetried(call, path, gen + 1, "crash")
-                new = (GrainPhase.READY, gen + 1)
-            else:
-                fact = GrainFailed(call, path, gen, "gave up")
-                new = (GrainPhase.SEALED, gen)
-            if phase is GrainPhase.SEALED:
-                with pytest.raises(GrainSealedError):
-                    store.append(run, path[0] % SHARDS, epochs[path[0] % SHARDS], [fact])
-            else:
-                store.append(run, path[0] % SHARDS, epochs[path[0] % SHARDS], [fact])
-                gate.phase[(call, path)] = new
+            drive(payload[0], payload[1][0], payload[1][1])
+        elif kind == "commit":
+            commit(payload)
         else:
-            batch = []
-            for (call, path), delta, outcome in payload:
-                gen = max(0, (gate.phase.get((call, path)) or (None, 0))[1] + delta)
-                outputs = ("v",) if outcome == REPORT_PRESENT else None
-                batch.append(GrainCommitted(call, path, gen, outcome, outputs, "c"))
-            expected = gate.commit(batch)
-            assert store.commit(run, batch) == expected, batch
+            call, parent = payload
+            children = [(call, (*parent, o)) for o in range(3)]
+            for child in children:
+                drive("dispatch", *child)
+            commit([(children[0], 0, REPORT_GROUP_FAILURE), (children[1], 0, REPORT_PRESENT)])
+            commit([(children[2], 0, REPORT_PRESENT)])
     for (call, path), state in gate.phase.items():
         assert store.grain_phase(run, path[0] % SHARDS, call, path) == state
     assert store.barriers(run, 0) | store.barriers(run, 1) == frozenset(gate.barriers)
@@ -111,9 +132,9 @@ def test_lua_commit_rule_matches_python(redis_url: str, steps: list[tuple[str, A
 def test_a_retried_commit_call_answers_as_the_first_one(redis_url: str) -> None:
     """A commit re-sent after a lost reply (same token) is not a duplicate of itself."""
     store = open_store(redis_url)
-    store.open_run("replay", PLAN)
+    store.open_run("replay", scripted_plan())
     epoch = store.acquire_lease("replay", 0, "d", ttl_s=60)
-    store.append("replay", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)])
+    store.append("replay", 0, epoch, [GrainDispatched("ocr", (0, 0), 0)], driver="d")
     keys = ShardKeys("replay", 0)
     report = GrainCommitted("ocr", (0, 0), 0, REPORT_PRESENT, ("v",))
     args: list[Any] = [2, "token-1",

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from rayorch.core.errors import RayorchError, StoreError
-from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, SourceAdmitted
+from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, SourceAdmitted, pack_value
 from rayorch.store import (
     FencedError,
     GrainSealedError,
     LeaseHeldError,
     LeaseLostError,
+    LeaseRolledBackError,
     PayloadError,
     RunMismatchError,
     RunNotFoundError,
@@ -26,7 +27,7 @@ from rayorch.store import (
 )
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
-from rayorch.store.payload import PayloadStore
+from rayorch.store.payload import PayloadStore, content_digest
 from rayorch.store.redis_store import RedisStore, parse_version, redact_url
 from rayorch.store.scripted_run import scripted_plan
 
@@ -82,6 +83,8 @@ def test_redis_store_options_stay_out_of_the_redis_url(tmp_path: Path) -> None:
         LeaseHeldError("r", 1, "d", 4),
         LeaseLostError("r", 1, 4),
         FencedError("r", 1, 4, 5),
+        FencedError("r", 1, 4, 5, "driver-b"),
+        LeaseRolledBackError("r", 1, 4, 2, "driver-x"),
         GrainSealedError("r", 0, [("ocr", (1, 2))]),
         PayloadError("r/ocr/x", "missing"),
     ],
@@ -113,19 +116,30 @@ def test_memory_leases_expire_on_the_store_clock() -> None:
     now[0] += 2
     assert store.lease_holder("r", 0) is None
     with pytest.raises(LeaseLostError):
-        store.append("r", 0, epoch, [SourceAdmitted(0, ("a",))])
+        store.append("r", 0, epoch, [SourceAdmitted(0, ("a",))], driver="a")
     assert store.acquire_lease("r", 0, "b", ttl_s=5) == epoch + 1
 
 
 def test_payload_files_round_trip_and_stay_inside_their_directory(tmp_path: Path) -> None:
     payloads = PayloadStore(tmp_path, threshold=8)
     report = GrainCommitted("ocr", (1, 2), 0, REPORT_PRESENT, (b"\x00" * 100, (1, "two")))
-    slim, ref = payloads.externalize("run", report, "tok")
-    assert slim.outputs is None and slim.payload_ref == ref == "run/ocr/1.2.g0.tok.msgpack"
+    slim, ref = payloads.externalize("run", report)
+    digest = content_digest(pack_value(report.outputs))
+    assert slim.outputs is None and slim.payload_ref == ref == f"run/ocr/1.2.g0.{digest}.msgpack"
+    assert payloads.externalize("run", report) == (slim, ref)  # the same report, the same file
     assert payloads.resolve(slim).outputs == report.outputs
     assert payloads.refs("run") == {ref}
     with pytest.raises(PayloadError, match="outside"):
         payloads.load("../../etc/passwd")
+    path = tmp_path / ref
+    path.write_bytes(path.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(PayloadError, match="does not match the digest"):
+        payloads.load(ref)
+    legacy = tmp_path / "run" / "ocr" / "1.2.g0.tok.msgpack"  # no digest in the name
+    legacy.write_bytes(b"\xc1")
+    with pytest.raises(PayloadError, match="cannot decode"):
+        payloads.load("run/ocr/1.2.g0.tok.msgpack")
+    legacy.unlink()
     payloads.delete(ref)
     with pytest.raises(PayloadError, match="cannot read"):
         payloads.load(ref)

@@ -1,0 +1,84 @@
+--[[ append-fenced-6.lua: append driver facts to one shard if the caller holds its lease.
+
+KEYS[1]      lease key      "epoch|token|driver" (expires with the lease TTL)
+KEYS[2]      holder key     "epoch|token|driver" of the last acquisition
+KEYS[3]      epoch counter  raised to the caller's epoch if below it (includes/lease.lua)
+KEYS[4]      grains hash    "call|path" -> "phase:generation[:token]"
+KEYS[5]      seq counter    last sequence number of the shard
+KEYS[6]      lastop         "token:first_seq" of the last append (a retry after a lost reply)
+KEYS[7..]    fact streams   one per Domain the facts use (ids "<seq>-0")
+
+ARGV[1]      the caller's epoch (fencing token)
+ARGV[2]      call token, unique per call
+ARGV[3]      n, the number of facts
+ARGV[4]      the caller's driver id
+ARGV[5]      the caller's holder token ("" when unknown: epoch and driver only)
+then 5 per fact i (base = 5 + (i-1)*5):
+  +1 kind: 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed
+  +2 grain field "call|path" ("" for kind 0)     +3 generation
+  +4 stream index: the fact's stream is KEYS[6 + index]
+  +5 msgpack bytes of the fact
+
+Returns: {1, first_seq}            appended as first_seq .. first_seq + n - 1
+         {2, first_seq}            this call token was already appended (nothing written)
+         {-10}                     no live lease: expired or released, nobody held it since
+         {-11, epoch, driver}      fenced: driver holds or held the shard since
+         {-14, epoch, driver}      the store has no record of the caller's epoch (restored
+                                   from an older state)
+         {-12, i, j, ...}          facts i, j, ... name sealed Grains (nothing written)
+Appends: every fact, in order, as an entry {f = fact bytes} with id "<seq>-0".
+Grain table: Dispatched -> "2:gen" (in flight), Retried -> "1:gen" (ready),
+Failed -> "3:gen" (sealed). Every check runs before any write (a refused fence only
+raises the epoch counter).
+]]
+--- @include "lease"
+local grains, seqkey, lastop = KEYS[4], KEYS[5], KEYS[6]
+local token, n = ARGV[2], tonumber(ARGV[3])
+local FACT0 = 5
+
+local last = redis.call('GET', lastop)
+if last then
+  local t, first = string.match(last, '^(.*):(%d+)$')
+  if t == token then return {2, tonumber(first)} end
+end
+
+local refusal = fence(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), ARGV[5], ARGV[4])
+if refusal then return refusal end
+
+local overlay = {}
+local conflicts = {}
+for i = 1, n do
+  local b = FACT0 + (i - 1) * 5
+  local kind = ARGV[b + 1]
+  if kind ~= '0' then
+    local field = ARGV[b + 2]
+    local cur = overlay[field]
+    if cur == nil then cur = redis.call('HGET', grains, field) end
+    if cur and string.sub(cur, 1, 2) == '3:' then
+      conflicts[#conflicts + 1] = i
+    elseif kind == '1' then
+      overlay[field] = '2:' .. ARGV[b + 3]
+    elseif kind == '2' then
+      overlay[field] = '1:' .. ARGV[b + 3]
+    else
+      overlay[field] = '3:' .. ARGV[b + 3]
+    end
+  end
+end
+if #conflicts > 0 then
+  table.insert(conflicts, 1, -12)
+  return conflicts
+end
+
+local seq = redis.call('INCRBY', seqkey, n) - n
+local first = seq + 1
+for field, value in pairs(overlay) do
+  redis.call('HSET', grains, field, value)
+end
+for i = 1, n do
+  local b = FACT0 + (i - 1) * 5
+  seq = seq + 1
+  redis.call('XADD', KEYS[6 + tonumber(ARGV[b + 4])], seq .. '-0', 'f', ARGV[b + 5])
+end
+redis.call('SET', lastop, token .. ':' .. first)
+return {1, first}
