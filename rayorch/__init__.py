@@ -14,24 +14,41 @@ from rayorch.core.errors import (
     StoreError,
     TraceError,
 )
-from rayorch.core.outcome import FailedResult, GroupFailure, Item, Outcome, RecordFailure
+from rayorch.core.outcome import (
+    ActorFailure,
+    FailedResult,
+    GroupFailure,
+    Item,
+    Outcome,
+    RecordFailure,
+)
 from rayorch.core.plan import Plan, Policy
-from rayorch.core.program import RayModule
+from rayorch.core.program import RayModule, function
+from rayorch.core.recovery import RecoveryPolicy
 from rayorch.core.tracer import Port
-from rayorch.pipeline import Pipeline
+from rayorch.pipeline import Pipeline, run
+
+# Upstream RayOrch's names for the same things (docs/MIGRATING.md).
+OutputIssue = FailedResult
+ItemOutcome = Outcome
+ExecutionError = RayorchError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActorFailure",
     "CompileError",
+    "ExecutionError",
     "F",
     "FailedResult",
     "GroupFailure",
     "InvalidTransition",
     "Item",
+    "ItemOutcome",
     "KernelError",
     "NoProgressError",
     "Outcome",
+    "OutputIssue",
     "Pipeline",
     "Plan",
     "Policy",
@@ -39,6 +56,9 @@ __all__ = [
     "RayModule",
     "RayorchError",
     "RecordFailure",
+    "RecoveryPolicy",
     "StoreError",
     "TraceError",
+    "function",
+    "run",
 ]

@@ -26,6 +26,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
+from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.runtime.loop import DriverLoop
 from rayorch.runtime.session import LEASE_TTL_S, RunSession, RunSettings, open_session
@@ -54,6 +55,10 @@ class RunHandle:
         self._ordered = ordered
         self._results = self._iterate()
         self._closed = False
+        self._started = time.perf_counter()
+        self._elapsed: float | None = None
+        self._iterated = False
+        self._collected: list[Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -77,7 +82,38 @@ class RunHandle:
         return self
 
     def __next__(self) -> tuple[int, Any]:
+        self._iterated = True
         return next(self._results)
+
+    @property
+    def outputs(self) -> Any:
+        """Upstream RayOrch's ``RunResult.outputs``: runs to the end, in source order.
+
+        One output: a list with one value per source item. Several outputs: one list per
+        output (a tuple for ``return a, b``, a dict for ``return {"a": a, ...}``), so one
+        failed output does not hide the others. A non-Present value is a
+        ``FailedResult`` (``ro.OutputIssue``) with its outcome and cause.
+        """
+        values = self.collect()
+        names = self._loop.plan.output_names
+        if len(names) == 1:
+            return values
+        columns: list[list[Any]] = [[] for _ in names]
+        for value in values:
+            row = value.outputs if isinstance(value, FailedResult) else value
+            assert row is not None  # several outputs: a FailedResult carries them all
+            for column, item in zip(columns, row, strict=True):
+                column.append(item)
+        if all(name == f"output{i}" for i, name in enumerate(names)):
+            return tuple(columns)
+        return dict(zip(names, columns, strict=True))
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds from the start of the run to its end (so far, while it runs)."""
+        if self._elapsed is not None:
+            return self._elapsed
+        return time.perf_counter() - self._started
 
     def _iterate(self) -> Generator[tuple[int, Any], None, None]:
         waiting: dict[int, Any] = {}
@@ -93,13 +129,25 @@ class RunHandle:
                     next_index += 1
             for index in sorted(waiting):
                 yield index, waiting.pop(index)
+            self._elapsed = time.perf_counter() - self._started
         finally:
             self._release()
 
     def collect(self) -> list[Any]:
-        """Run to the end; the values in source order (``FailedResult`` where not Present)."""
-        pairs = sorted(self, key=lambda pair: pair[0])
-        return [value for _, value in pairs]
+        """Run to the end; the values in source order (``FailedResult`` where not Present).
+
+        Call it (or :attr:`outputs`) instead of iterating, not after: the values already
+        handed out by iteration are not kept.
+        """
+        if self._collected is None:
+            if self._iterated:
+                raise DriverError(
+                    "this run was already iterated, so its results were handed out and not "
+                    "kept; call collect() / .outputs instead of iterating, not after"
+                )
+            pairs = sorted(self, key=lambda pair: pair[0])
+            self._collected = [value for _, value in pairs]
+        return self._collected
 
     def close(self) -> None:
         """Stop the run (also mid-way): kill its actors, release its leases (idempotent)."""
@@ -166,6 +214,8 @@ def run_pipeline(
     depth: int | None = None,
     quiet: bool = False,
     lease_ttl_s: float = LEASE_TTL_S,
+    input_batch_size: int | None = None,
+    max_active_input_batches: int | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -184,7 +234,15 @@ def run_pipeline(
     ``rayorch resume RUN --store URL`` continues it if this process dies; when it
     cannot (a class in ``__main__``, generator inputs, un-msgpack-able values) one line
     on stderr says why, and the run goes on.
+
+    Upstream RayOrch's knobs are accepted: ``input_batch_size`` (sources admitted together:
+    ``micro_batch``) and ``max_active_input_batches`` (how many such batches may be
+    unfinished at once: ``max_active_sources = input_batch_size * max_active_input_batches``,
+    default 1 as upstream; without ``input_batch_size`` upstream admits the whole input as
+    one batch, so the number of active sources is not bounded).
     """
+    micro_batch, max_active_sources = _upstream_admission(
+        micro_batch, max_active_sources, input_batch_size, max_active_input_batches)
     if micro_batch < 1 or shards < 1:
         raise DriverError("micro_batch and shards must be >= 1")
     plan = pipeline.compile()
@@ -213,6 +271,23 @@ def run_pipeline(
 
 
 SHARED_STORE_SCHEMES = ("redis://", "rediss://")
+
+
+def _upstream_admission(
+    micro_batch: int, max_active_sources: int | None, input_batch_size: int | None,
+    max_active_input_batches: int | None,
+) -> tuple[int, int | None]:
+    """``(micro_batch, max_active_sources)`` from upstream RayOrch's admission knobs."""
+    for name, value in (("input_batch_size", input_batch_size),
+                        ("max_active_input_batches", max_active_input_batches)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise DriverError(f"{name}={value!r}: give an int >= 1")
+    if input_batch_size is None:
+        if max_active_input_batches is None:
+            return micro_batch, max_active_sources
+        return micro_batch, None  # upstream: the whole input is one input batch
+    return input_batch_size, input_batch_size * (max_active_input_batches or 1)
 
 
 def _record_manifest(session: RunSession, pipeline: Any, inputs: Sequence[Iterable[Any]],

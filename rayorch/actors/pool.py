@@ -2,9 +2,11 @@
 
 A pool owns ``replicas`` actor slots. Each slot holds at most ``depth`` batches in
 flight (pipelining keeps an actor busy while the driver handles the previous
-result). A slot whose actor died, raised, or ran past ``timeout_s`` is *replaced*:
-the old actor is killed and a fresh one built; batches still queued on the old
-actor come back as physical failures.
+result). A slot whose actor died, ran past ``timeout_s``, or whose UDF raised
+``ro.ActorFailure`` is *replaced*: the old actor is killed and a fresh one built;
+batches still queued on the old actor come back as physical failures. Any other
+exception from the UDF is handled inside the actor (its recovery policy), which
+stays: its loaded model and state serve the next batches.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class ActorSlot:
     """One replica of a pool; ``incarnation`` grows every time the actor is replaced.
 
     A *retiring* slot takes no new batches; it is replaced once its queue drains
-    (after a user-code exception, so the batches queued behind it still count).
+    (after the UDF raised ``ro.ActorFailure``, so the batches queued behind it still count).
     """
 
     index: int
@@ -109,6 +111,9 @@ class ActorPool:
         }
         if opts.resources:
             options["resources"] = dict(opts.resources)
+        # The module's ray_options (runtime_env, memory, max_restarts, scheduling_strategy,
+        # ...) pass through unchanged; the compiler refused the ones rayorch owns.
+        options.update(dict(opts.ray_options))
         if self.shared:
             options.update(name=self.shared_name(index), namespace=SHARED_NAMESPACE,
                            lifetime="detached", get_if_exists=True)

@@ -33,7 +33,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey
-from rayorch.core.outcome import FailedResult, Item
+from rayorch.core.outcome import FailedResult, source_result
 from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.state import Kernel
 from rayorch.progress import RunStats, make_progress
@@ -48,14 +48,7 @@ class UnstorableValueError(RayorchError):
     """A source value or output cannot be encoded for the lineage store."""
 
 
-def item_result(index: int, items: Sequence[Item], names: Sequence[str]) -> Any:
-    """A finished source item as the user sees it: the value(s) or a ``FailedResult``."""
-    for name, item in zip(names, items):
-        if not item.present:
-            return FailedResult(index, item.outcome, item.cause, name)
-    if len(items) == 1:
-        return items[0].value
-    return tuple(item.value for item in items)
+item_result = source_result  # the value(s) or a FailedResult (one place: core.outcome)
 
 
 class DriverLoop:
