@@ -109,6 +109,12 @@ class RunHandle:
         return dict(zip(names, columns, strict=True))
 
     @property
+    def actors_replaced(self) -> int:
+        """How many actors were replaced (crash, timeout, ``ro.ActorFailure``); an exception
+        from a UDF never replaces its actor."""
+        return sum(pool.replaced for pool in self._loop.session.pools.values())
+
+    @property
     def elapsed_s(self) -> float:
         """Seconds from the start of the run to its end (so far, while it runs)."""
         if self._elapsed is not None:

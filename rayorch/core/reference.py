@@ -99,9 +99,16 @@ def evaluate(
                     result.expansions[(node.domain, path)] = ("dropped", 0)
                 elif any(c is None for c in columns) or len(lengths) > 1:
                     result.expansions[(node.domain, path)] = ("failed", 0)
+                    bad_value = next((i.value for i, c in zip(aligned, columns) if c is None),
+                                     None)
                     failed_expansions[(node.domain, path)] = (
                         _suppressed(item, cause_of(node.inputs[0], path)) if _bad(item)
-                        else _not_a_sequence(node.domain, path, item.value)
+                        else _not_a_sequence(node.domain, path, bad_value)
+                        if any(c is None for c in columns)
+                        else Item(Outcome.SUPPRESSED, None,
+                                  f"F.expand into {node.domain} at {format_path(path)}: the "
+                                  "aligned lists have different lengths "
+                                  f"{[len(c) for c in columns if c is not None]}")
                     )
                 else:
                     count = lengths.pop()

@@ -116,9 +116,13 @@ def _as_results(call: CallSpec, outs: Any, size: int) -> list[Any]:
                 f"of {size} results (one per record of the batch)"
             ) from None
     if len(outs) != size:
+        hint = ""
+        if len(outs) == call.num_outputs > 1 and size != call.num_outputs:
+            hint = (f" (it returned {call.num_outputs} values: one list per output? then "
+                    "declare output_layout='columns', or build the module with .returns(n))")
         raise UdfError(
             f"BatchError: {call.id} returned {len(outs)} results for a batch of {size}; "
-            "a batched module must return one result per input record"
+            f"a batched module must return one result per input record{hint}"
         )
     return list(outs)
 
