@@ -30,7 +30,8 @@ def ray_with_four_gpus() -> Iterator[None]:
     if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) < 4:
         ray.shutdown()
     if not ray.is_initialized():
-        ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=8, num_gpus=4, include_dashboard=False,
+                 log_to_driver=False)
     yield
 
 
