@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -240,3 +241,87 @@ def test_readme_mineru_topology_reduces_aligned_groups_in_page_order() -> None:
     assert outputs[1].outcome is ro.ItemOutcome.SUPPRESSED
     assert "unreadable page 1" in str(outputs[1].cause)
     assert outputs[2]["pages"] == [] and outputs[3]["pages"] == [0]
+
+
+# -- where rayorch and upstream differ in meaning (docs/MIGRATING.md, "Semantics") -----------
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "memory":
+        yield f"memory://upstream-{os.getpid()}-{time.monotonic_ns()}"
+    else:
+        yield request.getfixturevalue("redis_url")
+
+
+class Identity:
+    def run(self, values):  # type: ignore[no-untyped-def]
+        return list(values)
+
+
+class NoneEmptyOrFail:
+    def run(self, values):  # type: ignore[no-untyped-def]
+        return [None if v == 1 else [] if v == 2 else ro.RecordFailure("three") if v == 3
+                else v for v in values]
+
+
+class IsEven:
+    def run(self, values):  # type: ignore[no-untyped-def]
+        return [v % 2 == 0 for v in values]
+
+
+class Branches(ro.Pipeline):
+    def __init__(self):  # type: ignore[no-untyped-def]
+        self.a = ro.RayModule(Identity).ray_options(num_cpus=0.25, batch_size=4)
+        self.b = ro.RayModule(NoneEmptyOrFail).ray_options(num_cpus=0.25, batch_size=4)
+        self.even = ro.RayModule(IsEven).ray_options(num_cpus=0.25, batch_size=4)
+
+    def forward(self, values):  # type: ignore[no-untyped-def]
+        b = self.b(values)
+        return self.a(values), b, ro.F.filter(b, self.even(values))
+
+
+def test_several_outputs_keep_their_own_outcomes(store_url: str) -> None:
+    handle = Branches().run([0, 1, 2, 3], store=store_url, quiet=True)
+    a, b, kept = handle.outputs
+    assert a == [0, 1, 2, 3]  # one failed output does not collapse the others
+    assert b[:3] == [0, None, []]  # None and [] are ordinary Present values
+    assert isinstance(b[3], ro.OutputIssue) and b[3].outcome is ro.ItemOutcome.FAILED
+    assert b[3].cause == "three"
+    assert kept[0] == 0 and kept[2] == []
+    assert kept[1].outcome is ro.ItemOutcome.DROPPED and kept[1].cause is None
+    # upstream keeps a filtered Failed item FAILED; rayorch says SUPPRESSED and names the
+    # failure it came from (only the Grain that failed is FAILED)
+    assert kept[3].outcome is ro.ItemOutcome.SUPPRESSED
+    assert kept[3].cause is not None and "failed: three" in kept[3].cause
+    # rayorch's own iterator: the row is a FailedResult that still carries every output
+    rows = list(Branches().run([3], store=store_url, quiet=True))
+    (index, row), = rows
+    assert index == 0 and isinstance(row, ro.FailedResult) and row.port == "output1"
+    assert row.outputs is not None and row.outputs[0] == 3
+    assert row.outputs[1].outcome is ro.ItemOutcome.FAILED
+
+
+class NotAList:
+    def run(self, values):  # type: ignore[no-untyped-def]
+        return [list(range(v)) if v else "oops" for v in values]
+
+
+class Count:
+    def run(self, groups):  # type: ignore[no-untyped-def]
+        return [len(g) for g in groups]
+
+
+class ExpandNonList(ro.Pipeline):
+    def __init__(self):  # type: ignore[no-untyped-def]
+        self.split = ro.RayModule(NotAList).ray_options(num_cpus=0.25, batch_size=4)
+        self.count = ro.RayModule(Count).ray_options(num_cpus=0.25)
+
+    def forward(self, values):  # type: ignore[no-untyped-def]
+        return self.count(ro.F.reduce(ro.F.expand(self.split(values))))
+
+
+def test_expanding_a_non_list_fails_that_record_only() -> None:
+    # upstream aborts the run (a Worker contract error); rayorch fails that parent only
+    outputs = ExpandNonList().run([2, 0, 3], quiet=True).outputs
+    assert outputs[0] == 2 and outputs[2] == 3
+    assert outputs[1].outcome is ro.ItemOutcome.SUPPRESSED
+    assert "not a sequence" in str(outputs[1].cause)
