@@ -217,7 +217,13 @@ class RayModule:
         if not explicit:
             # An execution option set flat that the constructor also takes: say which is meant.
             defaults = self._defaults()
+            try:
+                positional = signature.bind_partial(*self.args).arguments
+            except TypeError:
+                positional = {}
             for name in params:
+                if name in positional:
+                    continue  # the constructor gets it positionally: the keyword is the option
                 if name in _OPTION_NAMES and self._exec.get(name) not in (None, defaults.get(name)):
                     raise _wrong_option(
                         f"{name!r} is both an execution option and a parameter of "
