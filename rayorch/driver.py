@@ -236,6 +236,7 @@ def run_pipeline(
     lease_ttl_s: float = LEASE_TTL_S,
     input_batch_size: int | None = None,
     max_active_input_batches: int | None = None,
+    ray_init_kwargs: dict[str, Any] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -260,7 +261,8 @@ def run_pipeline(
     ``micro_batch``) and ``max_active_input_batches`` (how many such batches may be
     unfinished at once: ``max_active_sources = input_batch_size * max_active_input_batches``,
     default 1 as upstream; without ``input_batch_size`` upstream admits the whole input as
-    one batch, so the number of active sources is not bounded).
+    one batch, so the number of active sources is not bounded). ``ray_init_kwargs`` go to
+    ``ray.init`` when this call starts Ray (as upstream's).
     """
     from rayorch.store.base import open_store
 
@@ -271,6 +273,8 @@ def run_pipeline(
     plan = pipeline.compile()
     rows, total = _zip_inputs(plan, inputs)
     run_id = run_id or _new_run_id(plan)
+    if ray_init_kwargs:
+        _init_ray(address, ray_init_kwargs)
     ensure_ray(address)
     lineage = open_store(with_quick_retries(store))
     try:
@@ -304,6 +308,16 @@ def run_pipeline(
             hint = "in-memory lineage: run with store='redis://...' to audit it later"
         print(f"rayorch: run {run_id} ({hint})", file=sys.stderr)
     return RunHandle(driver, store)
+
+
+def _init_ray(address: str | None, kwargs: dict[str, Any]) -> None:
+    """Start Ray with the caller's ``ray.init`` arguments (unless it runs already)."""
+    import ray
+
+    if not ray.is_initialized():
+        # A local Ray of its own unless an address is given (never a stranger's cluster).
+        options = {"include_dashboard": False, "address": address or "local", **kwargs}
+        ray.init(**options)
 
 
 def _upstream_admission(

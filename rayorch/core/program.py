@@ -418,8 +418,12 @@ class PipelineBase:
         active_trace(f"sub-pipeline {type(self).__name__}")
         return self.forward(*ports)
 
-    def compile(self) -> Plan:
-        """Trace ``forward`` once and check it; the Plan is cached."""
+    def compile(self, *, optimize: bool = True) -> Plan:
+        """Trace ``forward`` once and check it; the Plan is cached.
+
+        ``optimize`` is accepted for upstream RayOrch programs; rayorch's plan has no
+        optimisation pass to turn off.
+        """
         plan = self.__dict__.get("_plan")
         if plan is None:
             from rayorch.core.compiler import compile_pipeline

@@ -295,6 +295,16 @@ def expansion_elements(value: Any) -> list[Any] | None:
         return None
 
 
+def _cause_text(cause: Any) -> str:
+    """A failure's cause as text (upstream lets a cause be any object; facts store text)."""
+    if isinstance(cause, str):
+        return cause
+    try:
+        return str(cause)
+    except Exception:  # a faulty __str__ must not hide the failure
+        return type(cause).__name__
+
+
 def reports_for(
     call: CallId, tags: Sequence[tuple[Path, int]], results: Sequence[RowResult], ts: float = 0.0
 ) -> list[GrainCommitted]:
@@ -303,10 +313,10 @@ def reports_for(
     for (path, generation), result in zip(tags, results, strict=True):
         if isinstance(result, GroupFailure):
             report = GrainCommitted(call, path, generation, REPORT_GROUP_FAILURE, None,
-                                    result.cause, ts=ts)
+                                    _cause_text(result.cause), ts=ts)
         elif isinstance(result, RecordFailure):
             report = GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
-                                    result.cause, ts=ts)
+                                    _cause_text(result.cause), ts=ts)
         else:
             report = GrainCommitted(call, path, generation, REPORT_PRESENT, result, ts=ts)
         reports.append(report)

@@ -105,6 +105,14 @@ def test_option_that_is_also_a_constructor_parameter_must_be_disambiguated() -> 
     assert explicit.kwargs == {"timeout_s": 5} and explicit.options.timeout_s == 9
 
 
+def test_pdf_engine_options_stay_constructor_arguments() -> None:
+    from rayorch.pipelines.pdf import PdfPipeline
+
+    ocr = PdfPipeline(engine="text", engine_options={"timeout_s": 7}).ocr
+    assert ocr.kwargs == {"timeout_s": 7} and ocr.args == ("text",)
+    assert ocr.options.timeout_s is None
+
+
 def test_constructor_arguments_are_checked_against_the_signature() -> None:
     with pytest.raises(ce.ModuleDefinitionError) as err:
         ro.RayModule(Model).pre_init("a", "b", "c")
