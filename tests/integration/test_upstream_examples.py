@@ -17,6 +17,8 @@ from typing import Any, cast
 import pytest
 
 import rayorch as ro
+from rayorch.store.audit import audit_run
+from rayorch.store.base import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -34,6 +36,22 @@ def ray_with_four_gpus() -> Iterator[None]:
         ray.init(address="local", num_cpus=8, num_gpus=4, include_dashboard=False,
                  log_to_driver=False)
     yield
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "memory":
+        yield f"memory://upstream-{os.getpid()}-{time.monotonic_ns()}"
+    else:
+        yield request.getfixturevalue("redis_url")
+
+
+def assert_audit_ok(handle: Any) -> None:
+    """A run on Redis passes every invariant of ``rayorch audit`` (the memory store's
+    lineage lives in the driver process: nothing to audit afterwards)."""
+    if handle.store_url.startswith("redis"):
+        report = audit_run(open_store(handle.store_url), handle.run_id)
+        assert report.ok, [str(v) for v in report.violations]
 
 
 # -- README section 3: "A minimal Pipeline is ordinary Python" ---------------------------
@@ -231,9 +249,11 @@ class MinerUPipeline(ro.Pipeline):
         return self.assemble(content_groups, ordered_page_groups, stems)
 
 
-def test_readme_mineru_topology_reduces_aligned_groups_in_page_order() -> None:
+def test_readme_mineru_topology_reduces_aligned_groups_in_page_order(store_url: str) -> None:
     pipeline = MinerUPipeline(model="m25", output_dir="/out", num_gpus=2, batch_size=4)
-    outputs = pipeline.run(["a.pdf:3", "bad.pdf:2", "c.pdf:0", "d.pdf:1"]).outputs
+    handle = pipeline.run(["a.pdf:3", "bad.pdf:2", "c.pdf:0", "d.pdf:1"], store=store_url)
+    outputs = handle.outputs
+    assert_audit_ok(handle)
     assert outputs[0] == {"pdf": "a", "md_path": "/out/a/vlm/a.md", "pages": [0, 1, 2],
                           "chars": sum(len(f"m25:a.pdf#{i}") for i in range(3))}
     # bad.pdf's page 1 failed: its document is not assembled, the others are
@@ -244,14 +264,6 @@ def test_readme_mineru_topology_reduces_aligned_groups_in_page_order() -> None:
 
 
 # -- where rayorch and upstream differ in meaning (docs/MIGRATING.md, "Semantics") -----------
-@pytest.fixture(params=["memory", "redis"])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "memory":
-        yield f"memory://upstream-{os.getpid()}-{time.monotonic_ns()}"
-    else:
-        yield request.getfixturevalue("redis_url")
-
-
 class Identity:
     def run(self, values):  # type: ignore[no-untyped-def]
         return list(values)
@@ -282,6 +294,7 @@ class Branches(ro.Pipeline):
 def test_several_outputs_keep_their_own_outcomes(store_url: str) -> None:
     handle = Branches().run([0, 1, 2, 3], store=store_url, quiet=True)
     a, b, kept = handle.outputs
+    assert_audit_ok(handle)
     assert a == [0, 1, 2, 3]  # one failed output does not collapse the others
     assert b[:3] == [0, None, []]  # None and [] are ordinary Present values
     assert isinstance(b[3], ro.OutputIssue) and b[3].outcome is ro.ItemOutcome.FAILED

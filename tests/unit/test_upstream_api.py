@@ -292,16 +292,17 @@ class Aligned(ro.Pipeline):
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])
-@pytest.mark.parametrize("random_order", [False, True])
+@pytest.mark.parametrize("seed", range(4))
 def test_aligned_expand_and_member_reduce_agree_with_the_oracle(
-    batch_size: int, random_order: bool
+    batch_size: int, seed: int
 ) -> None:
     plan = Aligned().compile()
     sources = [(0,), (3,), (5,), (2,)]
     expected = evaluate(plan, sources).outputs
-    got = execute(plan, sources, ExecutorOptions(batch_size=batch_size,
-                                                 random_order=random_order, seed=3,
-                                                 validate=True)).outputs
+    faults = ExecutorOptions(batch_size=batch_size, random_order=True, seed=seed,
+                             fault_rate=0.3, restart_rate=0.05, fence_on_restart=True,
+                             check_rebuild=True, validate=True)
+    got = execute(plan, sources, faults).outputs
     assert got == expected
     values = [expected[i][0] for i in range(4)]
     assert values[0].value == "#"  # no page
