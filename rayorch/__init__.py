@@ -35,6 +35,17 @@ ExecutionError = RayorchError
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """``ro.RunResult`` (upstream's name of what ``run`` returns), imported on first use:
+    it lives with the driver, which imports Ray."""
+    if name == "RunResult":
+        from rayorch.driver import RunHandle
+
+        return RunHandle
+    raise AttributeError(f"module 'rayorch' has no attribute {name!r}")
+
+
 __all__ = [
     "ActorFailure",
     "CompileError",
@@ -57,6 +68,7 @@ __all__ = [
     "RayorchError",
     "RecordFailure",
     "RecoveryPolicy",
+    "RunResult",
     "StoreError",
     "TraceError",
     "function",

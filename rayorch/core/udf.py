@@ -174,6 +174,10 @@ def invoke_batch(
         outs = fn(*columns[:positional], **kw, **static)
     except ActorFailure:
         raise
+    except RecordFailure as failure:
+        if len(rows) == 1:  # raised for a batch of one: it is that record's failure
+            return [failure]
+        raise UdfError(one_line_cause(failure)) from failure  # isolation will tell whose
     except Exception as exc:
         raise UdfError(one_line_cause(exc)) from exc
     if options.output_layout == "columns":

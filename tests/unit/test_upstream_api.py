@@ -346,3 +346,13 @@ def test_expand_aligned_refuses_outputs_of_different_calls() -> None:
     with pytest.raises(ce.ExpandError) as err:
         P().compile()
     located(err, "outputs of one Call")
+
+
+def test_a_failure_raised_by_a_batched_udf_is_traced_to_its_record() -> None:
+    def fn(xs: list[int]) -> list[int]:
+        if 2 in xs:
+            raise ro.GroupFailure("two spoils the group")
+        return xs
+
+    done = run_with_recovery(fn, ModuleOptions(), ONE, [(1,), (2,), (3,)])
+    assert done.results == [(1,), ro.GroupFailure("two spoils the group"), (3,)]
