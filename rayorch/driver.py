@@ -20,6 +20,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
+from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.session import (

@@ -38,7 +38,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey, Path
-from rayorch.core.outcome import FailedResult, source_result
+from rayorch.core.outcome import FailedResult, Item, source_result
 from rayorch.core.plan import Plan
 from rayorch.core.state import Kernel
 
