@@ -52,7 +52,10 @@ def filter(port: Any, mask: Any) -> Port:
 
 
 def broadcast(port: Any, like: Any) -> Port:
-    """An ancestor's value made available to every descendant Entity in ``like``'s Domain."""
+    """An ancestor's value made available to every descendant Entity in ``like``'s Domain.
+
+    Within one Domain it is the Port itself (as upstream RayOrch).
+    """
     return active_trace("F.broadcast").add_broadcast(port, like)
 
 

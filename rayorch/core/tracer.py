@@ -130,6 +130,7 @@ class Trace:
     domain_expand: dict[DomainId, int | None] = field(default_factory=lambda: {ROOT: None})
     children_count: dict[DomainId, int] = field(default_factory=dict)
     call_sites: dict[str, int] = field(default_factory=dict)
+    expanded: dict[tuple[int, ...], list[Port]] = field(default_factory=dict)
     _token: contextvars.Token[Trace | None] | None = None
 
     # -- activation --------------------------------------------------------------
@@ -275,6 +276,17 @@ class Trace:
                 "return the aligned lists from one module (.returns(n) / num_outputs=n) and "
                 "expand those outputs together",
             )
+        key = tuple(p.id for p in ports)
+        if key in self.expanded:  # the same expansion again: the same child Domain (upstream)
+            return self.expanded[key]
+        taken = [p for p in ports if any(p.id in other for other in self.expanded)]
+        if taken:
+            raise ce.ExpandError(
+                f"{what} of {taken[0].name!r}, which already belongs to another expansion",
+                location,
+                "expand a Port once (reuse the expanded Port), or declare the alignment once "
+                "with F.expand_aligned",
+            )
         parent = ports[0].domain
         k = self.children_count.get(parent, 0)
         self.children_count[parent] = k + 1
@@ -283,7 +295,9 @@ class Trace:
                           location=location)
         self.domain_parent[child] = parent
         self.domain_expand[child] = node.id
-        return self._add_node(node, [f"expand({p.name})" for p in ports], child)
+        outs = self._add_node(node, [f"expand({p.name})" for p in ports], child)
+        self.expanded[key] = outs
+        return outs
 
     def add_reduce(self, value: Any, members: Any = None) -> Port:
         location = caller_location()
@@ -341,6 +355,8 @@ class Trace:
         location = caller_location()
         port = self.own(value, "the first argument of F.broadcast", location)
         like_port = self.own(like, "the like= argument of F.broadcast", location)
+        if port.domain == like_port.domain:
+            return port  # already there: the identity (as upstream RayOrch)
         if not self.is_ancestor(port.domain, like_port.domain):
             raise ce.BroadcastError(
                 f"F.broadcast of {port.name!r} (in {port.domain}) like {like_port.name!r} "

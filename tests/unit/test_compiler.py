@@ -94,13 +94,14 @@ def test_broadcast_from_a_descendant_is_refused() -> None:
     assert_located(err, "is not an ancestor", "F.reduce")
 
 
-def test_broadcast_within_one_domain_is_refused() -> None:
+def test_broadcast_within_one_domain_is_the_port_itself() -> None:
     def forward(self, xs):  # type: ignore[no-untyped-def]
         return self.pair(xs, F.broadcast(xs, like=xs))
 
-    with pytest.raises(ce.BroadcastError) as err:
-        make(forward, pair=ro.RayModule(pair)).compile()
-    assert_located(err, "root is not an ancestor of root")
+    plan = make(forward, pair=ro.RayModule(pair)).compile()
+    assert not [n for n in plan.nodes if n.kind is NodeKind.BROADCAST]
+    (call,) = plan.calls
+    assert call.inputs[0] == call.inputs[1]  # as upstream RayOrch: no node, the same Port
 
 
 def test_reduce_of_the_root_domain_is_refused() -> None:

@@ -356,3 +356,34 @@ def test_a_failure_raised_by_a_batched_udf_is_traced_to_its_record() -> None:
 
     done = run_with_recovery(fn, ModuleOptions(), ONE, [(1,), (2,), (3,)])
     assert done.results == [(1,), ro.GroupFailure("two spoils the group"), (3,)]
+
+
+def test_expanding_a_port_twice_gives_the_same_child_domain() -> None:
+    class P(ro.Pipeline):
+        def __init__(self) -> None:
+            self.split = ro.RayModule(pages_and_meta).returns(2)
+            self.a = ro.RayModule(keep_even)
+            self.b = ro.RayModule(keep_even)
+            self.pair = ro.RayModule(lambda xs, ys: [x and y for x, y in zip(xs, ys)])
+
+        def forward(self, docs: Any) -> Any:
+            pages, _ = self.split(docs)
+            both = self.pair(self.a(F.expand(pages)), self.b(F.expand(pages)))
+            return F.reduce(both)
+
+    plan = P().compile()
+    assert [d.id for d in plan.domains] == ["root", "root/0"]
+    assert execute(plan, [(3,)]).outputs[0][0].value == [True, False, True]
+
+    class Twice(ro.Pipeline):
+        def __init__(self) -> None:
+            self.split = ro.RayModule(pages_and_meta).returns(2)
+
+        def forward(self, docs: Any) -> Any:
+            pages, meta = self.split(docs)
+            F.expand_aligned(pages, meta)
+            return F.reduce(F.expand(pages))
+
+    with pytest.raises(ce.ExpandError) as err:
+        Twice().compile()
+    located(err, "already belongs to another expansion")
