@@ -153,9 +153,9 @@ class EnvPipeline(ro.Pipeline):
             "runtime_env": {"env_vars": {"RAYORCH_STAGE_ENV": "flat"}}})
 
     def forward(self, xs: Any) -> Any:
-        return self.builder(xs), self.flat(xs)
+        return {"builder": self.builder(xs), "flat": self.flat(xs)}
 
 
 def test_runtime_env_reaches_the_actor(ray_local: None) -> None:
-    assert EnvPipeline().run([1, 2], quiet=True).outputs == (
-        ["builder", "builder"], ["flat", "flat"])
+    assert EnvPipeline().run([1, 2], quiet=True).outputs == {
+        "builder": ["builder", "builder"], "flat": ["flat", "flat"]}
