@@ -233,6 +233,12 @@ class RayModule:
         what = getattr(self.target, "__name__", "the target")
         if inspect.isclass(self.target):
             what += ".__init__"
+        if not explicit:
+            # A Ray option given flat is refused even if **kwargs would swallow it; a
+            # constructor that really takes it by that name gets it with .pre_init(...).
+            for key in self.kwargs:
+                if key not in params and (key in RAY_ACTOR_OPTIONS or key in RESERVED_RAY_OPTIONS):
+                    self._refuse_kwarg(key, what, location)
         if not inspect.isclass(self.target):
             # A function: the arguments are bound now, the batch comes first at each call.
             unknown = [k for k in self.kwargs if k not in params and not takes_any]
@@ -253,7 +259,8 @@ class RayModule:
         if key in RAY_ACTOR_OPTIONS or key in RESERVED_RAY_OPTIONS:
             raise _wrong_option(
                 f"{key!r} is a Ray actor option, not a parameter of {what}", location,
-                f"pass it as ray_options={{{key!r}: ...}} (or .ray_options({key}=...))")
+                f"pass it as ray_options={{{key!r}: ...}} (or .ray_options({key}=...)); "
+                f"if the constructor means it, .pre_init({key}=...)")
         raise _wrong_option(
             f"unknown option {key!r}: neither an execution option nor a parameter of {what}",
             location,

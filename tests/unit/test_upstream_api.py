@@ -68,10 +68,23 @@ def test_ray_actor_option_list_matches_ray() -> None:
         RAY_ACTOR_OPTIONS | set(RESERVED_RAY_OPTIONS) | {"num_cpus", "num_gpus", "resources"})
 
 
+class TakesAnything:
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        return xs
+
+
 def test_ray_option_given_flat_is_refused_at_its_line() -> None:
     with pytest.raises(ce.ModuleDefinitionError) as err:
         ro.RayModule(Model, "m", runtime_env={"pip": ["x"]})
     located(err, "'runtime_env' is a Ray actor option", "ray_options={'runtime_env'")
+    with pytest.raises(ce.ModuleDefinitionError) as err:  # not swallowed by **kwargs
+        ro.RayModule(TakesAnything, memory=2**30)
+    located(err, "'memory' is a Ray actor option", ".pre_init(memory=")
+    meant = ro.RayModule(TakesAnything).pre_init(memory=5)
+    assert meant.kwargs == {"memory": 5} and meant.options.ray_options == ()
 
 
 def test_unknown_keyword_is_refused_never_a_silent_constructor_argument() -> None:
