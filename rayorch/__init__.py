@@ -14,24 +14,52 @@ from rayorch.core.errors import (
     StoreError,
     TraceError,
 )
-from rayorch.core.outcome import FailedResult, GroupFailure, Item, Outcome, RecordFailure
+from rayorch.core.outcome import (
+    ActorFailure,
+    FailedResult,
+    GroupFailure,
+    Item,
+    Outcome,
+    RecordFailure,
+)
 from rayorch.core.plan import Plan, Policy
-from rayorch.core.program import RayModule
+from rayorch.core.program import RayModule, function
+from rayorch.core.recovery import RecoveryPolicy
 from rayorch.core.tracer import Port
-from rayorch.pipeline import Pipeline
+from rayorch.pipeline import Pipeline, run
+
+# Upstream RayOrch's names for the same things (docs/MIGRATING.md).
+OutputIssue = FailedResult
+ItemOutcome = Outcome
+ExecutionError = RayorchError
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """``ro.RunResult`` (upstream's name of what ``run`` returns), imported on first use:
+    it lives with the driver, which imports Ray."""
+    if name == "RunResult":
+        from rayorch.driver import RunHandle
+
+        return RunHandle
+    raise AttributeError(f"module 'rayorch' has no attribute {name!r}")
+
+
 __all__ = [
+    "ActorFailure",
     "CompileError",
+    "ExecutionError",
     "F",
     "FailedResult",
     "GroupFailure",
     "InvalidTransition",
     "Item",
+    "ItemOutcome",
     "KernelError",
     "NoProgressError",
     "Outcome",
+    "OutputIssue",
     "Pipeline",
     "Plan",
     "Policy",
@@ -39,6 +67,10 @@ __all__ = [
     "RayModule",
     "RayorchError",
     "RecordFailure",
+    "RecoveryPolicy",
+    "RunResult",
     "StoreError",
     "TraceError",
+    "function",
+    "run",
 ]

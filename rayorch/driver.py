@@ -20,6 +20,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
+from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.session import (
@@ -65,6 +66,10 @@ class RunHandle:
         self._store_url = store_url
         self._results = self._iterate()
         self._closed = False
+        self._started = time.perf_counter()
+        self._elapsed: float | None = None
+        self._iterated = False
+        self._collected: list[Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -88,18 +93,67 @@ class RunHandle:
         return self
 
     def __next__(self) -> tuple[int, Any]:
+        self._iterated = True
         return next(self._results)
+
+    @property
+    def outputs(self) -> Any:
+        """Upstream RayOrch's ``RunResult.outputs``: runs to the end, in source order.
+
+        One output: a list with one value per source item. Several outputs: one list per
+        output (a tuple for ``return a, b``, a dict for ``return {"a": a, ...}``), so one
+        failed output does not hide the others. A non-Present value is a
+        ``FailedResult`` (``ro.OutputIssue``) with its outcome and cause.
+        """
+        values = self.collect()
+        names = self._driver.plan.output_names
+        if len(names) == 1:
+            return values
+        columns: list[list[Any]] = [[] for _ in names]
+        for value in values:
+            row = value.outputs if isinstance(value, FailedResult) else value
+            assert row is not None  # several outputs: a FailedResult carries them all
+            for column, item in zip(columns, row, strict=True):
+                column.append(item)
+        if all(name == f"output{i}" for i, name in enumerate(names)):
+            return tuple(columns)
+        return dict(zip(names, columns, strict=True))
+
+    @property
+    def actors_replaced(self) -> int:
+        """How many actors were replaced (crash, timeout, ``ro.ActorFailure``); an exception
+        from a UDF never replaces its actor."""
+        return sum(pool.replaced for pool in self._driver.pools.values())
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds from the start of the run to its end (so far, while it runs)."""
+        if self._elapsed is not None:
+            return self._elapsed
+        return time.perf_counter() - self._started
 
     def _iterate(self) -> Generator[tuple[int, Any], None, None]:
         try:
             yield from self._driver.results()
+            self._elapsed = time.perf_counter() - self._started
         finally:
             self._release()
 
     def collect(self) -> list[Any]:
-        """Run to the end; the values in source order (``FailedResult`` where not Present)."""
-        pairs = sorted(self, key=lambda pair: pair[0])
-        return [value for _, value in pairs]
+        """Run to the end; the values in source order (``FailedResult`` where not Present).
+
+        Call it (or :attr:`outputs`) instead of iterating, not after: the values already
+        handed out by iteration are not kept.
+        """
+        if self._collected is None:
+            if self._iterated:
+                raise DriverError(
+                    "this run was already iterated, so its results were handed out and not "
+                    "kept; call collect() / .outputs instead of iterating, not after"
+                )
+            pairs = sorted(self, key=lambda pair: pair[0])
+            self._collected = [value for _, value in pairs]
+        return self._collected
 
     def close(self) -> None:
         """Stop the run (also mid-way), the item you hold counting as delivered (idempotent)."""
@@ -179,6 +233,9 @@ def run_pipeline(
     depth: int | None = None,
     quiet: bool = False,
     lease_ttl_s: float = LEASE_TTL_S,
+    input_batch_size: int | None = None,
+    max_active_input_batches: int | None = None,
+    ray_init_kwargs: dict[str, Any] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -198,14 +255,25 @@ def run_pipeline(
     ``rayorch resume RUN --store URL --out-dir DIR`` delivers what this caller did not
     receive if this process dies; when it cannot (a class in ``__main__``, generator
     inputs, un-msgpack-able values) one line on stderr says why, and the run goes on.
+
+    Upstream RayOrch's knobs are accepted: ``input_batch_size`` (sources admitted together:
+    ``micro_batch``) and ``max_active_input_batches`` (how many such batches may be
+    unfinished at once: ``max_active_sources = input_batch_size * max_active_input_batches``,
+    default 1 as upstream; without ``input_batch_size`` upstream admits the whole input as
+    one batch, so the number of active sources is not bounded). ``ray_init_kwargs`` go to
+    ``ray.init`` when this call starts Ray (as upstream's).
     """
     from rayorch.store.base import open_store
 
+    micro_batch, max_active_sources = _upstream_admission(
+        micro_batch, max_active_sources, input_batch_size, max_active_input_batches)
     if micro_batch < 1 or shards < 1:
         raise DriverError("micro_batch and shards must be >= 1")
     plan = pipeline.compile()
     rows, total = _zip_inputs(plan, inputs)
     run_id = run_id or _new_run_id(plan)
+    if ray_init_kwargs:
+        _init_ray(address, ray_init_kwargs)
     ensure_ray(address)
     lineage = open_store(with_quick_retries(store))
     try:
@@ -239,6 +307,33 @@ def run_pipeline(
             hint = "in-memory lineage: run with store='redis://...' to audit it later"
         print(f"rayorch: run {run_id} ({hint})", file=sys.stderr)
     return RunHandle(driver, store)
+
+
+def _init_ray(address: str | None, kwargs: dict[str, Any]) -> None:
+    """Start Ray with the caller's ``ray.init`` arguments (unless it runs already)."""
+    import ray
+
+    if not ray.is_initialized():
+        # A local Ray of its own unless an address is given (never a stranger's cluster).
+        options = {"include_dashboard": False, "address": address or "local", **kwargs}
+        ray.init(**options)
+
+
+def _upstream_admission(
+    micro_batch: int, max_active_sources: int | None, input_batch_size: int | None,
+    max_active_input_batches: int | None,
+) -> tuple[int, int | None]:
+    """``(micro_batch, max_active_sources)`` from upstream RayOrch's admission knobs."""
+    for name, value in (("input_batch_size", input_batch_size),
+                        ("max_active_input_batches", max_active_input_batches)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise DriverError(f"{name}={value!r}: give an int >= 1")
+    if input_batch_size is None:
+        if max_active_input_batches is None:
+            return micro_batch, max_active_sources
+        return micro_batch, None  # upstream: the whole input is one input batch
+    return input_batch_size, input_batch_size * (max_active_input_batches or 1)
 
 
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],

@@ -19,3 +19,10 @@ class Pipeline(PipelineBase):
         from rayorch.driver import run_pipeline
 
         return run_pipeline(self, inputs, **options)
+
+
+def run(pipeline: PipelineBase, *inputs: Any, **options: Any) -> Any:
+    """``ro.run(pipeline, inputs, ...)``: the same as ``pipeline.run(inputs, ...)``."""
+    from rayorch.driver import run_pipeline
+
+    return run_pipeline(pipeline, inputs, **options)

@@ -2,9 +2,11 @@
 
 A pool owns ``replicas`` actor slots. Each slot holds at most ``depth`` batches in
 flight (pipelining keeps an actor busy while the driver handles the previous
-result). A slot whose actor died, raised, or ran past ``timeout_s`` is *replaced*:
-the old actor is killed and a fresh one built; batches still queued on the old
-actor come back as physical failures.
+result). A slot whose actor died, ran past ``timeout_s``, or whose UDF raised
+``ro.ActorFailure`` is *replaced*: the old actor is killed and a fresh one built;
+batches still queued on the old actor come back as physical failures. Any other
+exception from the UDF is handled inside the actor (its recovery policy), which
+stays: its loaded model and state serve the next batches.
 """
 
 from __future__ import annotations
@@ -45,17 +47,12 @@ class InFlightBatch:
 
 @dataclass(slots=True)
 class ActorSlot:
-    """One replica of a pool; ``incarnation`` grows every time the actor is replaced.
-
-    A *retiring* slot takes no new batches; it is replaced once its queue drains
-    (after a user-code exception, so the batches queued behind it still count).
-    """
+    """One replica of a pool; ``incarnation`` grows every time the actor is replaced."""
 
     index: int
     handle: Any
     incarnation: int = 0
     queue: list[InFlightBatch] = field(default_factory=list)
-    retiring: bool = False
     reserved: int = 0  # batches promised to this slot but not yet submitted
 
 
@@ -109,6 +106,9 @@ class ActorPool:
         }
         if opts.resources:
             options["resources"] = dict(opts.resources)
+        # The module's ray_options (runtime_env, memory, max_restarts, scheduling_strategy,
+        # ...) pass through unchanged; the compiler refused the ones rayorch owns.
+        options.update(dict(opts.ray_options))
         if self.shared:
             options.update(name=self.shared_name(index), namespace=SHARED_NAMESPACE,
                            lifetime="detached", get_if_exists=True)
@@ -210,7 +210,6 @@ class ActorPool:
             # Another driver may have replaced it already: then get_if_exists finds that one.
             self._await_name_released(slot)
         slot.incarnation += 1
-        slot.retiring = False
         slot.handle = self._spawn(slot.index, slot.incarnation)
         self.replaced += 1
 
@@ -229,7 +228,7 @@ class ActorPool:
         best: ActorSlot | None = None
         for slot in self.slots:
             load = len(slot.queue) + slot.reserved
-            if slot.retiring or load >= self.depth:
+            if load >= self.depth:
                 continue
             if best is None or load < len(best.queue) + best.reserved:
                 best = slot
@@ -244,7 +243,7 @@ class ActorPool:
     def capacity(self) -> int:
         """How many more batches the pool accepts now."""
         return sum(
-            self.depth - len(s.queue) - s.reserved for s in self.slots if not s.retiring
+            self.depth - len(s.queue) - s.reserved for s in self.slots
         )
 
     def in_flight(self) -> int:
@@ -282,12 +281,13 @@ class ActorPool:
             return BatchOutcome(batch, None, cause)
         if result.physical_failure is not None:
             if current:
-                slot.retiring = True
-                if not slot.queue:
-                    self.replace(slot)
+                # The UDF said its actor is broken (ro.ActorFailure): replace it now, like a
+                # crash; the batches queued on it come back as physical failures.
+                cause = f"actor of {self.module.name!r} was replaced: {result.physical_failure}"
+                for queued in slot.queue:
+                    queued.kill_cause = queued.kill_cause or cause
+                self.replace(slot)
             return BatchOutcome(batch, result, result.physical_failure)
-        if current and slot.retiring and not slot.queue:
-            self.replace(slot)
         return BatchOutcome(batch, result, None)
 
     def overdue(self, now: float | None = None) -> list[InFlightBatch]:

@@ -10,7 +10,8 @@ The ABI is value-only. A worker receives a Call spec, the batch's input rows and
 * with the in-process memory store returns the reports for the driver to commit.
 
 Either way the values travel back to the driver on Ray's object store (the fast
-path). A worker knows nothing of the plan.
+path). A worker knows nothing of the plan. An exception from the user code never leaves
+the worker (its recovery policy handles it here); only ``ro.ActorFailure`` does.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class BatchResult:
     path). ``verdicts`` is set when the worker already committed them through the
     store (one verdict code per tag); ``None`` means the driver must commit.
     ``physical_failure`` is set (and ``reports`` empty) when the batch as a whole
-    failed: an exception in the user code that is not a Record/GroupFailure.
+    failed in a way that condemns the actor: the UDF raised ``ro.ActorFailure``. Any
+    other exception is handled in the actor (records Failed, never the batch).
     """
 
     batch_id: int
@@ -75,6 +77,10 @@ class BatchResult:
     worker_pid: int
     udf_seconds: float
     commit_seconds: float = 0.0
+    udf_exceptions: int = 0
+    """Exceptions the user code raised in this batch, each handled in this actor."""
+    replace_actor: bool = False
+    """The UDF raised ``ro.ActorFailure``: the actor must be replaced."""
 
 
 class ModuleWorker:
@@ -97,29 +103,38 @@ class ModuleWorker:
         return os.getpid()
 
     def run_batch(self, task: BatchTask) -> BatchResult:
-        """Run one batch; commit its reports when bound to a shared store."""
-        from rayorch.core.udf import UdfError, invoke_batch, reports_for
+        """Run one batch; commit its reports when bound to a shared store.
+
+        An exception from the user code is handled here, in the living actor, by the
+        module's recovery policy (:func:`rayorch.core.udf.run_with_recovery`): records
+        that raise alone are Failed, their batch-mates are not. Only an
+        :class:`~rayorch.core.outcome.ActorFailure` makes the batch a physical failure
+        (the pool then replaces this actor).
+        """
+        from rayorch.core.outcome import ActorFailure
+        from rayorch.core.udf import one_line_cause, reports_for, run_with_recovery
 
         started = time.perf_counter()
         try:
-            results = invoke_batch(self._fn, self._module.options, task.call, list(task.rows))
-        except UdfError as exc:
+            done = run_with_recovery(self._fn, self._module.options, task.call, list(task.rows))
+        except ActorFailure as exc:
             return BatchResult(
-                task.batch_id, task.call.id, task.tags, (), None, str(exc), os.getpid(),
-                time.perf_counter() - started,
+                task.batch_id, task.call.id, task.tags, (), None,
+                f"ActorFailure: {one_line_cause(exc).removeprefix('ActorFailure: ')}",
+                os.getpid(), time.perf_counter() - started, replace_actor=True,
             )
         udf_seconds = time.perf_counter() - started
-        reports = tuple(reports_for(task.call.id, task.tags, results, time.time()))
+        reports = tuple(reports_for(task.call.id, task.tags, done.results, time.time()))
         if self._binding is None:
             return BatchResult(
                 task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),
-                udf_seconds,
+                udf_seconds, udf_exceptions=done.exceptions,
             )
         started = time.perf_counter()
         verdicts = self._commit(reports)
         return BatchResult(
             task.batch_id, task.call.id, task.tags, reports, verdicts, None, os.getpid(),
-            udf_seconds, time.perf_counter() - started,
+            udf_seconds, time.perf_counter() - started, udf_exceptions=done.exceptions,
         )
 
     def _commit(self, reports: tuple[GrainCommitted, ...]) -> tuple[int, ...]:

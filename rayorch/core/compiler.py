@@ -131,7 +131,7 @@ def _build_plan(name: str, trace: Trace, specs: list[ModuleSpec]) -> Plan:
     for n in trace.nodes:
         call = None
         if n.kind is NodeKind.CALL:
-            call = CallSpec(n.call_id, n.module, n.static_kwargs, n.num_outputs)
+            call = CallSpec(n.call_id, n.module, n.static_kwargs, n.num_outputs, n.keywords)
             used_modules.add(n.module)
         nodes.append(
             NodeSpec(

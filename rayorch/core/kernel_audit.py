@@ -145,7 +145,8 @@ def validate_kernel(kernel: ItemPropagation) -> None:
     for (node_id, parent), left in kernel._reduce_left.items():
         reduce = next(r for e in tables.expands.values() for r in e.reduces if r.node == node_id)
         count = kernel._expansions[(reduce.domain, parent)]
-        missing = sum((reduce.input, (*parent, i)) not in items for i in range(count))
+        watched = (reduce.input,) if reduce.members is None else (reduce.input, reduce.members)
+        missing = sum((port, (*parent, i)) not in items for i in range(count) for port in watched)
         if missing != left or (reduce.output, parent) in items:
             raise _fail(f"reduce node {node_id} at {format_path(parent)}: {missing} members "
                         f"pending but the counter says {left}")

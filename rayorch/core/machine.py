@@ -22,7 +22,6 @@ and the simulator (``bench/simulator``) perform the same instructions
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey, Path
-from rayorch.core.outcome import FailedResult, Item
+from rayorch.core.outcome import FailedResult, Item, source_result
 from rayorch.core.plan import Plan
 from rayorch.core.state import Kernel
 
@@ -143,14 +142,7 @@ class Resync(Instruction):
     reason: str
 
 
-def item_result(index: int, items: Sequence[Item], names: Sequence[str]) -> Any:
-    """A finished source item as the user sees it: the value(s) or a ``FailedResult``."""
-    for name, item in zip(names, items):
-        if not item.present:
-            return FailedResult(index, item.outcome, item.cause, name)
-    if len(items) == 1:
-        return items[0].value
-    return tuple(item.value for item in items)
+item_result = source_result  # the value(s) or a FailedResult (one place: core.outcome)
 
 
 def barrier_fact(report: GrainCommitted) -> BarrierInstalled:

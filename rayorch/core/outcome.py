@@ -9,6 +9,7 @@ and its not-yet-committed siblings of the same Call and parent).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -81,17 +82,53 @@ class GroupFailure(RecordFailure):
     """
 
 
+class ActorFailure(Exception):
+    """Raised by a UDF to say its actor is broken (a lost GPU context, a corrupt model).
+
+    Unlike any other exception (handled inside the living actor by the module's recovery
+    policy), it makes rayorch replace the actor and retry the batch on a fresh one, like
+    a crash: with a new generation, up to ``max_attempts``.
+    """
+
+    def __init__(self, cause: str = "actor failure") -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
 @dataclass(frozen=True, slots=True)
 class FailedResult:
     """What a run yields for a source item whose output is not ``Present``.
 
-    Never silently dropped: ``outcome`` says what happened, ``cause`` why.
+    Never silently dropped: ``outcome`` says what happened, ``cause`` why. With several
+    outputs, ``port`` names the first output that is not Present and ``outputs`` holds
+    every output of the row (a value, or a ``FailedResult`` of its own), so one failed
+    output does not hide the others.
+
+    Upstream RayOrch calls it ``OutputIssue`` (``ro.OutputIssue`` is this class).
     """
 
     index: int
     outcome: Outcome
     cause: str | None
     port: str = ""
+    outputs: tuple[Any, ...] | None = None
 
     def __bool__(self) -> bool:
         return False
+
+
+def source_result(index: int, items: Sequence[Item], names: Sequence[str]) -> Any:
+    """A finished source item as the user sees it: the value(s) or a ``FailedResult``."""
+    if len(items) == 1:
+        item = items[0]
+        if item.present:
+            return item.value
+        return FailedResult(index, item.outcome, item.cause, names[0])
+    values = tuple(
+        item.value if item.present else FailedResult(index, item.outcome, item.cause, name)
+        for name, item in zip(names, items, strict=True)
+    )
+    for value in values:
+        if isinstance(value, FailedResult):
+            return FailedResult(index, value.outcome, value.cause, value.port, values)
+    return values

@@ -21,6 +21,7 @@ import orjson
 
 from rayorch.core.errors import PlanLookupError
 from rayorch.core.ids import ROOT, CallId, DomainId
+from rayorch.core.recovery import RecoveryPolicy
 
 
 class NodeKind(StrEnum):
@@ -54,6 +55,12 @@ class ModuleOptions:
     policy: Policy = Policy.ELASTIC
     batched: bool = True
     num_outputs: int = 1
+    ray_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+    """Ray actor options passed through to ``ray.remote(...).options`` (runtime_env, ...)."""
+    recovery: RecoveryPolicy | None = None
+    """What the actor does when the UDF raises (None: ``isolate_tail``)."""
+    output_layout: str = "rows"
+    """``rows``: a tuple of outputs per record; ``columns``: one list per output (upstream)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +144,8 @@ class CallSpec:
     module: str
     static_kwargs: tuple[tuple[str, Any], ...] = ()
     num_outputs: int = 1
+    keywords: tuple[str, ...] = ()
+    """Names of the last ``len(keywords)`` inputs, passed to the UDF by keyword."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +211,8 @@ class Plan:
                         "id": n.call.id,
                         "module": n.call.module,
                         "num_outputs": n.call.num_outputs,
+                        # only when used, so that older plans keep their fingerprint
+                        **({"keywords": list(n.call.keywords)} if n.call.keywords else {}),
                     },
                     "source_domain": n.source_domain,
                     "name": n.name,
@@ -266,7 +277,8 @@ class Plan:
                     location=loc,
                     call=None
                     if call is None
-                    else CallSpec(call["id"], call["module"], (), call["num_outputs"]),
+                    else CallSpec(call["id"], call["module"], (), call["num_outputs"],
+                                  tuple(call.get("keywords", ()))),
                     source_domain=n["source_domain"],
                     name=n["name"],
                     arg_index=n["arg_index"],

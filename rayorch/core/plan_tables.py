@@ -36,13 +36,15 @@ class CallInfo:
 
 
 class ReduceInfo:
-    __slots__ = ("domain", "input", "node", "output")
+    __slots__ = ("domain", "input", "members", "node", "output", "ports")
 
     def __init__(self, node: NodeSpec) -> None:
         assert node.source_domain is not None
         self.node = node.id
         self.domain = node.source_domain  # the child Domain it reads
         self.input = node.inputs[0]
+        self.members: int | None = node.inputs[1] if len(node.inputs) > 1 else None
+        self.ports = len(node.inputs)  # Items per child it waits for
         self.output = node.outputs[0]
 
 
@@ -57,11 +59,12 @@ class BroadcastInfo:
 
 
 class ExpandInfo:
-    __slots__ = ("broadcasts", "domain", "output", "ports_per_child", "reduces")
+    __slots__ = ("broadcasts", "domain", "inputs", "outputs", "ports_per_child", "reduces")
 
     def __init__(self, node: NodeSpec, ports_per_child: int) -> None:
         self.domain = node.domain  # the child Domain it creates
-        self.output = node.outputs[0]
+        self.inputs = node.inputs  # several: F.expand_aligned (outputs of one Call)
+        self.outputs = node.outputs
         self.ports_per_child = ports_per_child
         self.reduces: list[ReduceInfo] = []
         self.broadcasts: list[BroadcastInfo] = []
@@ -105,11 +108,14 @@ class PlanTables:
             elif kind is NodeKind.EXPAND:
                 expand = ExpandInfo(node, len(self.domain_ports[node.domain]))
                 self.expands[node.domain] = expand
-                self._routes.append((node.inputs[0], "expand", expand))
+                for port in node.inputs:
+                    self._routes.append((port, "expand", expand))
             elif kind is NodeKind.REDUCE:
                 reduce = ReduceInfo(node)
                 reduces.append(reduce)
                 self._routes.append((reduce.input, "reduce", reduce))
+                if reduce.members is not None:
+                    self._routes.append((reduce.members, "reduce_members", reduce))
             elif kind is NodeKind.FILTER:
                 port, mask = node.inputs
                 for source in dict.fromkeys((port, mask)):

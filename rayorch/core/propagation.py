@@ -126,7 +126,8 @@ class ItemPropagation:
         }
         tables.bind(
             {"call": self._try_ready, "expand": self._expand, "reduce": self._member_done,
-             "filter": self._filter, "broadcast": self._broadcast_from},
+             "reduce_members": self._membership_done, "filter": self._filter,
+             "broadcast": self._broadcast_from},
             self.queues,
         )
         self._calls = tables.calls
@@ -208,6 +209,13 @@ class ItemPropagation:
     def _expand(self, info: ExpandInfo, path: Path, value: Any) -> None:
         """The expanded Item of ``path`` resolved: close the Expansion, create the children."""
         key = (info.domain, path)
+        if len(info.inputs) > 1:  # F.expand_aligned: wait for every aligned output
+            values = [self._items.get((port, path), _PENDING) for port in info.inputs]
+            if any(v is _PENDING for v in values):
+                return
+            value = next((v for v in values if type(v) is Absent), value)
+        else:
+            values = [value]
         if type(value) is Absent:
             dropped = value.outcome is Outcome.DROPPED
             self._close_expansion(key, DROPPED_X if dropped else FAILED_X)
@@ -215,15 +223,24 @@ class ItemPropagation:
             for reduce in info.reduces:
                 self._resolve(reduce.output, path, result)
             return
-        elements = expansion_elements(value)
-        if elements is None:
+        columns = [expansion_elements(v) for v in values]
+        problem = None
+        bad = next((v for v, c in zip(values, columns) if c is None), None)
+        if any(c is None for c in columns):
+            problem = (f"the value is a {type(bad).__name__}, not a sequence; the expanded "
+                       "module must return a list per record")
+        elif len({len(c) for c in columns if c is not None}) > 1:
+            problem = (f"the aligned lists have different lengths "
+                       f"{[len(c) for c in columns if c is not None]}")
+        if problem is not None:
             self._close_expansion(key, FAILED_X)
-            failure = Absent(Outcome.SUPPRESSED, f"F.expand into {info.domain} at "
-                             f"{format_path(path)}: the value is a {type(value).__name__}, not "
-                             "a sequence; the expanded module must return a list per record")
+            failure = Absent(Outcome.SUPPRESSED,
+                             f"F.expand into {info.domain} at {format_path(path)}: {problem}")
             for reduce in info.reduces:
                 self._resolve(reduce.output, path, failure)
             return
+        elements = columns[0]
+        assert elements is not None
         count = len(elements)
         self._close_expansion(key, count)
         if count == 0:
@@ -231,13 +248,14 @@ class ItemPropagation:
                 self._resolve(reduce.output, path, [])
             return
         for reduce in info.reduces:
-            self._reduce_left[(reduce.node, path)] = count
+            self._reduce_left[(reduce.node, path)] = count * reduce.ports
         self._pending[path[0]] += count * info.ports_per_child
-        port = info.output
         broadcasts = info.broadcasts
-        for ordinal, element in enumerate(elements):
+        for ordinal in range(count):
             child = (*path, ordinal)
-            self._resolve(port, child, element)
+            for port, column in zip(info.outputs, columns):
+                assert column is not None
+                self._resolve(port, child, column[ordinal])
             for broadcast in broadcasts:
                 item = self._items.get((broadcast.source, child[: broadcast.source_len]), _PENDING)
                 if item is not _PENDING and (broadcast.output, child) not in self._items:
@@ -255,6 +273,9 @@ class ItemPropagation:
         left = self._reduce_left.get(key)
         if left is None:
             return  # already suppressed by an earlier failed member
+        if info.members is not None:
+            self._reduce_step(info, path, key, left)
+            return
         if type(value) is Absent and value.outcome is not Outcome.DROPPED:
             del self._reduce_left[key]
             self._resolve(info.output, parent, suppressed_by(value))
@@ -268,6 +289,40 @@ class ItemPropagation:
         count = self._expansions[(info.domain, parent)]
         members = [items[(port, (*parent, i))] for i in range(count)]
         self._resolve(info.output, parent, [m for m in members if type(m) is not Absent])
+
+    def _membership_done(self, info: ReduceInfo, path: Path, value: Any) -> None:
+        """The ``members=`` Item of a child of a reduce resolved."""
+        key = (info.node, path[:-1])
+        left = self._reduce_left.get(key)
+        if left is not None:
+            self._reduce_step(info, path, key, left)
+
+    def _reduce_step(self, info: ReduceInfo, path: Path, key: tuple[int, Path], left: int) -> None:
+        """``F.reduce(values, members=m)``: one of a child's two Items resolved."""
+        assert info.members is not None
+        parent = path[:-1]
+        items = self._items
+        member = items.get((info.members, path), _PENDING)
+        value = items.get((info.input, path), _PENDING)
+        blame = None
+        if type(member) is Absent and member.outcome is not Outcome.DROPPED:
+            blame = suppressed_by(member)
+        elif member is not _PENDING and type(member) is not Absent and type(value) is Absent:
+            blame = suppressed_by(value) if value.outcome is not Outcome.DROPPED else Absent(
+                Outcome.SUPPRESSED, f"F.reduce(members=...) at {format_path(path)}: the member "
+                "is Present but its value was Dropped, so the aligned lists cannot keep it")
+        if blame is not None:
+            del self._reduce_left[key]
+            self._resolve(info.output, parent, blame)
+            return
+        if left > 1:
+            self._reduce_left[key] = left - 1
+            return
+        del self._reduce_left[key]
+        count = self._expansions[(info.domain, parent)]
+        kept = [items[(info.input, (*parent, i))] for i in range(count)
+                if type(items[(info.members, (*parent, i))]) is not Absent]
+        self._resolve(info.output, parent, kept)
 
     def _filter(self, info: tuple[int, int, int], path: Path, value: Any) -> None:
         port, mask, output = info

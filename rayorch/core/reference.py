@@ -91,37 +91,58 @@ def evaluate(
             assert parent_domain is not None
             children: list[Path] = []
             for path in entities[parent_domain]:
-                item = items[(node.inputs[0], path)]
-                elements = expansion_elements(item.value) if item.present else None
+                aligned = [items[(port, path)] for port in node.inputs]
+                item = next((i for i in aligned if not i.present), aligned[0])
+                columns = [expansion_elements(i.value) if i.present else None for i in aligned]
+                lengths = {len(c) for c in columns if c is not None}
                 if item.outcome is Outcome.DROPPED:
                     result.expansions[(node.domain, path)] = ("dropped", 0)
-                elif elements is None:
+                elif any(c is None for c in columns) or len(lengths) > 1:
                     result.expansions[(node.domain, path)] = ("failed", 0)
+                    bad_value = next((i.value for i, c in zip(aligned, columns) if c is None),
+                                     None)
                     failed_expansions[(node.domain, path)] = (
                         _suppressed(item, cause_of(node.inputs[0], path)) if _bad(item)
-                        else _not_a_sequence(node.domain, path, item.value)
+                        else _not_a_sequence(node.domain, path, bad_value)
+                        if any(c is None for c in columns)
+                        else Item(Outcome.SUPPRESSED, None,
+                                  f"F.expand into {node.domain} at {format_path(path)}: the "
+                                  "aligned lists have different lengths "
+                                  f"{[len(c) for c in columns if c is not None]}")
                     )
                 else:
-                    result.expansions[(node.domain, path)] = ("succeeded", len(elements))
-                    for ordinal, element in enumerate(elements):
+                    count = lengths.pop()
+                    result.expansions[(node.domain, path)] = ("succeeded", count)
+                    for ordinal in range(count):
                         children.append((*path, ordinal))
-                        items[(node.outputs[0], (*path, ordinal))] = present(element)
+                        for port, column in zip(node.outputs, columns):
+                            assert column is not None
+                            items[(port, (*path, ordinal))] = present(column[ordinal])
             entities[node.domain] = children
         elif kind is NodeKind.REDUCE:
             assert node.source_domain is not None
             for path in entities[node.domain]:
                 state, count = result.expansions[(node.source_domain, path)]
-                members = [items[(node.inputs[0], (*path, i))] for i in range(count)]
-                failed = [(i, m) for i, m in enumerate(members) if _bad(m)]
+                values = [items[(node.inputs[0], (*path, i))] for i in range(count)]
+                if len(node.inputs) > 1:  # members=: the membership decides who is kept
+                    members = [items[(node.inputs[1], (*path, i))] for i in range(count)]
+                    failed = [(i, m, node.inputs[1]) for i, m in enumerate(members) if _bad(m)]
+                    failed += [(i, v, node.inputs[0]) for i, (m, v) in
+                               enumerate(zip(members, values)) if m.present and not v.present]
+                    kept = [v for m, v in zip(members, values) if m.present]
+                else:
+                    failed = [(i, v, node.inputs[0]) for i, v in enumerate(values) if _bad(v)]
+                    kept = [v for v in values if v.present]
                 if state == "dropped":
                     out = DROPPED
                 elif state == "failed":
                     out = failed_expansions[(node.source_domain, path)]
                 elif failed:
-                    i, member = failed[0]
-                    out = _suppressed(member, cause_of(node.inputs[0], (*path, i)))
+                    i, member, port = min(failed, key=lambda f: f[0])
+                    out = _suppressed(member, cause_of(port, (*path, i))) if _bad(member) else \
+                        Item(Outcome.SUPPRESSED, None, "a member's value was Dropped")
                 else:
-                    out = present([m.value for m in members if m.present])
+                    out = present([v.value for v in kept])
                 items[(node.outputs[0], path)] = out
         elif kind is NodeKind.FILTER:
             for path in entities[node.domain]:

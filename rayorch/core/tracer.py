@@ -106,6 +106,17 @@ class TracedNode:
     source_domain: DomainId | None = None
     name: str = ""
     arg_index: int = 0
+    keywords: tuple[str, ...] = ()
+
+
+def _holds_port(value: Any) -> bool:
+    if isinstance(value, Port):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_port(k) or _holds_port(v) for k, v in value.items())
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return any(_holds_port(v) for v in value)
+    return False
 
 
 @dataclass(slots=True)
@@ -119,6 +130,7 @@ class Trace:
     domain_expand: dict[DomainId, int | None] = field(default_factory=lambda: {ROOT: None})
     children_count: dict[DomainId, int] = field(default_factory=dict)
     call_sites: dict[str, int] = field(default_factory=dict)
+    expanded: dict[tuple[int, ...], list[Port]] = field(default_factory=dict)
     _token: contextvars.Token[Trace | None] | None = None
 
     # -- activation --------------------------------------------------------------
@@ -185,20 +197,25 @@ class Trace:
                 "create it in __init__ and assign it to an attribute "
                 "(self.ocr = ro.RayModule(...))",
             )
-        if not args:
+        port_kwargs = {k: v for k, v in kwargs.items() if isinstance(v, Port)}
+        static = {k: v for k, v in kwargs.items() if not isinstance(v, Port)}
+        if not args and not port_kwargs:
             raise ce.CallArgumentError(
                 f"call of {name!r} has no Port argument",
                 location,
-                "pass at least one Port positionally; "
+                "pass at least one Port (positionally or by keyword); "
                 "every Call runs once per Entity of its Domain",
             )
         ports = [self.own(a, f"argument {i + 1} of {name!r}", location) for i, a in enumerate(args)]
-        for key, value in kwargs.items():
-            if isinstance(value, Port):
+        ports += [self.own(v, f"keyword argument {k!r} of {name!r}", location)
+                  for k, v in port_kwargs.items()]
+        for key, value in static.items():
+            if _holds_port(value):
                 raise ce.CallArgumentError(
-                    f"keyword argument {key!r} of {name!r} is a Port",
+                    f"keyword argument {key!r} of {name!r} holds a Port inside a container",
                     location,
-                    "pass Ports positionally; keyword arguments are static values",
+                    "pass each Port directly as an argument (positionally or as key=port); "
+                    "a container of Ports cannot be traced",
                 )
         domains = {p.domain for p in ports}
         if len(domains) > 1:
@@ -221,35 +238,68 @@ class Trace:
             location=location,
             call_id=call_id,
             module=name,
-            static_kwargs=tuple(sorted(kwargs.items())),
+            static_kwargs=tuple(sorted(static.items())),
             num_outputs=num_outputs,
+            keywords=tuple(port_kwargs),
         )
         out_names = (
             [call_id] if num_outputs == 1 else [f"{call_id}.{i}" for i in range(num_outputs)]
         )
         return self._add_node(node, out_names, domain)
 
-    def add_expand(self, value: Any) -> Port:
+    def add_expand(self, *values: Any) -> list[Port]:
+        """One Expansion per parent: several Ports expand *aligned* into one child Domain."""
         location = caller_location()
-        port = self.own(value, "the argument of F.expand", location)
-        producer = self.nodes[self.ports[port.id].producer]
-        if producer.kind is not NodeKind.CALL:
+        what = "F.expand" if len(values) == 1 else "F.expand_aligned"
+        if not values:
+            raise ce.ExpandError(f"{what} of no Port", location,
+                                 "pass the Port(s) to expand: F.expand_aligned(xs, ys)")
+        ports = [self.own(v, f"argument {i + 1} of {what}", location)
+                 for i, v in enumerate(values)]
+        producers = []
+        for port in ports:
+            producer = self.nodes[self.ports[port.id].producer]
+            if producer.kind is not NodeKind.CALL:
+                raise ce.ExpandError(
+                    f"{what} of {port.name!r}, which is the output of {producer.kind.value}, "
+                    "not of a Call",
+                    location,
+                    "expand the output of a module call whose per-record value is a sequence "
+                    "(e.g. F.expand(self.render(pdfs)))",
+                )
+            producers.append(producer.id)
+        if len(set(producers)) > 1 or len({p.id for p in ports}) < len(ports):
             raise ce.ExpandError(
-                f"F.expand of {port.name!r}, which is the output of {producer.kind.value}, "
-                "not of a Call",
+                f"{what} of {', '.join(p.name for p in ports)}: aligned Ports must be distinct "
+                "outputs of one Call",
                 location,
-                "expand the output of a module call whose per-record value is a sequence "
-                "(e.g. F.expand(self.render(pdfs)))",
+                "return the aligned lists from one module (.returns(n) / num_outputs=n) and "
+                "expand those outputs together",
             )
-        k = self.children_count.get(port.domain, 0)
-        self.children_count[port.domain] = k + 1
-        child = child_domain_id(port.domain, k)
-        node = TracedNode(len(self.nodes), NodeKind.EXPAND, child, (port.id,), location=location)
-        self.domain_parent[child] = port.domain
+        key = tuple(p.id for p in ports)
+        if key in self.expanded:  # the same expansion again: the same child Domain (upstream)
+            return self.expanded[key]
+        taken = [p for p in ports if any(p.id in other for other in self.expanded)]
+        if taken:
+            raise ce.ExpandError(
+                f"{what} of {taken[0].name!r}, which already belongs to another expansion",
+                location,
+                "expand a Port once (reuse the expanded Port), or declare the alignment once "
+                "with F.expand_aligned",
+            )
+        parent = ports[0].domain
+        k = self.children_count.get(parent, 0)
+        self.children_count[parent] = k + 1
+        child = child_domain_id(parent, k)
+        node = TracedNode(len(self.nodes), NodeKind.EXPAND, child, tuple(p.id for p in ports),
+                          location=location)
+        self.domain_parent[child] = parent
         self.domain_expand[child] = node.id
-        return self._add_node(node, [f"expand({port.name})"], child)[0]
+        outs = self._add_node(node, [f"expand({p.name})" for p in ports], child)
+        self.expanded[key] = outs
+        return outs
 
-    def add_reduce(self, value: Any) -> Port:
+    def add_reduce(self, value: Any, members: Any = None) -> Port:
         location = caller_location()
         port = self.own(value, "the argument of F.reduce", location)
         parent = self.domain_parent.get(port.domain)
@@ -259,11 +309,23 @@ class Trace:
                 location,
                 "reduce only Ports of a child Domain, i.e. downstream of an F.expand",
             )
+        inputs: tuple[int, ...] = (port.id,)
+        if members is not None:
+            member_port = self.own(members, "members= of F.reduce", location)
+            if member_port.domain != port.domain:
+                raise ce.DomainMismatchError(
+                    f"F.reduce of {port.name!r} (in {port.domain}) with members "
+                    f"{member_port.name!r} in {member_port.domain}",
+                    location,
+                    "members= must be a Port of the same child Domain as the reduced value",
+                )
+            if member_port.id != port.id:
+                inputs = (port.id, member_port.id)
         node = TracedNode(
             len(self.nodes),
             NodeKind.REDUCE,
             parent,
-            (port.id,),
+            inputs,
             location=location,
             source_domain=port.domain,
         )
@@ -293,6 +355,8 @@ class Trace:
         location = caller_location()
         port = self.own(value, "the first argument of F.broadcast", location)
         like_port = self.own(like, "the like= argument of F.broadcast", location)
+        if port.domain == like_port.domain:
+            return port  # already there: the identity (as upstream RayOrch)
         if not self.is_ancestor(port.domain, like_port.domain):
             raise ce.BroadcastError(
                 f"F.broadcast of {port.name!r} (in {port.domain}) like {like_port.name!r} "

@@ -363,16 +363,16 @@ class PdfPipeline(ro.Pipeline):
             replicas=render_replicas,
             num_cpus=1.0,
         )
+        # The engine's options are constructor arguments (.pre_init), never execution
+        # options: an engine's own timeout_s must not become the batch timeout.
         self.ocr = ro.RayModule(
             OcrPage,
-            engine,
             batch_size=batch_size,
             replicas=replicas,
             num_cpus=ocr_num_cpus if ocr_num_cpus is not None else (1.0 if engine == "rapidocr"
                                                                      else 0.25),
             num_gpus=ocr_num_gpus if ocr_num_gpus is not None else (1.0 if gpu else 0.0),
-            **(engine_options or {}),
-        )
+        ).pre_init(engine, **(engine_options or {}))
         self.assemble = ro.RayModule(AssembleDocument, batch_size=8, num_cpus=0.25)
 
     def forward(self, pdfs: Any) -> Any:

@@ -337,7 +337,10 @@ def test_exceptions_and_timeouts_are_retried_then_failed(tmp_path: Path, ray_loc
         else:
             assert value == x * 10, (x, value)
     assert (tmp_path / "slow-11").exists()
-    assert run.stats.call("work").retried >= 3
+    # Exceptions are handled inside the actor (no GrainRetried, no new actor); the batch
+    # that hung past timeout_s is retried on a fresh actor.
+    assert run.stats.call("work").retried >= 1
+    assert run.actors_replaced >= 1
 
 
 class WhichGpu:

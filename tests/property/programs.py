@@ -151,6 +151,7 @@ class ProgramSpec:
     side_output: bool
     behaviours: tuple[Behaviour, ...]
     batched: tuple[bool, ...]
+    members: bool = False  # reduce with members=the expanded Port (a filtered child suppresses)
 
 
 programs = st.builds(
@@ -159,6 +160,7 @@ programs = st.builds(
     side_output=st.booleans(),
     behaviours=st.lists(behaviours, min_size=8, max_size=8).map(tuple),
     batched=st.lists(st.booleans(), min_size=8, max_size=8).map(tuple),
+    members=st.booleans(),
 )
 
 
@@ -217,7 +219,8 @@ class RandomPipeline(ro.Pipeline):
             else:
                 kids = F.expand(self._module("fanout")(x))
                 y = self._run(kids, op[1], [*ancestors, x])
-                x = self._module("combine")(x, F.reduce(y))
+                members = kids if self.spec.members else None
+                x = self._module("combine")(x, F.reduce(y, members=members))
         return x
 
     def forward(self, source: Any) -> Any:

@@ -94,13 +94,14 @@ def test_broadcast_from_a_descendant_is_refused() -> None:
     assert_located(err, "is not an ancestor", "F.reduce")
 
 
-def test_broadcast_within_one_domain_is_refused() -> None:
+def test_broadcast_within_one_domain_is_the_port_itself() -> None:
     def forward(self, xs):  # type: ignore[no-untyped-def]
         return self.pair(xs, F.broadcast(xs, like=xs))
 
-    with pytest.raises(ce.BroadcastError) as err:
-        make(forward, pair=ro.RayModule(pair)).compile()
-    assert_located(err, "root is not an ancestor of root")
+    plan = make(forward, pair=ro.RayModule(pair)).compile()
+    assert not [n for n in plan.nodes if n.kind is NodeKind.BROADCAST]
+    (call,) = plan.calls
+    assert call.inputs[0] == call.inputs[1]  # as upstream RayOrch: no node, the same Port
 
 
 def test_reduce_of_the_root_domain_is_refused() -> None:
@@ -204,13 +205,24 @@ def test_constant_positional_argument_is_refused() -> None:
     assert_located(err, "argument 2 of 'pair' must be a Port", "keyword arguments")
 
 
-def test_port_as_keyword_argument_is_refused() -> None:
+def test_port_as_keyword_argument_is_a_keyword_data_input() -> None:
     def forward(self, xs):  # type: ignore[no-untyped-def]
-        return self.a(xs, other=xs)
+        return self.a(xs, other=xs, scale=2)
+
+    plan = make(forward, a=ro.RayModule(ident)).compile()
+    (node,) = plan.calls
+    assert node.call is not None
+    assert node.call.keywords == ("other",) and len(node.inputs) == 2
+    assert node.call.static_kwargs == (("scale", 2),)
+
+
+def test_port_inside_a_static_container_is_refused() -> None:
+    def forward(self, xs):  # type: ignore[no-untyped-def]
+        return self.a(xs, others=[xs])
 
     with pytest.raises(ce.CallArgumentError) as err:
         make(forward, a=ro.RayModule(ident)).compile()
-    assert_located(err, "keyword argument 'other'")
+    assert_located(err, "keyword argument 'others'", "container")
 
 
 def test_unregistered_module_is_refused() -> None:
