@@ -260,6 +260,9 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=float, default=None,
                         help="shard lease TTL in seconds (default 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--trust", action="append", metavar="MODULE",
+                        help="only import the run's pipeline from this module or package "
+                        "(repeatable; adds to $RAYORCH_TRUSTED_MODULES)")
     parser.add_argument("--out-dir", help="where this driver writes its outputs "
                         "(<index>.msgpack) when the run records no output directory, as for "
                         "a run started by Pipeline.run")
@@ -272,7 +275,8 @@ def cmd_driver(args: argparse.Namespace) -> int:
     if not url:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
-                      lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir)
+                      lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
+                      trust=args.trust)
     with handle:
         handle.wait()
     print(handle.stats.summary(), file=sys.stderr)

@@ -340,19 +340,24 @@ def join_run(
     lease_ttl_s: float | None = None,
     quiet: bool = False,
     out_dir: str | None = None,
+    trust: Sequence[str] | None = None,
 ) -> ReplicaHandle:
     """Join ``run_id`` (made by :func:`create_run`) as one more driver; see :class:`ReplicaHandle`.
 
     Starting one driver on a run whose drivers all died resumes it. Outputs go to the
     run's output directory (``create_run(out_dir=)``); a run that records none (one made
     by ``Pipeline.run``) writes this driver's outputs to ``out_dir`` when given.
+    ``trust`` lists the modules the run's pipeline may be imported from (with
+    ``$RAYORCH_TRUSTED_MODULES``; docs/ARCHITECTURE.md, "Trust model").
     """
+    from rayorch.runtime.trust import trusted_modules
+
     from rayorch.runtime.replica import REPLICA_LEASE_TTL_S, ReplicaDriver
 
     log = (lambda line: None) if quiet else None
     driver = ReplicaDriver(store, run_id, driver_id=driver_id, address=address,
                            lease_ttl_s=lease_ttl_s or REPLICA_LEASE_TTL_S, log=log,
-                           out_dir=out_dir)
+                           out_dir=out_dir, trusted=trusted_modules(trust))
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

@@ -19,6 +19,7 @@ import ray
 from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBinding
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import ModuleSpec
+from rayorch.core.sanitize import strip_ansi
 
 RemoteWorker = ray.remote(ModuleWorker)
 
@@ -306,12 +307,12 @@ class ActorPool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = strip_ansi(str(exc)).strip().splitlines()
     return text[0] if text else ""
 
 
 def _first_line_with(exc: BaseException, needle: str) -> str:
-    for line in str(exc).splitlines():
+    for line in strip_ansi(str(exc)).splitlines():
         if needle in line:
             return line.strip().removeprefix("ModuleNotFoundError: ")
     return _first_line(exc)

@@ -21,6 +21,7 @@ from typing import Any
 
 from rayorch.core import compile_errors as ce
 from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
+from rayorch.core.names import module_name_problem
 from rayorch.core.tracer import Port, active_trace, caller_location
 
 _OPTION_NAMES = frozenset(
@@ -173,6 +174,11 @@ class PipelineBase:
                     caller_location(),
                     "call super().__init__() first in your pipeline's __init__",
                 )
+            problem = module_name_problem(name)
+            if problem is not None:
+                raise ce.ModuleDefinitionError(
+                    problem, caller_location(),
+                    "assign the module to a plain attribute, e.g. self.ocr = RayModule(...)")
             modules[name] = value
             self.__dict__["_plan"] = None
         object.__setattr__(self, name, value)

@@ -90,7 +90,9 @@ class ReplicaDriver:
         lease_ttl_s: float = REPLICA_LEASE_TTL_S,
         log: Callable[[str], None] | None = None,
         out_dir: str | None = None,
+        trusted: tuple[str, ...] | None = None,
     ) -> None:
+        """``trusted``: modules the run's pipeline may come from (see :mod:`.trust`)."""
         self.store_url, self.run_id = store_url, run_id
         self.driver_id = driver_id or new_driver_id()
         self.lease_ttl_s = lease_ttl_s
@@ -107,7 +109,7 @@ class ReplicaDriver:
                 "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded"
             )
         self.manifest = RunManifest.decode(blob)
-        pipeline = self.manifest.build_pipeline()
+        pipeline = self.manifest.build_pipeline(trusted)
         self.plan: Plan = pipeline.compile()
         if self.plan.fingerprint() != self.info.fingerprint:
             raise ManifestError(

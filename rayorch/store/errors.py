@@ -106,7 +106,8 @@ class InvalidRunIdError(_StoreErrorWithArgs):
     def message(self) -> str:
         return (
             f"{self.run_id!r} is not a valid run id: use 1-128 letters, digits, '_', '.' "
-            "or '-' (no ':', braces or spaces)."
+            "or '-', starting with a letter, digit or '_' (not '.' or '..'; no ':', '/', "
+            "braces or spaces)."
         )
 
 
