@@ -189,7 +189,6 @@ def run_pipeline(
         raise DriverError("micro_batch and shards must be >= 1")
     plan = pipeline.compile()
     rows, total = _zip_inputs(plan, inputs)
-    run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     settings = RunSettings(
         micro_batch=micro_batch,
         shards=shards,
@@ -198,6 +197,9 @@ def run_pipeline(
         progress=progress,
         lease_ttl_s=lease_ttl_s,
     )
+    if run_id is not None:
+        _refuse_finished_run(store, run_id)
+    run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     session: RunSession = open_session(plan, store, run_id, settings, address=address)
     if store.lower().startswith(SHARED_STORE_SCHEMES):
         _record_manifest(session, pipeline, inputs, settings)
@@ -213,6 +215,19 @@ def run_pipeline(
 
 
 SHARED_STORE_SCHEMES = ("redis://", "rediss://")
+
+
+def _refuse_finished_run(store_url: str, run_id: str) -> None:
+    """A finished run's id cannot run again: one line naming it and the way out."""
+    from rayorch.runtime.session import redact_url
+    from rayorch.runtime.status import refuse_finished_run
+    from rayorch.store.base import open_store
+
+    lineage = open_store(store_url)
+    try:
+        refuse_finished_run(lineage, run_id, redact_url(store_url))
+    finally:
+        lineage.close()
 
 
 def _record_manifest(session: RunSession, pipeline: Any, inputs: Sequence[Iterable[Any]],
@@ -350,9 +365,8 @@ def join_run(
     ``trust`` lists the modules the run's pipeline may be imported from (with
     ``$RAYORCH_TRUSTED_MODULES``; docs/ARCHITECTURE.md, "Trust model").
     """
-    from rayorch.runtime.trust import trusted_modules
-
     from rayorch.runtime.replica import REPLICA_LEASE_TTL_S, ReplicaDriver
+    from rayorch.runtime.trust import trusted_modules
 
     log = (lambda line: None) if quiet else None
     driver = ReplicaDriver(store, run_id, driver_id=driver_id, address=address,

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rayorch.core import compile_errors as ce
-from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
 from rayorch.core.names import module_name_problem
+from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
 from rayorch.core.tracer import Port, active_trace, caller_location
 
 _OPTION_NAMES = frozenset(

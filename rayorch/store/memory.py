@@ -31,6 +31,7 @@ from rayorch.store.base import (
     StoredFact,
     barrier_fact,
     check_reopen,
+    check_run_id,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -150,6 +151,7 @@ class MemoryStore(LineageStore):
         return sorted(infos, key=lambda i: (i.created_ts, i.run_id))
 
     def delete_run(self, run_id: str) -> None:
+        check_run_id(run_id)
         with self._lock:
             self._runs.pop(run_id, None)
 
