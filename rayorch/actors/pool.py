@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
 
+from rayorch.actors.orphan_watch import orphan_grace_s
 from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBinding
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import ModuleSpec
@@ -110,12 +111,15 @@ class ActorPool:
         }
         if opts.resources:
             options["resources"] = dict(opts.resources)
+        binding = self.binding
         if self.shared:
             options.update(name=self.shared_name(index), namespace=SHARED_NAMESPACE,
                            lifetime="detached", get_if_exists=True)
+            if binding is not None:  # detached: it must leave by itself once orphaned
+                binding = replace(binding, orphan_grace_s=orphan_grace_s())
         elif self.name_prefix is not None:
             options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
-        return RemoteWorker.options(**options).remote(self.module, self.binding)
+        return RemoteWorker.options(**options).remote(self.module, binding)
 
     def shared_name(self, index: int) -> str:
         """The Ray name of slot ``index``'s shared actor."""
