@@ -40,7 +40,7 @@ from rayorch.core.facts import (
     fact_as_dict,
 )
 from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
-from rayorch.core.sanitize import sanitize
+from rayorch.core.sanitize import json_safe, sanitize
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
 from rayorch.store.base import LineageStore, StoredFact
@@ -49,7 +49,8 @@ EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=repr).decode() + "\n")
+    text = orjson.dumps(data, option=orjson.OPT_INDENT_2, default=repr).decode()
+    sys.stdout.write(json_safe(text) + "\n")
 
 
 def _say(*lines: str) -> None:

@@ -56,4 +56,23 @@ def sanitize(text: object, *, newlines: bool = False) -> str:
     )
 
 
-__all__ = ["sanitize", "strip_ansi"]
+def _json_escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def json_safe(text: str) -> str:
+    """JSON text with every control/format character inside its strings as a ``\\u`` escape.
+
+    orjson escapes only ASCII controls; C1 controls (``\\x9b`` is an 8-bit CSI) and
+    bidirectional overrides would still reach the terminal.
+    """
+    if not any(_unsafe(ch) for ch in text):
+        return text
+    return "".join(_json_escape(ch) if _unsafe(ch) and ch != "\n" else ch for ch in text)
+
+
+__all__ = ["json_safe", "sanitize", "strip_ansi"]
