@@ -6,7 +6,8 @@ them, so that other drivers of the run keep using them. When every driver is gon
 and GPUs for good. So each shared actor runs a daemon thread that reads the run's
 driver registry (heartbeats, in server time) every ``CHECK_EVERY_S``; once no driver
 has been alive for ``grace_s``, the actor's process exits and Ray frees its resources.
-Before it has seen any driver alive (its pool is being built) it waits ``STARTUP_S``.
+Until some driver was alive after the actor started (its pool is still being built,
+before the driver's first heartbeat) it waits up to ``STARTUP_S``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 GRACE_ENV = "RAYORCH_ORPHAN_GRACE_S"
 DEFAULT_GRACE_S = 10.0
@@ -34,23 +35,37 @@ def orphan_grace_s() -> float:
 
 
 class OrphanWatch:
-    """Decides, from successive looks at the registry, when the actor is orphaned (pure)."""
+    """Decides, from successive looks at the driver registry, when the actor is orphaned.
 
-    def __init__(self, grace_s: float, startup_s: float = STARTUP_S, now: float = 0.0) -> None:
+    Pure (no clock, no store): it is fed the store's time and the registry's heartbeat
+    deadlines. A driver counts as *seen* once a heartbeat deadline lies after the
+    watch's first look, i.e. a driver was alive after this actor started, even if the
+    watch never sampled it alive.
+    """
+
+    def __init__(self, grace_s: float, startup_s: float = STARTUP_S) -> None:
         self.grace_s, self.startup_s = grace_s, startup_s
-        self.started = now
+        self.started: float | None = None
         self.seen_driver = False
         self.absent_since: float | None = None
 
-    def orphaned(self, live_drivers: int, now: float) -> bool:
-        if live_drivers:
-            self.seen_driver, self.absent_since = True, None
+    def orphaned(self, now: float, deadlines: Iterable[float]) -> bool:
+        if self.started is None:
+            self.started = now
+        deadlines = list(deadlines)
+        if any(d > self.started for d in deadlines):
+            self.seen_driver = True
+        if any(d > now for d in deadlines):
+            self.absent_since = None
             return False
         if self.absent_since is None:
             self.absent_since = now
-        if not self.seen_driver and now - self.started < self.startup_s:
-            return False
-        return now - self.absent_since >= self.grace_s
+        if not self.seen_driver:
+            return now - self.started >= self.startup_s
+        # Gone since the last heartbeat deadline (a driver that left cleanly removed its
+        # entry: then since the first look that found nobody).
+        gone = max(deadlines) if deadlines else self.absent_since
+        return now - gone >= self.grace_s
 
 
 def start_orphan_watch(store_url: str, run_id: str, grace_s: float,
@@ -66,16 +81,16 @@ def start_orphan_watch(store_url: str, run_id: str, grace_s: float,
         from rayorch.store.base import open_store
 
         store = open_store(store_url)
-        watch = OrphanWatch(grace_s, now=time.monotonic())
+        watch = OrphanWatch(grace_s)
         while True:
-            time.sleep(CHECK_EVERY_S)
             try:
-                live = len(store.live_drivers(run_id))
+                now, drivers = store.driver_registry(run_id)
             except Exception:  # store outage: not evidence that the drivers are gone
-                continue
-            if watch.orphaned(live, time.monotonic()):
+                now, drivers = None, {}
+            if now is not None and watch.orphaned(now, drivers.values()):
                 (exit_process or leave)()
                 return
+            time.sleep(CHECK_EVERY_S)
 
     thread = threading.Thread(target=loop, name="rayorch-orphan-watch", daemon=True)
     thread.start()

@@ -275,6 +275,10 @@ class MemoryStore(LineageStore):
             now = self._clock()
             return sorted(d for d, deadline in self._run(run_id).drivers.items() if deadline > now)
 
+    def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
+        with self._lock:
+            return self._clock(), dict(self._run(run_id).drivers)
+
     def mark_shard_done(self, run_id: str, shard: int) -> None:
         with self._lock:
             run = self._run(run_id)

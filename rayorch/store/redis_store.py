@@ -78,6 +78,7 @@ from rayorch.store.scripts import (
     APPEND_FENCED,
     COMMIT_BATCH,
     CONFIG_MISMATCH,
+    DRIVER_REGISTRY,
     FENCED,
     FINGERPRINT_MISMATCH,
     HEARTBEAT,
@@ -562,6 +563,11 @@ class RedisStore(LineageStore):
     def live_drivers(self, run_id: str) -> list[str]:
         members: Any = self._eval(LIVE_DRIVERS, [drivers_key(run_id)], [])
         return sorted(_text(m) for m in members)
+
+    def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
+        raw: Any = self._eval(DRIVER_REGISTRY, [drivers_key(run_id)], [])
+        entries = {_text(raw[i]): int(raw[i + 1]) / 1000 for i in range(1, len(raw) - 1, 2)}
+        return int(raw[0]) / 1000, entries
 
     def mark_shard_done(self, run_id: str, shard: int) -> None:
         self._layout(run_id).check_shard(shard)
