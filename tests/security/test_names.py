@@ -20,23 +20,10 @@ from rayorch.core.names import UnsafeNameError, check_component, valid_run_id
 from rayorch.store import open_store
 from rayorch.store.errors import InvalidRunIdError, PayloadError
 from rayorch.store.payload import PayloadStore
+from rayorch.testing import Echo, EchoPipeline
 
 BAD_RUN_IDS = [".", "..", "../x", "a/b", "a\\b", "-rf", ".hidden", "", "a\x1b[2J", "a\nb",
                "x" * 129, "a:b", "{x}"]
-
-
-class Echo:
-    def __call__(self, xs: list[Any]) -> list[Any]:
-        return xs
-
-
-class EchoPipeline(ro.Pipeline):
-    def __init__(self) -> None:
-        super().__init__()
-        self.echo = ro.RayModule(Echo, batch_size=4, num_cpus=0.1)
-
-    def forward(self, xs: Any) -> Any:
-        return self.echo(xs)
 
 
 @pytest.mark.parametrize("run_id", BAD_RUN_IDS)

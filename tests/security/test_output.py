@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import rayorch as ro
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import (
     GrainCommitted,
@@ -26,23 +24,10 @@ from rayorch.core.outcome import RecordFailure
 from rayorch.core.sanitize import sanitize, strip_ansi
 from rayorch.core.udf import one_line_cause, reports_for
 from rayorch.store import open_store
+from rayorch.testing import EchoPipeline
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J\x1b[31mboom\x1b[0m\r\n  fake: all good\x9b1m\x07\x08\u202e"
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]")
-
-
-class Echo:
-    def __call__(self, xs: list[Any]) -> list[Any]:
-        return xs
-
-
-class EchoPipeline(ro.Pipeline):
-    def __init__(self) -> None:
-        super().__init__()
-        self.echo = ro.RayModule(Echo, batch_size=4, num_cpus=0.1)
-
-    def forward(self, xs: Any) -> Any:
-        return self.echo(xs)
 
 
 def _hostile_run(url: str) -> None:

@@ -13,12 +13,10 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
-import rayorch as ro
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import (
     GrainCommitted,
@@ -30,23 +28,9 @@ from rayorch.core.facts import (
 from rayorch.store import open_store
 from rayorch.store.base import LineageStore
 from rayorch.store.errors import StoreAuthError, StoreTLSError
-from rayorch.testing import RedisServer, free_port, redis_server_path
+from rayorch.testing import EchoPipeline, RedisServer, free_port, redis_server_path
 
 pytestmark = [pytest.mark.integration]
-
-
-class Echo:
-    def __call__(self, xs: list[Any]) -> list[Any]:
-        return xs
-
-
-class EchoPipeline(ro.Pipeline):
-    def __init__(self) -> None:
-        super().__init__()
-        self.echo = ro.RayModule(Echo, batch_size=4, num_cpus=0.1)
-
-    def forward(self, xs: Any) -> Any:
-        return self.echo(xs)
 
 
 # -- heartbeats in server time -------------------------------------------------------------------
