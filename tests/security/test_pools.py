@@ -19,6 +19,7 @@ from bench.faults import FaultPipeline, make_docs
 from rayorch.actors.orphan_watch import GRACE_ENV, OrphanWatch
 from rayorch.actors.pool import SHARED_NAMESPACE
 from rayorch.driver import create_run
+from rayorch.runtime.sinks import delivered_count
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE_BOUND_S = 45.0  # lease TTL 2 s + grace 2 s + checks every 2 s + Ray's own cleanup
@@ -51,7 +52,7 @@ def test_killing_the_only_driver_releases_its_pools(
         env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not any(out.glob("*.msgpack")) and time.monotonic() < deadline:
+        while not delivered_count(out) and time.monotonic() < deadline:
             assert proc.poll() is None, "the driver exited early"
             time.sleep(0.2)
         actors = _run_actors(ray, run_id)
