@@ -9,6 +9,7 @@ of a finished run crashed with an internal GrainSealedError.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -107,6 +108,10 @@ def test_unstorable_values_are_record_failures_on_both_stores(
         assert cli_main(["show", run_id, "3", "--store", url]) == 0
         shown = capsys.readouterr().out
         assert "record failure (UnstorableValue: output 'produce' is a ndarray" in shown
+        assert cli_main(["runs", "--store", url, "--json"]) == 0
+        (row,) = [r for r in json.loads(capsys.readouterr().out) if r["run"] == run_id]
+        assert row["status"] == "complete" and row["failures"] == len(BAD)
+        assert row["sources_done"] == len(INPUTS)
     # The same id again: the run finished, so one line says so and how to start afresh.
     with pytest.raises(RunFinishedError) as caught:
         ProducePipeline().run(INPUTS, store=url, run_id=f"values-{kind}", quiet=True)
