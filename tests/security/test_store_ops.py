@@ -141,14 +141,21 @@ def _keys_of(url: str, run_id: str) -> list[bytes]:
     return [k for k in client.scan_iter(f"ro:{{{run_id}*") if run_id.encode() in k]
 
 
-@pytest.mark.timeout(60)
-def test_delete_removes_keys_and_payload_files(
-        redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _payload_store(redis_url: str, tmp_path: Path, *runs: tuple[str, bool]
+                   ) -> tuple[str, LineageStore, Path]:
+    """A Redis store with payload files for every output, holding ``runs`` (id, complete)."""
     root = tmp_path / "payloads"
     url = f"{redis_url}?payload_dir={root}&payload_threshold=64"
     store = open_store(url)
-    _write_run(store, "gone", complete=True, big=True)
-    _write_run(store, "stays", complete=True, big=True)
+    for run_id, complete in runs:
+        _write_run(store, run_id, complete=complete, big=True)
+    return url, store, root
+
+
+@pytest.mark.timeout(60)
+def test_delete_removes_keys_and_payload_files(
+        redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, store, root = _payload_store(redis_url, tmp_path, ("gone", True), ("stays", True))
     assert len(list((root / "gone").rglob("*.msgpack"))) == 2 and _keys_of(redis_url, "gone")
     assert cli_main(["delete", "gone", "--store", url]) == 0
     assert "deleted" in capsys.readouterr().out
@@ -166,11 +173,7 @@ def test_delete_removes_keys_and_payload_files(
 @pytest.mark.timeout(60)
 def test_gc_removes_orphaned_payloads_and_old_runs(
         redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "payloads"
-    url = f"{redis_url}?payload_dir={root}&payload_threshold=64"
-    store = open_store(url)
-    _write_run(store, "old", complete=True, big=True)
-    _write_run(store, "live", complete=False, big=True)
+    url, store, root = _payload_store(redis_url, tmp_path, ("old", True), ("live", False))
     store.heartbeat("live", "driver-1", 60)
     kept = sorted((root / "live").rglob("*.msgpack"))
     orphan = root / "live" / "echo" / "9.g0.dead.msgpack"
