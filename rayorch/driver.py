@@ -416,13 +416,14 @@ def join_run(
                 "could not record one and said why on stderr when it started); make runs "
                 "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded")
         manifest = RunManifest.decode(blob)
+        # The pipeline class is checked before anything else acts on the manifest.
+        pipeline = manifest.build_pipeline(trusted_modules(trust))
         file_sink = sink_for_run(run_id, manifest.out_dir, manifest.out_format, out_dir,
                                  out_format)  # the run's own sink wins
         if file_sink is None and require_sink:
             raise DriverError(
                 f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "
                 "needs a place for the ones nobody received: pass --out-dir DIR")
-        pipeline = manifest.build_pipeline(trusted_modules(trust))
         plan: Plan = pipeline.compile()
         if plan.fingerprint() != info.fingerprint:
             raise ManifestError(
