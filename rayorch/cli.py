@@ -7,6 +7,8 @@
     rayorch driver RUN --store URL [--out-dir D --format jsonl|parquet]   join a run
     rayorch resume RUN --store URL [--out-dir D --format jsonl|parquet]   continue a run
     rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
+    rayorch delete RUN --store URL            remove a run's keys and payload files
+    rayorch gc --store URL [--older-than 7d] [--dry-run]   orphaned payloads, old runs
 
 Each subcommand is one ``add_<name>_parser`` function that registers its parser
 and one ``cmd_<name>`` function that runs it; add new ones to ``SUBCOMMANDS``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +40,7 @@ from rayorch.core.facts import (
     fact_as_dict,
 )
 from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
+from rayorch.core.sanitize import json_safe, sanitize
 from rayorch.runtime.sinks import FORMATS
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
@@ -46,7 +50,14 @@ EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=repr).decode() + "\n")
+    text = orjson.dumps(data, option=orjson.OPT_INDENT_2, default=repr).decode()
+    sys.stdout.write(json_safe(text) + "\n")
+
+
+def _say(*lines: str) -> None:
+    """Print lines that carry text from the store: ANSI stripped, control characters escaped."""
+    for line in lines:
+        print(sanitize(line))
 
 
 def _store(args: argparse.Namespace) -> LineageStore:
@@ -69,15 +80,96 @@ def add_runs_parser(sub: Any) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    infos = _store(args).list_runs()
+    from rayorch.runtime.status import run_summary
+
+    store = _store(args)
+    now = time.time()
+    summaries = [run_summary(store, info.run_id) for info in store.list_runs()]
     if args.json:
-        _print_json([{"run": i.run_id, "fingerprint": i.fingerprint, "shards": i.shards,
-                      "micro_batch": i.micro_batch, "created_ts": i.created_ts,
-                      "plan": i.plan.get("name")} for i in infos])
+        _print_json([s.as_dict(now) for s in summaries])
         return EXIT_OK
-    for i in infos:
-        print(f"{i.run_id}  plan {i.plan.get('name')} ({i.fingerprint})  shards {i.shards}  "
-              f"micro-batch {i.micro_batch}")
+    if not summaries:
+        _say("no runs in this store")
+        return EXIT_OK
+    rows = [("RUN", "CREATED", "AGE", "STATUS", "SOURCES", "FAILURES", "PLAN")]
+    for s in summaries:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created_ts))
+        total = "?" if s.total is None else str(s.total)
+        rows.append((s.run_id, created, format_age(now - s.created_ts), s.state,
+                     f"{s.done}/{total}", str(s.failures), s.plan))
+    clean = [[sanitize(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in clean) for i in range(len(rows[0]))]
+    for row in clean:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def format_age(seconds: float) -> str:
+    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, to the largest whole unit."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+# -- delete / gc (retention) ----------------------------------------------------------
+def add_delete_parser(sub: Any) -> None:
+    parser = sub.add_parser("delete", help="remove a run: its keys and its payload files")
+    parser.add_argument("run", help="run id")
+    _add_store_options(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="delete even while a driver of the run is alive")
+    parser.set_defaults(func=cmd_delete)
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from rayorch.store.retention import delete_run, is_running
+
+    store = _store(args)
+    store.run_info(args.run)  # a clear error for a run that does not exist
+    if not args.force and is_running(store, args.run):
+        raise RayorchError(f"run {args.run!r} has a live driver or a held lease; stop its "
+                           "drivers first, or pass --force")
+    delete_run(store, args.run)
+    if args.json:
+        _print_json({"deleted": args.run})
+    else:
+        _say(f"run {args.run}: deleted (keys and payload files)")
+    return EXIT_OK
+
+
+def add_gc_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "gc", help="remove orphaned payload files, and runs older than --older-than",
+        description="Remove payload files that no fact refers to (older than an hour), and, "
+        "with --older-than, every run created longer ago that no driver is running.")
+    _add_store_options(parser)
+    parser.add_argument("--older-than", metavar="AGE",
+                        help="also delete runs created more than AGE ago (e.g. 7d, 12h, 30m)")
+    parser.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    parser.set_defaults(func=cmd_gc)
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from rayorch.store.retention import apply_gc, parse_duration, plan_gc
+
+    older = None if args.older_than is None else parse_duration(args.older_than)
+    store = _store(args)
+    plan = plan_gc(store, older_than_s=older)
+    if not args.dry_run:
+        apply_gc(store, plan)
+    if args.json:
+        _print_json({"dry_run": args.dry_run, **plan.as_dict()})
+        return EXIT_OK
+    verb = "would delete" if args.dry_run else "deleted"
+    lines = [f"gc: {verb} {len(plan.runs)} runs and {len(plan.orphans)} orphaned payload files"]
+    lines += [f"  run {r}" for r in plan.runs]
+    lines += [f"  payload {ref}" for ref in plan.orphans]
+    lines += [f"  kept run {r}: a driver is running it" for r in plan.kept_running]
+    lines += [f"  left payload directory {d}: no run of this store has that id"
+              for d in plan.unknown_dirs]
+    _say(*lines)
     return EXIT_OK
 
 
@@ -124,18 +216,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         failures = len(report.violations) + len(problems)
         verdict = "OK" if ok else f"FAILED ({failures} violations)"
-        print(f"run {report.run_id}: {verdict} - {report.facts} facts in {report.shards} shards")
+        _say(f"run {report.run_id}: {verdict} - {report.facts} facts in {report.shards} shards")
         for group, counter in report.counts.items():
             if group == "facts":
                 continue
             parts = ", ".join(f"{key} {n}" for key, n in sorted(counter.items()))
-            print(f"  {group}: {parts}")
-        for note in report.notes:
-            print(f"  note: {note}")
-        for violation in report.violations:
-            print(f"  VIOLATION {violation}")
-        for problem in problems:
-            print(f"  VIOLATION delivery: {problem}")
+            _say(f"  {group}: {parts}")
+        _say(*(f"  note: {note}" for note in report.notes))
+        _say(*(f"  VIOLATION {violation}" for violation in report.violations))
+        _say(*(f"  VIOLATION delivery: {problem}" for problem in problems))
     return EXIT_OK if ok else EXIT_INVARIANT
 
 
@@ -223,9 +312,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         _print_json([{"seq": s.seq, "domain": s.domain, **fact_as_dict(s.fact)} for s in stored])
         return EXIT_OK
     if not stored:
-        print(f"run {args.run}: no facts about entity {format_path(path)}")
+        _say(f"run {args.run}: no facts about entity {format_path(path)}")
         return EXIT_INVARIANT
-    print("\n".join(_render_tree(path, stored)))
+    _say(*_render_tree(path, stored))
     return EXIT_OK
 
 
@@ -266,8 +355,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(timeline.as_dict())
     else:
-        print(f"run {timeline.run_id}: {len(timeline.windows)} Calls, {timeline.committed} "
-              f"grains committed in {format_seconds(timeline.elapsed)}; wrote {args.output}")
+        _say(f"run {timeline.run_id}: {len(timeline.windows)} Calls, {timeline.committed} "
+             f"grains committed in {format_seconds(timeline.elapsed)}; wrote {args.output}")
     return EXIT_OK
 
 
@@ -292,6 +381,9 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=float, default=None,
                         help="shard lease TTL in seconds (default 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--trust", action="append", metavar="MODULE",
+                        help="only import the run's pipeline from this module or package "
+                        "(repeatable; adds to $RAYORCH_TRUSTED_MODULES)")
     parser.add_argument("--out-dir", help="where this driver writes the outputs (JSONL or "
                         "Parquet part files, read with rayorch.runtime.sinks.read_outputs) "
                         "when the run records no output directory, as for a run started by "
@@ -309,11 +401,11 @@ def cmd_driver(args: argparse.Namespace) -> int:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
                       lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
-                      out_format=args.out_format, require_sink=True)
+                      out_format=args.out_format, require_sink=True, trust=args.trust)
     with handle:
         handle.wait()
-    print(handle.stats.summary(), file=sys.stderr)
-    print(f"run {args.run}: complete")
+    print(sanitize(handle.stats.summary(), newlines=True), file=sys.stderr)
+    _say(f"run {args.run}: complete")
     return EXIT_OK
 
 
@@ -331,13 +423,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status.as_dict())
     else:
-        print("\n".join(status.lines()))
+        _say(*status.lines())
     return EXIT_OK
 
 
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
     add_timeline_parser, add_driver_parser, add_resume_parser, add_status_parser,
+    add_delete_parser, add_gc_parser,
 ]
 
 
@@ -355,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except (RayorchError, ValueError) as exc:
-        print(f"rayorch {args.command}: {exc}", file=sys.stderr)
+        print(sanitize(f"rayorch {args.command}: {exc}", newlines=True), file=sys.stderr)
         return EXIT_ERROR
     return code
 

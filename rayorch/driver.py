@@ -271,12 +271,15 @@ def run_pipeline(
         raise DriverError("micro_batch and shards must be >= 1")
     plan = pipeline.compile()
     rows, total = _zip_inputs(plan, inputs)
+    fresh = run_id is None
     run_id = run_id or _new_run_id(plan)
     if ray_init_kwargs:
         _init_ray(address, ray_init_kwargs)
     ensure_ray(address)
     lineage = open_store(with_quick_retries(store))
     try:
+        if not fresh:
+            _refuse_finished_run(lineage, run_id, store)
         info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
                                 config={"max_active_sources": max_active_sources})
         if store.lower().startswith(SHARED_STORE_SCHEMES):
@@ -334,6 +337,13 @@ def _upstream_admission(
             return micro_batch, max_active_sources
         return micro_batch, None  # upstream: the whole input is one input batch
     return input_batch_size, input_batch_size * (max_active_input_batches or 1)
+
+
+def _refuse_finished_run(lineage: Any, run_id: str, store_url: str) -> None:
+    """A finished run's id cannot run again: one line naming it and the way out."""
+    from rayorch.runtime.status import refuse_finished_run
+
+    refuse_finished_run(lineage, run_id, redact_url(store_url))
 
 
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],
@@ -474,6 +484,7 @@ def join_run(
     out_dir: str | None = None,
     out_format: str | None = None,
     require_sink: bool = False,
+    trust: Sequence[str] | None = None,
 ) -> ReplicaHandle:
     """Join ``run_id`` as one more driver (starting one on a run whose drivers died resumes it).
 
@@ -481,9 +492,12 @@ def join_run(
     ``out_dir`` as ``out_format`` (default ``"jsonl"``; see :mod:`rayorch.runtime.sinks`),
     else to the caller iterating the returned :class:`ReplicaHandle`.
     ``require_sink=True`` (the CLI) refuses a run with no place for its outputs.
+    ``trust`` lists the modules the run's pipeline may be imported from (with
+    ``$RAYORCH_TRUSTED_MODULES``; docs/ARCHITECTURE.md, "Trust model").
     """
     from rayorch.runtime.manifest import ManifestError, RunManifest
     from rayorch.runtime.sinks import sink_for_run
+    from rayorch.runtime.trust import trusted_modules
     from rayorch.runtime.user_code import ship_user_code
     from rayorch.store.base import open_store
 
@@ -497,13 +511,14 @@ def join_run(
                 "could not record one and said why on stderr when it started); make runs "
                 "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded")
         manifest = RunManifest.decode(blob)
+        # The pipeline class is checked before anything else acts on the manifest.
+        pipeline = manifest.build_pipeline(trusted_modules(trust))
         file_sink = sink_for_run(run_id, manifest.out_dir, manifest.out_format, out_dir,
                                  out_format)  # the run's own sink wins
         if file_sink is None and require_sink:
             raise DriverError(
                 f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "
                 "needs a place for the ones nobody received: pass --out-dir DIR")
-        pipeline = manifest.build_pipeline()
         plan: Plan = pipeline.compile()
         if plan.fingerprint() != info.fingerprint:
             raise ManifestError(

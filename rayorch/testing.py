@@ -18,8 +18,10 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rayorch.core.errors import RayorchError
+from rayorch.core.program import PipelineBase, RayModule
 
 
 class RedisServerError(RayorchError):
@@ -211,3 +213,21 @@ def _close(*sockets: socket.socket) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
         sock.close()
+
+
+class Echo:
+    """A module that returns its inputs (batched)."""
+
+    def __call__(self, xs: list[Any]) -> list[Any]:
+        return xs
+
+
+class EchoPipeline(PipelineBase):
+    """The smallest pipeline: one Call ``echo`` on the root Domain (for store-level tests)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo = RayModule(Echo, batch_size=4, num_cpus=0.1)
+
+    def forward(self, xs: Any) -> Any:
+        return self.echo(xs)

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
 
+from rayorch.actors.orphan_watch import orphan_grace_s
 from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBinding
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import ModuleSpec
+from rayorch.core.sanitize import strip_ansi
 
 RemoteWorker = ray.remote(ModuleWorker)
 
@@ -109,12 +111,15 @@ class ActorPool:
         # The module's ray_options (runtime_env, memory, max_restarts, scheduling_strategy,
         # ...) pass through unchanged; the compiler refused the ones rayorch owns.
         options.update(dict(opts.ray_options))
+        binding = self.binding
         if self.shared:
             options.update(name=self.shared_name(index), namespace=SHARED_NAMESPACE,
                            lifetime="detached", get_if_exists=True)
+            if binding is not None:  # detached: it must leave by itself once orphaned
+                binding = replace(binding, orphan_grace_s=orphan_grace_s())
         elif self.name_prefix is not None:
             options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
-        return RemoteWorker.options(**options).remote(self.module, self.binding)
+        return RemoteWorker.options(**options).remote(self.module, binding)
 
     def _fetch(self, batch: InFlightBatch) -> BatchResult:
         """The batch's result (raises ``ray.exceptions.RayError`` when its actor died)."""
@@ -312,12 +317,12 @@ class ActorPool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = strip_ansi(str(exc)).strip().splitlines()
     return text[0] if text else ""
 
 
 def _first_line_with(exc: BaseException, needle: str) -> str:
-    for line in str(exc).splitlines():
+    for line in strip_ansi(str(exc)).splitlines():
         if needle in line:
             return line.strip().removeprefix("ModuleNotFoundError: ")
     return _first_line(exc)

@@ -44,6 +44,7 @@ class StoreBinding:
 
     url: str
     run_id: str
+    orphan_grace_s: float | None = None  # shared (detached) actors: leave when orphaned
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,10 @@ class ModuleWorker:
         self._fn = instantiate(module)
         self._binding = binding
         self._store: Any = None
+        if binding is not None and binding.orphan_grace_s is not None:
+            from rayorch.actors.orphan_watch import start_orphan_watch
+
+            start_orphan_watch(binding.url, binding.run_id, binding.orphan_grace_s)
 
     def ping(self) -> int:
         """The worker's process id (also proves the constructor ran)."""

@@ -206,6 +206,12 @@ def _default(obj: Any) -> Any:
     except ImportError:  # pragma: no cover - numpy is a dependency
         np = None  # type: ignore[assignment]
     if np is not None and isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject or obj.dtype.fields is not None:
+            # Object arrays would be stored as raw memory addresses, structured arrays
+            # without their field names: neither reads back as the same value.
+            kind = "object" if obj.dtype.hasobject else "structured"
+            raise TypeError(f"cannot store a numpy {kind} array (dtype {obj.dtype}) durably: "
+                            "convert it to a list or to a plain numeric dtype")
         arr = np.ascontiguousarray(obj)
         header = [arr.dtype.str, list(arr.shape)]
         return _ext(_EXT_NDARRAY, pack_value([header, arr.tobytes()]))
@@ -244,6 +250,15 @@ def pack_value(value: Any) -> bytes:
         return packer.pack(value)  # type: ignore[no-any-return]
     finally:  # the packer resets its buffer itself when packing fails
         _idle_packers.append(packer)
+
+
+def storable_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored and read back faithfully, or None when it can."""
+    try:
+        pack_value(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def unpack_value(data: bytes) -> Any:

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rayorch.core import compile_errors as ce
+from rayorch.core.names import module_name_problem
 from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
 from rayorch.core.recovery import RecoveryError, as_policy
 from rayorch.core.tracer import Port, active_trace, caller_location
@@ -400,6 +401,11 @@ class PipelineBase:
             # Upstream RayOrch pipelines do not call super().__init__(): start the registry
             # on the first module instead.
             modules = self.__dict__.setdefault("_modules", {})
+            problem = module_name_problem(name)
+            if problem is not None:
+                raise ce.ModuleDefinitionError(
+                    problem, caller_location(),
+                    "assign the module to a plain attribute, e.g. self.ocr = RayModule(...)")
             modules[name] = value
             self.__dict__["_plan"] = None
         object.__setattr__(self, name, value)

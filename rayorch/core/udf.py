@@ -28,11 +28,13 @@ from rayorch.core.facts import (
     REPORT_PRESENT,
     REPORT_RECORD_FAILURE,
     GrainCommitted,
+    storable_problem,
 )
 from rayorch.core.ids import CallId, Path
 from rayorch.core.outcome import ActorFailure, GroupFailure, RecordFailure
 from rayorch.core.plan import CallSpec, ModuleOptions, ModuleSpec
 from rayorch.core.recovery import DEFAULT_RECOVERY, RecoveryMode
+from rayorch.core.sanitize import strip_ansi
 
 Row = tuple[Any, ...]
 RowResult = tuple[Any, ...] | RecordFailure
@@ -57,7 +59,7 @@ class UdfError(RayorchError):
 
 def one_line_cause(exc: BaseException) -> str:
     """``"ValueError: boom"``: the exception's type and the first line of its message."""
-    text = str(exc).strip().splitlines()
+    text = strip_ansi(str(exc)).strip().splitlines()
     first = text[0] if text else ""
     cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return cause if len(cause) <= _CAUSE_LIMIT else cause[: _CAUSE_LIMIT - 3] + "..."
@@ -309,6 +311,32 @@ def _cause_text(cause: Any) -> str:
         return type(cause).__name__
 
 
+UNSTORABLE = "UnstorableValue"
+
+
+def _clean_cause(cause: Any) -> str:
+    """A failure's cause as stored: text, without ANSI colour codes."""
+    return strip_ansi(_cause_text(cause))
+
+
+def _unstorable_output(call: CallId, outputs: tuple[Any, ...]) -> str | None:
+    """The one-line cause when an output cannot be stored faithfully, else None.
+
+    Checked in the actor, before any commit, so such a value is a per-record failure on
+    every store instead of a crash of the commit (docs/ARCHITECTURE.md, "Trust model").
+    """
+    if storable_problem(outputs) is None:
+        return None
+    for index, value in enumerate(outputs):
+        problem = storable_problem(value)
+        if problem is not None:
+            field = call if len(outputs) == 1 else f"{call}.{index}"
+            cause = (f"{UNSTORABLE}: output {field!r} is a {type(value).__name__} that the "
+                     f"lineage store cannot keep faithfully ({problem})")
+            return cause if len(cause) <= _CAUSE_LIMIT else cause[: _CAUSE_LIMIT - 3] + "..."
+    return f"{UNSTORABLE}: the outputs of {call!r} cannot be stored"
+
+
 def reports_for(
     call: CallId, tags: Sequence[tuple[Path, int]], results: Sequence[RowResult], ts: float = 0.0
 ) -> list[GrainCommitted]:
@@ -317,12 +345,17 @@ def reports_for(
     for (path, generation), result in zip(tags, results, strict=True):
         if isinstance(result, GroupFailure):
             report = GrainCommitted(call, path, generation, REPORT_GROUP_FAILURE, None,
-                                    _cause_text(result.cause), ts=ts)
+                                    _clean_cause(result.cause), ts=ts)
         elif isinstance(result, RecordFailure):
             report = GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
-                                    _cause_text(result.cause), ts=ts)
+                                    _clean_cause(result.cause), ts=ts)
         else:
-            report = GrainCommitted(call, path, generation, REPORT_PRESENT, result, ts=ts)
+            problem = _unstorable_output(call, result)
+            if problem is None:
+                report = GrainCommitted(call, path, generation, REPORT_PRESENT, result, ts=ts)
+            else:
+                report = GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
+                                        problem, ts=ts)
         reports.append(report)
     return reports
 

@@ -49,7 +49,7 @@ class RunManifest:
         except Exception as exc:
             raise ManifestError(f"the run's manifest cannot be read ({exc})") from exc
         if version not in (1, MANIFEST_VERSION):
-            raise ManifestError(f"run manifest version {version} is not supported "
+            raise ManifestError(f"run manifest version {version!r} is not supported "
                                 f"(this rayorch reads 1 to {MANIFEST_VERSION}); upgrade rayorch")
         if version == 1:
             fields.append("jsonl")
@@ -58,12 +58,29 @@ class RunManifest:
         except ValueError:
             raise ManifestError(f"the run's manifest (version {version}) has {len(fields)} "
                                 "fields; it is damaged") from None
+        shapes = (isinstance(pipeline, str), isinstance(args, list | tuple),
+                  isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs),
+                  isinstance(sources, list | tuple)
+                  and all(isinstance(r, list | tuple) for r in sources),
+                  out_dir is None or isinstance(out_dir, str),
+                  cap is None or type(cap) is int, depth is None or type(depth) is int,
+                  isinstance(out_format, str))
+        if not all(shapes):
+            raise ManifestError("the run's manifest is malformed (a field has the wrong type); "
+                                "it was not written by rayorch")
         return cls(pipeline, tuple(args), dict(kwargs), tuple(tuple(r) for r in sources),
                    out_dir, cap, depth, out_format)
 
-    def build_pipeline(self) -> Any:
-        """Import the pipeline class and construct it with the recorded arguments."""
-        cls = import_path(self.pipeline)
+    def build_pipeline(self, trusted: tuple[str, ...] | None = None) -> Any:
+        """Import the pipeline class and construct it with the recorded arguments.
+
+        The class is checked first (:func:`rayorch.runtime.trust.load_pipeline_class`):
+        an ``ro.Pipeline`` subclass, from a ``trusted`` module when an allowlist is given
+        (default: ``$RAYORCH_TRUSTED_MODULES``).
+        """
+        from rayorch.runtime.trust import load_pipeline_class, trusted_modules
+
+        cls = load_pipeline_class(self.pipeline, trusted or trusted_modules())
         try:
             return cls(*self.args, **self.kwargs)
         except Exception as exc:

@@ -87,7 +87,9 @@ class UnstorableValueError(RayorchError):
 
 
 def log_to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    from rayorch.core.sanitize import sanitize  # ids and causes come from the store
+
+    print(sanitize(line), file=sys.stderr, flush=True)
 
 
 @dataclass

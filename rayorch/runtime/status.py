@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rayorch.core.errors import RayorchError
 from rayorch.core.facts import (
     GrainCommitted,
     GrainDispatched,
@@ -21,6 +22,7 @@ from rayorch.core.facts import (
 )
 from rayorch.runtime.manifest import RunManifest
 from rayorch.store.base import LineageStore
+from rayorch.store.errors import RunNotFoundError
 
 
 @dataclass
@@ -129,4 +131,62 @@ def run_status(store: LineageStore, run_id: str) -> RunStatus:
     return status
 
 
-__all__ = ["RunStatus", "ShardStatus", "run_status"]
+RUNNING, COMPLETE, ABANDONED = "running", "complete", "abandoned"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of ``rayorch runs``: when, in what state, how far."""
+
+    run_id: str
+    plan: str
+    created_ts: float
+    state: str  # running | complete | abandoned
+    done: int  # sources emitted (present or not)
+    total: int | None
+    failures: int  # sources emitted not present
+    drivers: int
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        return {"run": self.run_id, "plan": self.plan, "created_ts": self.created_ts,
+                "age_s": round(max(0.0, now - self.created_ts), 3), "status": self.state,
+                "sources_done": self.done, "sources_total": self.total,
+                "failures": self.failures, "live_drivers": self.drivers}
+
+
+def run_state(status: RunStatus) -> str:
+    """``complete``; ``running`` while a driver is registered or holds a lease; else abandoned."""
+    if status.complete:
+        return COMPLETE
+    if status.drivers or any(s.holder for s in status.shards):
+        return RUNNING
+    return ABANDONED
+
+
+def run_summary(store: LineageStore, run_id: str) -> RunSummary:
+    info = store.run_info(run_id)
+    status = run_status(store, run_id)
+    return RunSummary(run_id, str(info.plan.get("name", "?")), info.created_ts, run_state(status),
+                      status.emitted_present + status.emitted_not_present, status.total,
+                      status.emitted_not_present, len(status.drivers))
+
+
+class RunFinishedError(RayorchError):
+    """A run id names a run that already finished; its facts are sealed."""
+
+
+def refuse_finished_run(store: LineageStore, run_id: str, store_url: str) -> None:
+    """Raise :class:`RunFinishedError` (one line) when ``run_id`` is a finished run."""
+    try:
+        store.run_info(run_id)
+    except RunNotFoundError:
+        return
+    if run_status(store, run_id).complete:
+        raise RunFinishedError(
+            f"run {run_id!r} already finished in {store_url}; pass another run_id (or none, "
+            f"for a fresh one), or remove it first with: rayorch delete {run_id} --store "
+            f"{store_url}")
+
+
+__all__ = ["ABANDONED", "COMPLETE", "RUNNING", "RunFinishedError", "RunStatus", "RunSummary",
+           "ShardStatus", "refuse_finished_run", "run_state", "run_status", "run_summary"]

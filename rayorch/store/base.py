@@ -422,6 +422,14 @@ class LineageStore(ABC):
     def live_drivers(self, run_id: str) -> list[str]:
         """The drivers whose last heartbeat has not expired, sorted."""
 
+    def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
+        """``(now, {driver: heartbeat deadline})`` in the store's clock, expired entries too.
+
+        Shared pool actors read it to tell "no driver yet" from "every driver died"
+        (:mod:`rayorch.actors.orphan_watch`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no driver registry")
+
     @abstractmethod
     def mark_shard_done(self, run_id: str, shard: int) -> None:
         """Record that every source of ``shard`` is complete and emitted (idempotent)."""

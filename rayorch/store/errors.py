@@ -68,6 +68,21 @@ class StoreAuthError(_StoreErrorWithArgs):
         )
 
 
+class StoreTLSError(_StoreErrorWithArgs):
+    """The TLS handshake with the store failed (an untrusted certificate, a non-TLS port)."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(url, detail)
+        self.url, self.detail = url, detail
+
+    def message(self) -> str:
+        return (
+            f"the TLS connection to the lineage store at {self.url} failed ({self.detail}). "
+            "Give the server's CA with ?ssl_ca_certs=/path/ca.pem in the rediss:// URL, or "
+            "check that the port speaks TLS."
+        )
+
+
 class StoreVersionError(_StoreErrorWithArgs):
     """The Redis server is too old for the store's streams and scripts."""
 
@@ -106,7 +121,8 @@ class InvalidRunIdError(_StoreErrorWithArgs):
     def message(self) -> str:
         return (
             f"{self.run_id!r} is not a valid run id: use 1-128 letters, digits, '_', '.' "
-            "or '-' (no ':', braces or spaces)."
+            "or '-', starting with a letter, digit or '_' (not '.' or '..'; no ':', '/', "
+            "braces or spaces)."
         )
 
 
@@ -280,6 +296,7 @@ __all__ = [
     "RunNotFoundError",
     "StoreAuthError",
     "StoreError",
+    "StoreTLSError",
     "StoreURLError",
     "StoreUnavailableError",
     "StoreVersionError",

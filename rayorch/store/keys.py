@@ -21,20 +21,13 @@ touches one shard stays in one Redis Cluster slot::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from rayorch.core.ids import CallId, DomainId, Path, format_path
+from rayorch.core.names import valid_run_id
 
 PREFIX = "ro"
 RUNS_KEY = f"{PREFIX}:runs"
-
-_RUN_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
-
-
-def valid_run_id(run_id: str) -> bool:
-    """Run ids are 1-128 characters of letters, digits, ``_``, ``.`` and ``-``."""
-    return bool(_RUN_ID.match(run_id))
 
 
 def meta_key(run_id: str) -> str:
@@ -110,3 +103,7 @@ class ShardKeys:
         fixed = [self.grains, self.barriers, self.lease, self.holder, self.epoch, self.seq,
                  self.lastop]
         return fixed + [self.facts(d) for d in domains]
+
+
+__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "done_key", "drivers_key", "grain_field",
+           "manifest_key", "meta_key", "valid_run_id"]

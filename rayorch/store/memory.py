@@ -31,6 +31,7 @@ from rayorch.store.base import (
     RunLayout,
     StoredFact,
     check_reopen,
+    check_run_id,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -152,6 +153,7 @@ class MemoryStore(LineageStore):
         return sorted(infos, key=lambda i: (i.created_ts, i.run_id))
 
     def delete_run(self, run_id: str) -> None:
+        check_run_id(run_id)
         with self._lock:
             self._runs.pop(run_id, None)
 
@@ -297,6 +299,10 @@ class MemoryStore(LineageStore):
         with self._lock:
             now = self._clock()
             return sorted(d for d, deadline in self._run(run_id).drivers.items() if deadline > now)
+
+    def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
+        with self._lock:
+            return self._clock(), dict(self._run(run_id).drivers)
 
     def mark_shard_done(self, run_id: str, shard: int) -> None:
         with self._lock:

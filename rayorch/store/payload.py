@@ -27,6 +27,7 @@ from typing import Any
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, pack_value, unpack_value
 from rayorch.core.ids import format_path
+from rayorch.core.names import check_component, valid_run_id
 from rayorch.store.errors import PayloadError
 
 DEFAULT_THRESHOLD = 64 * 1024
@@ -58,9 +59,11 @@ class PayloadStore:
         The same report always goes to the same file (rewritten whole, atomically).
         """
         blob = pack_value(report.outputs)
-        name = f"{format_path(report.path)}.g{report.generation}.{content_digest(blob)}{SUFFIX}"
-        ref = f"{run_id}/{report.call}/{name}"
-        path = self.root / ref
+        name = check_component(
+            "payload file",
+            f"{format_path(report.path)}.g{report.generation}.{content_digest(blob)}{SUFFIX}")
+        ref = f"{self._run_dir(run_id)}/{check_component('Call id', report.call)}/{name}"
+        path = self._path(ref)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -73,9 +76,18 @@ class PayloadStore:
             raise PayloadError(ref, f"cannot write it under {self.root} ({exc})") from exc
         return replace(report, outputs=None, payload_ref=ref), ref
 
+    @staticmethod
+    def _run_dir(run_id: str) -> str:
+        """The run's directory name: a valid run id, never ``.``/``..`` or a path."""
+        if not valid_run_id(run_id):
+            raise PayloadError(run_id, "not a valid run id, so it cannot name a payload directory")
+        return run_id
+
     def _path(self, ref: str) -> Path:
-        path = (self.root / ref).resolve()
-        if not path.is_relative_to(self.root.resolve()):
+        """The file of ``ref``, resolved; refused unless it lies strictly inside the root."""
+        root = self.root.resolve()
+        path = (root / ref).resolve()
+        if path == root or not path.is_relative_to(root):
             raise PayloadError(ref, "the reference points outside the payload directory")
         return path
 
@@ -112,13 +124,14 @@ class PayloadStore:
 
     def refs(self, run_id: str) -> set[str]:
         """Every payload reference on disk for a run."""
-        base = self.root / run_id
-        if not base.is_dir():
+        base = self._path(self._run_dir(run_id))
+        if not base.is_dir() or base.is_symlink():
             return set()
+        root = self.root.resolve()
         return {
-            p.relative_to(self.root).as_posix()
+            p.relative_to(root).as_posix()
             for p in base.rglob(f"*{SUFFIX}")
-            if not p.name.startswith(".tmp-")
+            if not p.name.startswith(".tmp-") and not p.is_symlink()
         }
 
     def collect_garbage(self, run_id: str, referenced: set[str]) -> list[str]:

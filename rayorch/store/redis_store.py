@@ -47,6 +47,7 @@ from rayorch.store.base import (
     RunInfo,
     RunLayout,
     StoredFact,
+    check_run_id,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -56,6 +57,7 @@ from rayorch.store.errors import (
     RunMismatchError,
     RunNotFoundError,
     StoreAuthError,
+    StoreTLSError,
     StoreUnavailableError,
     StoreURLError,
     StoreVersionError,
@@ -75,9 +77,12 @@ from rayorch.store.scripts import (
     APPEND_FENCED,
     COMMIT_BATCH,
     CONFIG_MISMATCH,
+    DRIVER_REGISTRY,
     FINGERPRINT_MISMATCH,
     GRAIN_SEALED,
+    HEARTBEAT,
     LEASE_HELD,
+    LIVE_DRIVERS,
     OPEN_RUN,
     RENEW_LEASE,
     VERDICTS,
@@ -100,6 +105,8 @@ class ReconnectRetry(Retry):
         def retryable(error: Exception) -> bool:
             if isinstance(error, AuthenticationError | AuthorizationError):
                 return False
+            if _is_tls_failure(error):
+                return False
             return is_retryable is None or bool(is_retryable(error))
 
         return super().call_with_retry(do, fail, retryable, with_failure_count)
@@ -119,6 +126,24 @@ def redact_url(url: str) -> str:
 def parse_version(text: str) -> tuple[int, ...]:
     """``"7.0.15"`` -> ``(7, 0, 15)``."""
     return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    """A refused TLS handshake (retrying will not help, and the server is running)."""
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    return "SSL" in text or "CERTIFICATE" in text.upper() or "TLS" in text
 
 
 def _text(raw: bytes | str) -> str:
@@ -177,6 +202,8 @@ class RedisStore(LineageStore):
                 NoPermissionError) as exc:
             raise StoreAuthError(self.safe_url, str(exc)) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if _is_tls_failure(exc):
+                raise StoreTLSError(self.safe_url, _one_line(exc)) from exc
             raise StoreUnavailableError(self.safe_url, str(exc)) from exc
         except ResponseError as exc:
             text = str(exc)
@@ -287,6 +314,7 @@ class RedisStore(LineageStore):
         return sorted(infos, key=lambda i: (i.created_ts, i.run_id))
 
     def delete_run(self, run_id: str) -> None:
+        check_run_id(run_id)  # never "." or "..": the payload directory is named by it
         try:
             layout = self._layout(run_id)
         except RunNotFoundError:
@@ -564,23 +592,18 @@ class RedisStore(LineageStore):
         return None if raw is None else bytes(raw)
 
     def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
-        key = drivers_key(run_id)
-        client = self._client()
-        with self._errors():
-            if ttl_s <= 0:
-                client.zrem(key, driver)
-                return
-            now_ms = int(time.time() * 1000)
-            pipe = client.pipeline(transaction=False)
-            pipe.zadd(key, {driver: now_ms + int(ttl_s * 1000)})
-            pipe.zremrangebyscore(key, "-inf", now_ms - 3_600_000)  # long gone drivers
-            pipe.execute()
+        # Server time (TIME in the script): a driver's wrong clock evicts nobody.
+        ttl_ms = max(1, int(ttl_s * 1000)) if ttl_s > 0 else 0
+        self._eval(HEARTBEAT, [drivers_key(run_id)], [driver, ttl_ms])
 
     def live_drivers(self, run_id: str) -> list[str]:
-        now_ms = int(time.time() * 1000)
-        with self._errors():
-            members: Any = self._client().zrangebyscore(drivers_key(run_id), now_ms + 1, "+inf")
+        members: Any = self._eval(LIVE_DRIVERS, [drivers_key(run_id)], [])
         return sorted(_text(m) for m in members)
+
+    def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
+        raw: Any = self._eval(DRIVER_REGISTRY, [drivers_key(run_id)], [])
+        entries = {_text(raw[i]): int(raw[i + 1]) / 1000 for i in range(1, len(raw) - 1, 2)}
+        return int(raw[0]) / 1000, entries
 
     def mark_shard_done(self, run_id: str, shard: int) -> None:
         self._layout(run_id).check_shard(shard)
