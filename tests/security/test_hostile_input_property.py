@@ -104,13 +104,13 @@ def _write(store: LineageStore, run_id: str, log: list[Fact]) -> None:
     for fact in log:
         if isinstance(fact, GrainCommitted):
             if pending:
-                store.append(run_id, 0, epoch, pending)
+                store.append(run_id, 0, epoch, pending, driver="prop")
                 pending = []
             store.commit(run_id, [fact])
         elif not isinstance(fact, BarrierInstalled | LeaseAcquired):
             pending.append(fact)
     if pending:
-        store.append(run_id, 0, epoch, pending)
+        store.append(run_id, 0, epoch, pending, driver="prop")
 
 
 def _files(base: Path) -> set[Path]:

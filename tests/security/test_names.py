@@ -49,7 +49,7 @@ def test_bad_run_ids_are_refused_by_redis_and_the_payload_directory(
     report = GrainCommitted("echo", (0,), 0, "present", ("x" * 100,))
     for run_id in (".", "..", "../escape", "a/b"):
         with pytest.raises(PayloadError):
-            payloads.externalize(run_id, report, "t")
+            payloads.externalize(run_id, report)
         with pytest.raises(PayloadError):
             payloads.delete_run(run_id)
     assert not any(tmp_path.rglob("*.msgpack"))
@@ -62,7 +62,8 @@ def test_delete_run_dot_leaves_other_runs_payload_files(redis_url: str, tmp_path
     plan = EchoPipeline().compile()
     store.open_run("keep", plan)
     epoch = store.acquire_lease("keep", 0, "d", 30)
-    store.append("keep", 0, epoch, [SourceAdmitted(0, ("a",)), GrainDispatched("echo", (0,), 0)])
+    store.append("keep", 0, epoch, [SourceAdmitted(0, ("a",)), GrainDispatched("echo", (0,), 0)],
+                 driver="d")
     store.commit("keep", [GrainCommitted("echo", (0,), 0, "present", ("y" * 200,))])
     files = sorted(root.rglob("*.msgpack"))
     assert len(files) == 1 and files[0].is_relative_to(root / "keep" / "echo")

@@ -36,9 +36,10 @@ def _hostile_run(url: str) -> None:
     epoch = store.acquire_lease("evil", 0, f"drv{EVIL}", 30)
     store.heartbeat("evil", f"drv{EVIL}", 30)
     store.append("evil", 0, epoch, [SourceAdmitted(0, (EVIL,), key=EVIL),
-                                    GrainDispatched("echo", (0,), 0)])
+                                    GrainDispatched("echo", (0,), 0)], driver=f"drv{EVIL}")
     store.commit("evil", [GrainCommitted("echo", (0,), 0, "record_failure", None, EVIL)])
-    store.append("evil", 0, epoch, [OutputEmitted(0, "failed"), RunCompleted(1)])
+    store.append("evil", 0, epoch, [OutputEmitted(0, "failed"), RunCompleted(1)],
+                 driver=f"drv{EVIL}")
 
 
 @pytest.mark.integration

@@ -123,16 +123,17 @@ def _write_run(store: LineageStore, run_id: str, *, complete: bool, sources: int
     store.open_run(run_id, EchoPipeline().compile(), config={"sources": sources})
     epoch = store.acquire_lease(run_id, 0, "d", 30)
     for i in range(sources if complete else 1):
-        store.append(run_id, 0, epoch, [SourceAdmitted(i, (f"s{i}",)),
+        store.append(run_id, 0, epoch, driver="d", facts=[SourceAdmitted(i, (f"s{i}",)),
                                         GrainDispatched("echo", (i,), 0)])
         value = ("v" * 300 if big else f"s{i}",)
         if i < failed:
             store.commit(run_id, [GrainCommitted("echo", (i,), 0, "record_failure", None, "x")])
         else:
             store.commit(run_id, [GrainCommitted("echo", (i,), 0, "present", value)])
-        store.append(run_id, 0, epoch, [OutputEmitted(i, "failed" if i < failed else "present")])
+        outcome = "failed" if i < failed else "present"
+        store.append(run_id, 0, epoch, driver="d", facts=[OutputEmitted(i, outcome)])
     if complete:
-        store.append(run_id, 0, epoch, [RunCompleted(sources)])
+        store.append(run_id, 0, epoch, driver="d", facts=[RunCompleted(sources)])
     store.release_lease(run_id, 0, "d", epoch)
 
 
