@@ -4,6 +4,7 @@
 >>> from rayorch import F
 """
 
+from rayorch import excepthook as _excepthook
 from rayorch.core import functional as F
 from rayorch.core.errors import (
     CompileError,
@@ -19,6 +20,8 @@ from rayorch.core.plan import Plan, Policy
 from rayorch.core.program import RayModule
 from rayorch.core.tracer import Port
 from rayorch.pipeline import Pipeline
+
+_excepthook.install()
 
 __version__ = "0.1.0"
 

@@ -118,12 +118,13 @@ class OutputDir:
                     f"--output {path} holds an earlier run ({status}); pass --overwrite to "
                     "replace it or --resume to continue it")
             if resume:
-                mismatch = [k for k in ("job", "digest", "options")
-                            if earlier.get(k) != marker[k]]
+                what = {"job": "the job", "digest": "the --input files",
+                        "options": "the options"}
+                mismatch = [what[k] for k in what if earlier.get(k) != marker[k]]
                 if mismatch:
                     raise UsageError(
                         f"--resume needs the same job, --input files and options as the "
-                        f"earlier run in {path} ({', '.join(mismatch)} changed); "
+                        f"earlier run in {path} ({' and '.join(mismatch)} changed); "
                         "use --overwrite to start afresh")
                 kept = _finished_rows(path, len(sources))
                 marker["runs"] = list(earlier.get("runs", []))

@@ -1,4 +1,4 @@
-"""``rayorch run pdf``: the main job: the PDFs in a directory to Markdown documents.
+"""rayorch run pdf: the main job, the PDFs in a directory to Markdown documents.
 
     rayorch run pdf --input DIR --output DIR [--ocr auto|text|rapidocr|vllm]
                     [--store URL] [--overwrite | --resume] [--allow-failures]
@@ -150,7 +150,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _summary_text(result: dict[str, Any], summary: Any, out: OutputDir) -> str:
     done = result["documents"]
-    head = (f"run {result['run_id'] or '(nothing to run)'} done: {plural(done, 'document')} "
+    if result["run_id"] is None:
+        return (f"nothing to run: all {plural(done, 'document')} were done by the earlier "
+                f"run\noutput: {out.path}/documents.jsonl and {plural(done, '.md file')}")
+    head = (f"run {result['run_id']} done: {plural(done, 'document')} "
             f"({result['succeeded']} ok, {result['failed']} failed")
     head += f", {result['kept']} kept from the earlier run)" if result["kept"] else ")"
     engines = ", ".join(f"{n} {e}" for e, n in result["page_engines"].items())

@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -103,6 +104,7 @@ def ensure_ray(
     options: dict[str, Any] = {
         "include_dashboard": False,
         "_node_ip_address": LOOPBACK,
+        "logging_level": logging.WARNING,  # no "Started a local Ray instance" line
         **init_options,
     }
     loopback = options.get("_node_ip_address") == LOOPBACK

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 
 import rayorch as ro
 from rayorch.pipelines.pdf import RenderPdf, find_pdfs
+from rayorch.pipelines.pdf_markdown import normalise_ligatures
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
 
@@ -27,21 +30,47 @@ def test_examples_are_shipped_with_varied_lengths() -> None:
     assert sum(Path(p).stat().st_size for p in SAMPLES) < 3_000_000
 
 
-def test_pages_follow_pymupdf_order_and_text() -> None:
+MARKUP = re.compile(r"^(#{1,6}|[-\u2022\u2013\u2014*\u00b7\u25e6])$")  # headings, bullets
+
+
+def words(text: str) -> Counter[str]:
+    """Word multiset of ``text``: ligatures expanded, Markdown markup tokens left out."""
+    return Counter(w for w in normalise_ligatures(text).split() if not MARKUP.match(w))
+
+
+def test_text_pages_become_markdown_with_pymupdfs_words() -> None:
     results = RenderPdf()(SAMPLES)
     assert len(results) == len(SAMPLES)
     for path, result in zip(SAMPLES, results):
         assert not isinstance(result, ro.RecordFailure), result
         pages, meta = result
+        assert pages == []  # born-digital PDFs: nothing travels to an OCR actor
         with pymupdf.open(path) as doc:
-            assert meta == {"path": path, "title": meta["title"], "page_count": doc.page_count}
-            assert [p["page"] for p in pages] == list(range(1, doc.page_count + 1))
-            assert [p["text"] for p in pages] == [page.get_text() for page in doc]
-            assert [(p["width"], p["height"]) for p in pages] == [
-                (page.rect.width, page.rect.height) for page in doc
-            ]
+            assert {k: meta[k] for k in ("path", "page_count")} == {
+                "path": path, "page_count": doc.page_count}
+            records = meta["pages"]
+            assert [r["page"] for r in records] == list(range(1, doc.page_count + 1))
+            assert {r["engine"] for r in records} <= {"text", "blank"}
+            expected = words("\n".join(page.get_text() for page in doc))
+        got = words("\n".join(r["markdown"] for r in records))
+        # Same words as PyMuPDF's text: only page numbers and hyphenated halves differ.
+        common = sum((expected & got).values())
+        assert common >= 0.97 * sum(expected.values()), path
+        assert common >= 0.97 * sum(got.values()), path
         assert meta["title"].strip()
-        assert all("png" not in p for p in pages)
+
+
+def test_every_page_is_rendered_for_an_image_engine() -> None:
+    path = SAMPLES[0]
+    pages, meta = RenderPdf(needs_image=True, dpi=20).render(path)
+    with pymupdf.open(path) as doc:
+        assert [p["page"] for p in pages] == list(range(1, doc.page_count + 1))
+        assert [p["text"] for p in pages] == [page.get_text() for page in doc]
+        assert [(p["width"], p["height"]) for p in pages] == [
+            (page.rect.width, page.rect.height) for page in doc
+        ]
+    assert all(p["png"] for p in pages)
+    assert all(r["engine"] is None for r in meta["pages"])
 
 
 def test_pages_and_metadata_are_msgpack_values() -> None:
