@@ -108,3 +108,19 @@ class RedisServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def word_recall(expected: str, ocr: str) -> float:
+    """The share of ``expected``'s words (4+ letters) found in an OCR text, spaces aside.
+
+    PP-OCR's recognizer often drops the spaces between words, so the OCR text is
+    compared squeezed (lower-case letters and digits only).
+
+    >>> word_recall("Lineage keeps every page", "lineagekeeps everypage")
+    1.0
+    """
+    import re
+
+    wanted = {w.lower() for w in re.findall(r"[A-Za-z]{4,}", expected)}
+    found = re.sub(r"[^a-z0-9]", "", ocr.lower())
+    return sum(1 for w in wanted if w in found) / max(len(wanted), 1)
