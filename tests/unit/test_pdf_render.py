@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +10,7 @@ import pytest
 
 import rayorch as ro
 from rayorch.pipelines.pdf import RenderPdf, find_pdfs
-from rayorch.pipelines.pdf_markdown import normalise_ligatures
+from rayorch.testing import shared_share, text_words
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
 
@@ -30,14 +28,6 @@ def test_examples_are_shipped_with_varied_lengths() -> None:
     assert sum(Path(p).stat().st_size for p in SAMPLES) < 3_000_000
 
 
-MARKUP = re.compile(r"^(#{1,6}|[-\u2022\u2013\u2014*\u00b7\u25e6])$")  # headings, bullets
-
-
-def words(text: str) -> Counter[str]:
-    """Word multiset of ``text``: ligatures expanded, Markdown markup tokens left out."""
-    return Counter(w for w in normalise_ligatures(text).split() if not MARKUP.match(w))
-
-
 def test_text_pages_become_markdown_with_pymupdfs_words() -> None:
     results = RenderPdf()(SAMPLES)
     assert len(results) == len(SAMPLES)
@@ -51,12 +41,11 @@ def test_text_pages_become_markdown_with_pymupdfs_words() -> None:
             records = meta["pages"]
             assert [r["page"] for r in records] == list(range(1, doc.page_count + 1))
             assert {r["engine"] for r in records} <= {"text", "blank"}
-            expected = words("\n".join(page.get_text() for page in doc))
-        got = words("\n".join(r["markdown"] for r in records))
+            expected = text_words("\n".join(page.get_text() for page in doc))
+        got = text_words("\n".join(r["markdown"] for r in records))
         # Same words as PyMuPDF's text: only page numbers and hyphenated halves differ.
-        common = sum((expected & got).values())
-        assert common >= 0.97 * sum(expected.values()), path
-        assert common >= 0.97 * sum(got.values()), path
+        recall, precision = shared_share(expected, got)
+        assert recall >= 0.97 and precision >= 0.97, (path, recall, precision)
         assert meta["title"].strip()
 
 
