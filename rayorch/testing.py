@@ -132,15 +132,17 @@ def word_recall(expected: str, ocr: str) -> float:
 def text_words(text: str) -> Counter[str]:
     """The words of a page text or its Markdown, to compare the two.
 
-    Ligatures expanded; left out: Markdown markup tokens (``#``, bullets) and bare
-    numbers (running page numbers and margin line numbers are dropped from Markdown).
+    Ligatures expanded; left out: Markdown markup tokens (``#``, bullets), bare numbers
+    (running page numbers and margin line numbers are dropped from Markdown) and the
+    first halves of words hyphenated at a line end (Markdown joins them).
 
     >>> sorted(text_words("## The \\ufb01rst 12 words\\n- one").elements())
     ['The', 'first', 'one', 'words']
     """
     from rayorch.pipelines.pdf_markdown import normalise_ligatures
 
-    return Counter(w for w in normalise_ligatures(text).split() if not _NOT_A_WORD.match(w))
+    return Counter(w for w in normalise_ligatures(text).split()
+                   if not _NOT_A_WORD.match(w) and not w.endswith("-"))
 
 
 def shared_share(expected: Counter[str], got: Counter[str]) -> tuple[float, float]:

@@ -154,15 +154,24 @@ def _is_page_number(line: Line, edge: bool, width: float, height: float) -> bool
     return (edge and in_band) or in_side
 
 
-def _join_lines(texts: list[str]) -> str:
+def _continues(line: Line, after: Line) -> bool:
+    """Whether ``after`` is the next line of ``line``'s column: below it, starting at its
+    left edge or up to an indent left of it (interleaved columns start far to one side)."""
+    return after.y0 > line.y0 and line.x0 - 40.0 <= after.x0 <= line.x0 + 2.0
+
+
+def _join_lines(lines: list[tuple[str, Line]]) -> str:
     """Lines of one paragraph, with words hyphenated across a line end joined again."""
     out: list[str] = []
-    for text in texts:
+    previous: Line | None = None
+    for text, line in lines:
         text = text.rstrip()
-        if out and _HYPHEN_END.search(out[-1]) and text[:1].islower():
+        if (out and previous is not None and _HYPHEN_END.search(out[-1])
+                and text.lstrip()[:1].islower() and _continues(previous, line)):
             out[-1] = out[-1][:-1] + text.lstrip()
         else:
             out.append(text)
+        previous = line
     return "\n".join(out)
 
 
@@ -185,21 +194,21 @@ def _block_markdown(lines: list[Line], scale: FontScale) -> str:
             level = 4
         if level is not None:
             return "#" * level + " " + text
-    groups: list[tuple[bool, list[str]]] = []  # (is a list item, its lines)
+    groups: list[tuple[bool, list[tuple[str, Line]]]] = []  # (a list item?, its lines)
     for line in lines:
         item = _list_item(line.text)
         if line.text.strip() in BULLETS:  # a bullet set apart from its text
-            groups.append((True, ["-"]))
+            groups.append((True, [("-", line)]))
         elif item is not None:
-            groups.append((True, [item]))
-        elif groups and groups[-1] == (True, ["-"]):
-            groups[-1] = (True, ["- " + line.text.strip()])
+            groups.append((True, [(item, line)]))
+        elif groups and groups[-1][0] and groups[-1][1][-1][0] == "-":
+            groups[-1] = (True, [("- " + line.text.strip(), line)])
         elif groups and groups[-1][0]:
-            groups[-1][1].append(line.text.strip())  # continuation of a list item
+            groups[-1][1].append((line.text.strip(), line))  # continuation of a list item
         elif groups:
-            groups[-1][1].append(line.text)
+            groups[-1][1].append((line.text, line))
         else:
-            groups.append((False, [line.text]))
+            groups.append((False, [(line.text, line)]))
     return "\n".join(_join_lines(group) for _, group in groups)
 
 

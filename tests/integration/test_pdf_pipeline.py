@@ -29,7 +29,14 @@ from rayorch.core.facts import GrainRetried
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
 from rayorch.pipelines.job_cli import EXIT_FAILED
-from rayorch.pipelines.pdf import OcrPage, PdfPipeline, RenderPdf, failure_kind, find_pdfs
+from rayorch.pipelines.pdf import (
+    TEXT_FLAGS,
+    OcrPage,
+    PdfPipeline,
+    RenderPdf,
+    failure_kind,
+    find_pdfs,
+)
 from rayorch.runtime.loop import item_result
 from rayorch.store.base import open_store
 from rayorch.testing import shared_share, text_words
@@ -173,7 +180,7 @@ def test_pages_in_pymupdf_order_and_bad_inputs_fail_alone(
         good += 1
         assert value["path"] == path
         with pymupdf.open(path) as doc:
-            expected = text_words("\n".join(page.get_text() for page in doc))
+            expected = text_words("\n".join(page.get_text(flags=TEXT_FLAGS) for page in doc))
             count = doc.page_count
         sections = page_sections(value["markdown"])
         assert value["pages"] == count

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 import rayorch as ro
-from rayorch.pipelines.pdf import RenderPdf, find_pdfs
+from rayorch.pipelines.pdf import TEXT_FLAGS, RenderPdf, find_pdfs
 from rayorch.testing import shared_share, text_words
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
@@ -41,7 +41,7 @@ def test_text_pages_become_markdown_with_pymupdfs_words() -> None:
             records = meta["pages"]
             assert [r["page"] for r in records] == list(range(1, doc.page_count + 1))
             assert {r["engine"] for r in records} <= {"text", "blank"}
-            expected = text_words("\n".join(page.get_text() for page in doc))
+            expected = text_words("\n".join(page.get_text(flags=TEXT_FLAGS) for page in doc))
         got = text_words("\n".join(r["markdown"] for r in records))
         # Same words as PyMuPDF's text: only page numbers and hyphenated halves differ.
         recall, precision = shared_share(expected, got)
