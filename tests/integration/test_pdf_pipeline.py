@@ -26,6 +26,7 @@ import rayorch as ro
 from rayorch.cli import EXIT_OK
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import GrainRetried
+from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
 from rayorch.pipelines.job_cli import EXIT_FAILED
@@ -37,7 +38,6 @@ from rayorch.pipelines.pdf import (
     failure_kind,
     find_pdfs,
 )
-from rayorch.runtime.loop import item_result
 from rayorch.store.base import open_store
 from rayorch.testing import shared_share, text_words
 
