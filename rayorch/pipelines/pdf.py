@@ -121,7 +121,7 @@ def _document_title(doc: Any, path: Path, first_page: list[Line] | None) -> str:
         text = " ".join(line.text.split())
         if text and line.size > best_size + 0.5:
             best_size, best_text = line.size, text
-    return best_text[:200] if best_text else path.stem
+    return normalise_ligatures(best_text[:200]) if best_text else path.stem
 
 
 class RenderPdf:

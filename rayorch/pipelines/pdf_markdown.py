@@ -109,8 +109,7 @@ def page_lines(page_dict: dict[str, Any]) -> list[Line]:
                 if bold and not s["flags"] & BOLD and s["text"].strip():
                     bold = False
             x0, y0, x1, y1 = line["bbox"]
-            lines.append(Line(normalise_ligatures(text), round(size, 1), bold, x0, y0, x1, y1,
-                              number))
+            lines.append(Line(text, round(size, 1), bold, x0, y0, x1, y1, number))
     return lines
 
 
@@ -147,7 +146,7 @@ def font_scale(pages: list[list[Line]]) -> FontScale:
 
 def _is_page_number(line: Line, edge: bool, width: float, height: float) -> bool:
     """A number alone on a line: first/last lines in the top/bottom band, or a side margin."""
-    if not _PAGE_NUMBER.match(line.text.strip()):
+    if len(line.text) > 24 or not _PAGE_NUMBER.match(line.text.strip()):
         return False
     in_band = line.y1 <= height * BAND or line.y0 >= height * (1 - BAND)
     in_side = line.x1 <= width * MARGIN or line.x0 >= width * (1 - MARGIN)
@@ -238,7 +237,7 @@ def page_markdown(lines: list[Line], width: float, height: float, scale: FontSca
     if tables:
         parts.extend((bbox[1], markdown) for bbox, markdown in tables)
         parts.sort(key=lambda part: part[0])
-    return "\n\n".join(text for _, text in parts if text.strip())
+    return normalise_ligatures("\n\n".join(text for _, text in parts if text.strip()))
 
 
 _RULING_OPS = re.compile(rb"\s(?:re|l)\s")
