@@ -4,6 +4,7 @@
 >>> from rayorch import F
 """
 
+from rayorch import excepthook as _excepthook
 from rayorch.core import functional as F
 from rayorch.core.errors import (
     CompileError,
@@ -32,6 +33,8 @@ from rayorch.pipeline import Pipeline, run
 OutputIssue = FailedResult
 ItemOutcome = Outcome
 ExecutionError = RayorchError
+
+_excepthook.install()
 
 __version__ = "0.1.0"
 

@@ -435,7 +435,8 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rayorch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rayorch",
+                                     description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(sub)

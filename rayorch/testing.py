@@ -10,18 +10,23 @@ its reply (a network failure after the server acted). Used by the test fixtures 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.program import PipelineBase, RayModule
+
+_NOT_A_WORD = re.compile(r"^(#{1,6}|[-\u2022\u2013\u2014*\u00b7\u25e6]|[\divxlcdm.,()]+)$",
+                         re.IGNORECASE)
 
 
 class RedisServerError(RayorchError):
@@ -231,3 +236,39 @@ class EchoPipeline(PipelineBase):
 
     def forward(self, xs: Any) -> Any:
         return self.echo(xs)
+
+
+def word_recall(expected: str, ocr: str) -> float:
+    """The share of ``expected``'s words (4+ letters) found in an OCR text, spaces aside.
+
+    PP-OCR's recognizer often drops the spaces between words, so the OCR text is
+    compared squeezed (lower-case letters and digits only).
+
+    >>> word_recall("Lineage keeps every page", "lineagekeeps everypage")
+    1.0
+    """
+    wanted = {w.lower() for w in re.findall(r"[A-Za-z]{4,}", expected)}
+    found = re.sub(r"[^a-z0-9]", "", ocr.lower())
+    return sum(1 for w in wanted if w in found) / max(len(wanted), 1)
+
+
+def text_words(text: str) -> Counter[str]:
+    """The words of a page text or its Markdown, to compare the two.
+
+    Ligatures expanded; left out: Markdown markup tokens (``#``, bullets), bare numbers
+    (running page numbers and margin line numbers are dropped from Markdown) and the
+    first halves of words hyphenated at a line end (Markdown joins them).
+
+    >>> sorted(text_words("## The \\ufb01rst 12 words\\n- one").elements())
+    ['The', 'first', 'one', 'words']
+    """
+    from rayorch.pipelines.pdf_markdown import normalise_ligatures
+
+    return Counter(w for w in normalise_ligatures(text).split()
+                   if not _NOT_A_WORD.match(w) and not w.endswith("-"))
+
+
+def shared_share(expected: Counter[str], got: Counter[str]) -> tuple[float, float]:
+    """(recall, precision) of ``got``'s words against ``expected``'s, as multisets."""
+    common = sum((expected & got).values())
+    return common / max(sum(expected.values()), 1), common / max(sum(got.values()), 1)

@@ -58,10 +58,10 @@ def redis_aof_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
-    """A local Ray shared by the integration tests of one session."""
+    """A private local Ray (loopback, never another cluster) shared by one test session."""
     ray = pytest.importorskip("ray")
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False,
-                 log_to_driver=False)
+    from rayorch.runtime.ray_cluster import ensure_ray
+
+    ensure_ray("local", num_cpus=8, num_gpus=2, log_to_driver=False)
     yield
     ray.shutdown()

@@ -1,40 +1,52 @@
-"""The PDF pipeline: PDF -> pages -> OCR -> one Markdown document per PDF.
+"""The PDF pipeline: PDF -> pages -> OCR where needed -> one Markdown document per PDF.
 
 Three batched modules and the pipeline that wires them::
 
-    pages, meta = render(pdfs)           # RenderPdf: per PDF, its ordered pages + metadata
-    texts = ocr(F.expand(pages))         # OcrPage: one Grain per page, batched across PDFs
+    pages, meta = render(pdfs)           # RenderPdf: per PDF, the pages to OCR + metadata
+    texts = ocr(F.expand(pages))         # OcrPage: one Grain per page to OCR, batched
     docs = assemble(F.reduce(texts), meta)   # AssembleDocument: Markdown in page order
+
+The renderer turns every page with a usable text layer into Markdown itself
+(:mod:`rayorch.pipelines.pdf_markdown`), so such pages never travel to an OCR actor;
+only pages that need OCR (all of them for ``rapidocr``/``vllm``; those without a
+usable text layer for ``auto``) are rendered to PNG and expanded into OCR Grains.
 
 Bad input (missing, empty, non-PDF, encrypted, truncated, damaged, zero pages, absurd
 page sizes) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that document only.
 
 >>> from rayorch.pipelines.pdf import RenderPdf, OcrPage, AssembleDocument
->>> [(pages, meta)] = RenderPdf()(["examples/pdfs/qtree-qarrows.pdf"])
->>> texts = OcrPage("text")(pages)
->>> [doc] = AssembleDocument()([texts], [meta])
->>> doc["markdown"].count("<!-- page ")
-1
+>>> [(pages, meta)] = RenderPdf(ocr_fallback=True)(["examples/pdfs/qtree-qarrows.pdf"])
+>>> pages                     # a born-digital page: nothing to OCR
+[]
+>>> [doc] = AssembleDocument()([OcrPage("rapidocr", lazy=True)(pages)], [meta])
+>>> doc["markdown"].count("<!-- page "), doc["page_engines"]
+(1, ['text'])
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import rayorch as ro
-from rayorch import F, FailedResult, RecordFailure
+from rayorch import F, RecordFailure
 from rayorch.pipelines.ocr import (
     OcrEngine,
     OcrEngineError,
     Page,
     engine_needs_image,
     get_engine,
+)
+from rayorch.pipelines.pdf_markdown import (
+    Line,
+    font_scale,
+    normalise_ligatures,
+    page_lines,
+    page_markdown,
+    page_tables,
+    text_layer_quality,
 )
 
 DEFAULT_DPI = 110
@@ -45,8 +57,19 @@ MIN_PAGE_SIDE_PT = 3.0
 DEFAULT_MAX_PAGE_PIXELS = 16_000_000
 """Pixel cap per rendered page: above it the page is rendered at a lower dpi."""
 
+OCR_MODES = ("auto", "text", "rapidocr", "vllm")
+"""``--ocr`` choices: ``auto`` (text layer, OCR where it is missing or garbage), ``text``
+(text layer only), ``rapidocr`` (CPU OCR of every page), ``vllm`` (a VLM on a GPU)."""
+FALLBACK_ENGINE = "rapidocr"
+"""The engine ``auto`` uses for pages without a usable text layer."""
+TEXT_FLAGS = 2 | 64
+"""``TEXT_PRESERVE_WHITESPACE | TEXT_MEDIABOX_CLIP``: ligatures expanded by MuPDF,
+unknown glyphs as U+FFFD (which is how a garbage layer is recognised), no images."""
+
 DocumentMeta = dict[str, Any]
-"""``{"path": str, "title": str, "page_count": int}``."""
+"""``{"path", "title", "page_count", "pages": [PageRecord]}``; a PageRecord is
+``{"page", "engine", "layer", "markdown"}`` with ``engine`` ``"text"`` (done by the
+renderer), ``"blank"`` (no ink at all) or ``None`` (sent to OCR)."""
 RenderedDocument = tuple[list[Page], DocumentMeta]
 
 
@@ -86,40 +109,42 @@ def _damage_warning(warnings: str) -> str | None:
 _JUNK_TITLE = re.compile(r"(\.(dvi|tex|pdf|doc|docx)$)|[\\/]|^untitled$", re.IGNORECASE)
 
 
-def _document_title(doc: Any, path: Path) -> str:
+def _document_title(doc: Any, path: Path, first_page: list[Line] | None) -> str:
     """The metadata title when it looks like one, else page 1's largest line, else the stem."""
     title = " ".join(str((doc.metadata or {}).get("title") or "").split())
     if title and not _JUNK_TITLE.search(title):
         return title[:200]
-    if doc.page_count > 0:
-        best_size, best_text = 0.0, ""
-        for block in doc[0].get_text("dict").get("blocks", []):
-            for line in block.get("lines", []):
-                spans = line.get("spans", [])
-                text = " ".join("".join(s.get("text", "") for s in spans).split())
-                size = max((float(s.get("size", 0.0)) for s in spans), default=0.0)
-                if text and size > best_size + 0.5:
-                    best_size, best_text = size, text
-        if best_text:
-            return best_text[:200]
-    return path.stem
+    if first_page is None and doc.page_count > 0:
+        first_page = page_lines(doc[0].get_text("dict", flags=TEXT_FLAGS))
+    best_size, best_text = 0.0, ""
+    for line in first_page or ():
+        text = " ".join(line.text.split())
+        if text and line.size > best_size + 0.5:
+            best_size, best_text = line.size, text
+    return normalise_ligatures(best_text[:200]) if best_text else path.stem
 
 
 class RenderPdf:
-    """Open each PDF and give its ordered pages (text layer, optional PNG) and metadata.
+    """Open each PDF: Markdown of its text-layer pages, the pages to OCR, and metadata.
 
     Batched: called with a list of paths, returns per path either ``(pages, meta)``
     (a module with ``num_outputs=2``) or a ``RecordFailure`` for that document.
-    ``needs_image`` attaches a PNG rendered at ``dpi`` (grayscale by default), lowered
-    per page so no page exceeds ``max_page_pixels``. A document that MuPDF had to
-    repair, or whose objects or streams it could not parse, is refused unless
-    ``allow_damaged`` (MuPDF would silently return partial pages).
+    ``pages`` are the pages an OCR engine must read, each with a PNG rendered at
+    ``dpi`` (grayscale by default, lowered per page so no page exceeds
+    ``max_page_pixels``): every page when ``needs_image``; with ``ocr_fallback`` the
+    pages whose text layer is empty or garbage (and that show any ink); otherwise none.
+    Every other page becomes Markdown here (``meta["pages"]``); ``tables`` also asks
+    ``page.find_tables()`` on pages that draw ruling lines (slow: ~1 s a page).
+    A document that MuPDF had to repair, or whose objects or streams it could not
+    parse, is refused unless ``allow_damaged`` (MuPDF would silently return partial pages).
     """
 
     def __init__(
         self,
         *,
         needs_image: bool = False,
+        ocr_fallback: bool = False,
+        tables: bool = False,
         dpi: int = DEFAULT_DPI,
         max_page_pixels: int = DEFAULT_MAX_PAGE_PIXELS,
         max_pages: int | None = None,
@@ -136,6 +161,8 @@ class RenderPdf:
         # MuPDF prints repair warnings on stderr; they are read back per document instead.
         pymupdf.TOOLS.mupdf_display_errors(False)
         self.needs_image = needs_image
+        self.ocr_fallback = ocr_fallback
+        self.tables = tables
         self.dpi = dpi
         self.max_page_pixels = max_page_pixels
         self.max_pages = max_pages
@@ -179,7 +206,7 @@ class RenderPdf:
                     f"{path} has {doc.page_count} pages, more than max_pages={self.max_pages}",
                 )
             try:
-                pages = [self._page(doc, number, path) for number in range(doc.page_count)]
+                pages, records, first_page = self._pages(doc, path)
             except RecordFailure:
                 raise
             except Exception as exc:
@@ -190,8 +217,8 @@ class RenderPdf:
                 damage = _damage_warning(pymupdf.TOOLS.mupdf_warnings())
                 if doc.is_repaired or damage:
                     raise self._damaged(path, f"MuPDF reported {damage or 'a repair'} on reading")
-            meta = {"path": str(path), "title": _document_title(doc, path),
-                    "page_count": doc.page_count}
+            meta = {"path": str(path), "title": _document_title(doc, path, first_page),
+                    "page_count": doc.page_count, "pages": records}
         return pages, meta
 
     def _check_file(self, source: Any) -> Path:
@@ -219,32 +246,70 @@ class RenderPdf:
             return _refuse("truncated", f"{path} ends before its %%EOF marker; {why}")
         return _refuse("damaged", f"{path} is corrupt; {why}")
 
-    def _page(self, doc: Any, index: int, path: Path) -> Page:
-        page = doc.load_page(index)
+    def _pages(self, doc: Any, path: Path
+               ) -> tuple[list[Page], list[dict[str, Any]], list[Line] | None]:
+        """The pages to OCR, one record per page, and page 1's lines (for the title)."""
+        to_ocr: list[Page] = []
+        records: list[dict[str, Any]] = []
+        text_pages: list[tuple[dict[str, Any], list[Line], float, float, Any]] = []
+        first_page: list[Line] | None = None
+        for index in range(doc.page_count):
+            page = doc.load_page(index)
+            width, height = float(page.rect.width), float(page.rect.height)
+            if not (min(width, height) >= MIN_PAGE_SIDE_PT
+                    and max(width, height) <= MAX_PAGE_SIDE_PT):
+                raise _refuse(
+                    "page size",
+                    f"{path} page {index + 1} is {width:g} x {height:g} pt; pages must be "
+                    f"{MIN_PAGE_SIDE_PT:g} to {MAX_PAGE_SIDE_PT:g} pt a side",
+                )
+            record: dict[str, Any] = {"page": index + 1, "engine": None, "layer": None,
+                                      "markdown": ""}
+            records.append(record)
+            if self.needs_image:
+                to_ocr.append(self._image_page(page, index, page.get_text()))
+                continue
+            lines = page_lines(page.get_text("dict", flags=TEXT_FLAGS))
+            if index == 0:
+                first_page = lines
+            layer = text_layer_quality("".join(line.text for line in lines))
+            record["layer"] = layer
+            if layer != "usable" and self.ocr_fallback and (layer == "garbage"
+                                                            or _has_ink(page)):
+                to_ocr.append(self._image_page(page, index, ""))
+            elif layer == "empty" and not _has_ink(page):
+                record["engine"] = "blank"
+            else:
+                record["engine"] = "text"
+                text_pages.append((record, lines, width, height, page))
+        scale = font_scale([lines for _, lines, _, _, _ in text_pages])
+        for record, lines, width, height, page in text_pages:
+            tables = page_tables(page) if self.tables else []
+            record["markdown"] = page_markdown(lines, width, height, scale, tables)
+        return to_ocr, records, first_page
+
+    def _image_page(self, page: Any, index: int, text: str) -> Page:
         width, height = float(page.rect.width), float(page.rect.height)
-        if not (min(width, height) >= MIN_PAGE_SIDE_PT and max(width, height) <= MAX_PAGE_SIDE_PT):
-            raise _refuse(
-                "page size",
-                f"{path} page {index + 1} is {width:g} x {height:g} pt; pages must be "
-                f"{MIN_PAGE_SIDE_PT:g} to {MAX_PAGE_SIDE_PT:g} pt a side",
-            )
-        record: Page = {"page": index + 1, "width": width, "height": height,
-                        "text": page.get_text()}
-        if self.needs_image:
-            zoom = min(self.dpi / 72.0, math.sqrt(self.max_page_pixels / (width * height)))
-            # MuPDF rounds the pixel box outwards: shrink until the rounded box fits the cap.
-            while math.ceil(width * zoom) * math.ceil(height * zoom) > self.max_page_pixels:
-                zoom *= 0.995
-            pixmap = page.get_pixmap(
-                matrix=self._pymupdf.Matrix(zoom, zoom), colorspace=self.colorspace, alpha=False
-            )
-            record["png"] = pixmap.tobytes("png")
-            record["dpi"] = round(zoom * 72.0, 2)
+        record: Page = {"page": index + 1, "width": width, "height": height, "text": text}
+        zoom = min(self.dpi / 72.0, math.sqrt(self.max_page_pixels / (width * height)))
+        # MuPDF rounds the pixel box outwards: shrink until the rounded box fits the cap.
+        while math.ceil(width * zoom) * math.ceil(height * zoom) > self.max_page_pixels:
+            zoom *= 0.995
+        pixmap = page.get_pixmap(
+            matrix=self._pymupdf.Matrix(zoom, zoom), colorspace=self.colorspace, alpha=False
+        )
+        record["png"] = pixmap.tobytes("png")
+        record["dpi"] = round(zoom * 72.0, 2)
         return record
 
 
+def _has_ink(page: Any) -> bool:
+    """Whether a page without text shows anything (an image or vector drawing) to OCR."""
+    return bool(page.get_images(full=False)) or bool(page.get_cdrawings())
+
+
 PageText = dict[str, Any]
-"""``{"page": n, "text": str}``: one page's recognized text."""
+"""``{"page": n, "text": str, "engine": name}``: one page's recognized text."""
 
 
 class OcrPage:
@@ -253,16 +318,30 @@ class OcrPage:
     ``engine`` is a name for :func:`~rayorch.pipelines.ocr.get_engine` (built with
     ``engine_options``) or an already built :class:`~rayorch.pipelines.ocr.OcrEngine`.
     Returns per page a :data:`PageText`, or a ``RecordFailure`` for a page the engine
-    cannot read (e.g. no image for an engine that needs one).
+    cannot read (e.g. no image for an engine that needs one). ``lazy`` builds a named
+    engine at its first page (``--ocr auto``: most corpora never need it).
     """
 
-    def __init__(self, engine: str | OcrEngine = "text", **engine_options: Any) -> None:
+    def __init__(self, engine: str | OcrEngine = "text", *, lazy: bool = False,
+                 **engine_options: Any) -> None:
+        self._engine: OcrEngine | None = None
+        self._options = engine_options
         if isinstance(engine, str):
             self.engine_name = engine
-            self.engine = get_engine(engine, **engine_options)
+            self._needs_image = engine_needs_image(engine)
+            if not lazy:
+                self._engine = get_engine(engine, **engine_options)
         else:
             self.engine_name = type(engine).__name__
-            self.engine = engine
+            self._engine = engine
+            self._needs_image = bool(engine.needs_image)
+
+    @property
+    def engine(self) -> OcrEngine:
+        """The engine, built now if it was lazy."""
+        if self._engine is None:
+            self._engine = get_engine(self.engine_name, **self._options)
+        return self._engine
 
     def __call__(self, pages: list[Page]) -> list[PageText | RecordFailure]:
         results: list[PageText | RecordFailure] = []
@@ -279,13 +358,14 @@ class OcrPage:
                 f"for {len(readable)} pages"
             )
         for i, text in zip(readable, texts):
-            results[i] = {"page": pages[i]["page"], "text": text}
+            results[i] = {"page": pages[i]["page"], "text": normalise_ligatures(text),
+                          "engine": self.engine_name}
         return results
 
     def _problem(self, page: Any) -> str | None:
         if not isinstance(page, dict) or "page" not in page:
             return f"bad page: expected a page dict from RenderPdf, got {type(page).__name__}"
-        if self.engine.needs_image and not page.get("png"):
+        if self._needs_image and not page.get("png"):
             return (
                 f"no image: page {page['page']} has no PNG but engine {self.engine_name!r} "
                 "reads pixels; render with RenderPdf(needs_image=True)"
@@ -298,65 +378,114 @@ def _clean_text(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def assemble_markdown(page_texts: list[PageText], meta: DocumentMeta) -> str:
-    """A Markdown document: the title, then each page's text after ``<!-- page N -->``."""
+def document_pages(page_texts: list[PageText], meta: DocumentMeta) -> list[dict[str, Any]]:
+    """Every page of a document in order: ``{"page", "engine", "text"}``.
+
+    Text-layer and blank pages come from ``meta["pages"]``, OCR'd pages from
+    ``page_texts``; a document rendered without page records (older runs) is all OCR.
+    """
+    ocr = {int(t["page"]): t for t in page_texts}
+    records = meta.get("pages")
+    if records is None:
+        records = [{"page": n, "engine": None, "markdown": ""} for n in sorted(ocr)]
+    pages = []
+    for record in records:
+        number = int(record["page"])
+        done = ocr.get(number)
+        if record.get("engine") is None and done is not None:
+            engine = str(done.get("engine") or "ocr")
+            text = _clean_text(str(done.get("text", "")))
+        else:
+            engine = str(record.get("engine") or "missing")
+            text = str(record.get("markdown") or "")
+        pages.append({"page": number, "engine": engine, "text": text,
+                      "garbage": engine == "text" and record.get("layer") == "garbage"})
+    return pages
+
+
+def assemble_markdown(pages: list[dict[str, Any]], meta: DocumentMeta) -> str:
+    """A Markdown document: the title, then each page after ``<!-- page N engine=E -->``."""
     parts = [f"# {meta['title']}", f"<!-- source: {meta['path']} -->"]
-    for page in page_texts:
-        parts.append(f"<!-- page {page['page']} -->")
-        text = _clean_text(page["text"])
-        if text:
-            parts.append(text)
+    for page in pages:
+        parts.append(f"<!-- page {page['page']} engine={page['engine']} -->")
+        if page["text"]:
+            parts.append(page["text"])
     return "\n\n".join(parts) + "\n"
 
 
 class AssembleDocument:
-    """Ordered page texts plus the document's metadata -> one Markdown document.
+    """OCR'd page texts plus the document's metadata -> one Markdown document.
 
-    Returns per document ``{"path", "title", "pages", "markdown"}``.
+    Returns per document ``{"path", "title", "pages", "markdown", "page_engines",
+    "empty_pages", "garbage_pages"}``: ``page_engines[i]`` says what produced page
+    ``i + 1`` (``text``, an OCR engine, or ``blank`` for a page without ink),
+    ``empty_pages`` the page numbers that show ink but ended without text,
+    ``garbage_pages`` the pages whose garbage text layer was kept (``--ocr text``);
+    both are summary warnings.
     """
 
     def __call__(
         self, page_texts: list[list[PageText]], metas: list[DocumentMeta]
     ) -> list[dict[str, Any]]:
-        return [
-            {
+        documents = []
+        for texts, meta in zip(page_texts, metas, strict=True):
+            pages = document_pages(texts, meta)
+            documents.append({
                 "path": meta["path"],
                 "title": meta["title"],
-                "pages": len(texts),
-                "markdown": assemble_markdown(texts, meta),
-            }
-            for texts, meta in zip(page_texts, metas, strict=True)
-        ]
+                "pages": len(pages),
+                "markdown": assemble_markdown(pages, meta),
+                "page_engines": [p["engine"] for p in pages],
+                "empty_pages": [p["page"] for p in pages
+                                if not p["text"].strip() and p["engine"] != "blank"],
+                "garbage_pages": [p["page"] for p in pages if p["garbage"]],
+            })
+        return documents
+
+
+def ocr_module_cpus(engine: str) -> float:
+    """CPUs an OCR actor declares: rapidocr works all the time, ``auto`` now and then."""
+    return {"rapidocr": 1.0, "auto": 0.5}.get(engine, 0.25)
 
 
 class PdfPipeline(ro.Pipeline):
-    """PDF -> pages -> OCR -> Markdown, with the OCR engine, replicas and batch size as options.
+    """PDF -> pages -> OCR where needed -> Markdown; engine, replicas and batch sizes as options.
 
-    ``engine`` is ``"text"`` (PyMuPDF text layer), ``"rapidocr"`` (CPU OCR) or ``"vllm"``
-    (a VLM on a GPU; ``engine_options={"model": ...}``). Each result is the
+    ``engine`` (``--ocr``) is one of :data:`OCR_MODES`: ``"auto"`` (the default: the
+    text layer where usable, rapidocr for pages without one or with a garbage one),
+    ``"text"`` (text layer only, no OCR), ``"rapidocr"`` (CPU OCR of every page) or
+    ``"vllm"`` (a VLM on a GPU; ``engine_options={"model": ...}``). Each result is the
     ``AssembleDocument`` dict of one PDF, or a failed result with its cause.
 
-    >>> plan = PdfPipeline("text").compile()
+    >>> plan = PdfPipeline().compile()
     """
 
     def __init__(
         self,
-        engine: str = "text",
+        engine: str = "auto",
         *,
         replicas: int = 1,
         batch_size: int = 16,
         dpi: int = DEFAULT_DPI,
         render_replicas: int = 1,
         render_batch_size: int = 2,
+        tables: bool = False,
         engine_options: dict[str, Any] | None = None,
         ocr_num_cpus: float | None = None,
         ocr_num_gpus: float | None = None,
     ) -> None:
         super().__init__()
-        gpu = engine == "vllm"
+        if engine not in OCR_MODES:
+            valid = ", ".join(repr(m) for m in OCR_MODES)
+            raise OcrEngineError(f"unknown OCR engine {engine!r}: choose one of {valid}")
+        auto = engine == "auto"
+        ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
+        ocr_options.update(engine_options or {})
         self.render = ro.RayModule(
             RenderPdf,
-            needs_image=engine_needs_image(engine),
+            needs_image=not auto and engine_needs_image(engine),
+            ocr_fallback=auto,
+            tables=tables,
             dpi=dpi,
             num_outputs=2,
             batch_size=render_batch_size,
@@ -369,10 +498,10 @@ class PdfPipeline(ro.Pipeline):
             OcrPage,
             batch_size=batch_size,
             replicas=replicas,
-            num_cpus=ocr_num_cpus if ocr_num_cpus is not None else (1.0 if engine == "rapidocr"
-                                                                     else 0.25),
-            num_gpus=ocr_num_gpus if ocr_num_gpus is not None else (1.0 if gpu else 0.0),
-        ).pre_init(engine, **(engine_options or {}))
+            num_cpus=ocr_num_cpus if ocr_num_cpus is not None else ocr_module_cpus(engine),
+            num_gpus=ocr_num_gpus if ocr_num_gpus is not None else (
+                1.0 if engine == "vllm" else 0.0),
+        ).pre_init(FALLBACK_ENGINE if auto else engine, **ocr_options)
         self.assemble = ro.RayModule(AssembleDocument, batch_size=8, num_cpus=0.25)
 
     def forward(self, pdfs: Any) -> Any:
@@ -391,55 +520,14 @@ def find_pdfs(source: str | Path) -> list[str]:
     raise ro.RayorchError(f"input {root} does not exist: pass a PDF file or a directory of PDFs")
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "document"
+from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's public API)
+    document_warnings,
+    summary_dict,
+    write_outputs,
+)
 
-
-def write_outputs(
-    results: Iterable[tuple[int, Any]],
-    out_dir: str | Path,
-    *,
-    sources: list[str] | None = None,
-    elapsed_s: float | None = None,
-) -> dict[str, Any]:
-    """Write one ``.md`` per document and ``documents.jsonl``; return a summary dict.
-
-    ``results`` are ``(index, value)`` pairs as a run yields them: ``value`` is an
-    ``AssembleDocument`` dict, or a :class:`~rayorch.FailedResult` (or a
-    ``RecordFailure``) for a document that did not make it. ``sources`` (the run's
-    input paths) name the source of failed documents.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    documents = succeeded = pages = 0
-    failures: Counter[str] = Counter()
-    with (out / "documents.jsonl").open("w", encoding="utf-8") as jsonl:
-        for index, value in results:
-            documents += 1
-            source = sources[index] if sources is not None and index < len(sources) else None
-            row: dict[str, Any] = {"id": index, "source": source, "pages": 0,
-                                   "status": "ok", "cause": None, "markdown": None}
-            if isinstance(value, dict) and "markdown" in value:
-                name = f"{index:05d}-{_slug(Path(value['path']).stem)}.md"
-                (out / name).write_text(value["markdown"], encoding="utf-8")
-                row.update(source=value["path"], pages=value["pages"], markdown=name)
-                succeeded += 1
-                pages += int(value["pages"])
-            else:
-                cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
-                status = value.outcome.value if isinstance(value, FailedResult) else "failed"
-                row.update(status=status, cause=cause)
-                failures[failure_kind(cause)] += 1
-            jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
-    summary: dict[str, Any] = {
-        "documents": documents,
-        "succeeded": succeeded,
-        "failed": documents - succeeded,
-        "pages": pages,
-        "failures": dict(sorted(failures.items())),
-        "out_dir": str(out),
-    }
-    if elapsed_s is not None:
-        summary["elapsed_s"] = round(elapsed_s, 3)
-        summary["pages_per_s"] = round(pages / elapsed_s, 2) if elapsed_s > 0 else None
-    return summary
+__all__ = [
+    "OCR_MODES", "AssembleDocument", "OcrPage", "PdfPipeline", "RenderPdf", "assemble_markdown",
+    "document_pages", "document_warnings", "failure_kind", "find_pdfs", "summary_dict",
+    "write_outputs",
+]

@@ -14,6 +14,7 @@ from rayorch.actors.pool import ActorPool, PoolError
 from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
+from rayorch.runtime.ray_cluster import ensure_ray
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run
@@ -28,24 +29,6 @@ def redact_url(url: str) -> str:
         host = f"{host}:{parts.port}"
     user = f"{parts.username}:***@" if parts.username else ":***@"
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
-
-
-def ensure_ray(address: str | None, *, num_cpus: int | None = None,
-               num_gpus: int | None = None, log_to_driver: bool = True) -> None:
-    """Join ``address`` or start a local Ray, unless Ray is already initialised.
-
-    ``num_cpus``/``num_gpus`` declare a local Ray's resources (default: the machine's).
-    """
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is not None:
-        ray.init(address=address, log_to_driver=log_to_driver)
-        return
-    # A private local Ray, even when another cluster runs on this machine.
-    ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver,
-             num_cpus=num_cpus,
-             num_gpus=num_gpus)
 
 
 def check_resources(modules: list[ModuleSpec]) -> None:

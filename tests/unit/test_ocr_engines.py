@@ -30,26 +30,16 @@ from rayorch.pipelines.ocr import (
     require_vllm_runtime,
 )
 from rayorch.pipelines.pdf import OcrPage, RenderPdf
+from rayorch.testing import word_recall
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pdfs"
 
 
-def words(text: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"[A-Za-z]{4,}", text)}
-
-
 def squeezed(text: str) -> str:
     """Lower-case letters and digits only: PP-OCR's recognizer often drops word spaces."""
     return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def word_recall(expected: str, ocr: str) -> float:
-    """The share of ``expected``'s words (4+ letters) found in the OCR text, spaces aside."""
-    wanted = words(expected)
-    found = squeezed(ocr)
-    return sum(1 for w in wanted if w in found) / len(wanted)
 
 
 def test_unknown_engine_lists_the_valid_ones() -> None:

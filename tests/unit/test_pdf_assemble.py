@@ -17,7 +17,7 @@ from rayorch.pipelines.pdf import (
     PageText,
     PdfPipeline,
     RenderPdf,
-    assemble_markdown,
+    document_warnings,
     find_pdfs,
     write_outputs,
 )
@@ -34,20 +34,27 @@ def present(results: list[PageText | ro.RecordFailure]) -> list[PageText]:
     return texts
 
 
-def test_markdown_has_title_markers_and_pages_in_order() -> None:
-    meta = {"path": "a.pdf", "title": "A Title", "page_count": 3}
-    texts = [{"page": 1, "text": "one  \r\nline\n\n\n\nafter"}, {"page": 2, "text": "  "},
-             {"page": 3, "text": "three"}]
-    markdown = assemble_markdown(texts, meta)
-    assert markdown == (
-        "# A Title\n\n<!-- source: a.pdf -->\n\n<!-- page 1 -->\n\none\nline\n\nafter\n\n"
-        "<!-- page 2 -->\n\n<!-- page 3 -->\n\nthree\n"
+def test_markdown_has_title_markers_engines_and_pages_in_order() -> None:
+    meta = {"path": "a.pdf", "title": "A Title", "page_count": 4, "pages": [
+        {"page": 1, "engine": None}, {"page": 2, "engine": None},
+        {"page": 3, "engine": "text", "layer": "usable", "markdown": "## three"},
+        {"page": 4, "engine": "blank", "layer": "empty", "markdown": ""}]}
+    texts = [{"page": 2, "text": "  ", "engine": "rapidocr"},
+             {"page": 1, "text": "one  \r\nline\n\n\n\nafter", "engine": "rapidocr"}]
+    [doc] = AssembleDocument()([texts], [meta])
+    assert doc["markdown"] == (
+        "# A Title\n\n<!-- source: a.pdf -->\n\n<!-- page 1 engine=rapidocr -->\n\n"
+        "one\nline\n\nafter\n\n<!-- page 2 engine=rapidocr -->\n\n"
+        "<!-- page 3 engine=text -->\n\n## three\n\n<!-- page 4 engine=blank -->\n"
     )
+    assert doc["page_engines"] == ["rapidocr", "rapidocr", "text", "blank"]
+    assert doc["empty_pages"] == [2]  # the blank page has no ink: not a warning
+    assert document_warnings("a.pdf", doc) == ["a.pdf: 1 page empty after OCR (page 2)"]
 
 
 def test_text_engine_round_trip_over_a_batch_of_mixed_documents() -> None:
     paths = [str(EXAMPLES / "gb4e-doc.pdf"), str(EXAMPLES / "phonrule-doc.pdf")]
-    rendered = [RenderPdf().render(path) for path in paths]
+    rendered = [RenderPdf(needs_image=True, dpi=10).render(path) for path in paths]
     # One OCR batch mixing the pages of both documents, as an elastic scheduler would.
     texts = present(OcrPage("text")([page for pages, _ in rendered for page in pages]))
     split = len(rendered[0][0])
@@ -55,7 +62,7 @@ def test_text_engine_round_trip_over_a_batch_of_mixed_documents() -> None:
     for path, doc in zip(paths, docs):
         with pymupdf.open(path) as pdf:
             assert doc["pages"] == pdf.page_count
-            markers = [f"<!-- page {n} -->" for n in range(1, pdf.page_count + 1)]
+            markers = [f"<!-- page {n} engine=text -->" for n in range(1, pdf.page_count + 1)]
             positions = [doc["markdown"].index(m) for m in markers]
             assert positions == sorted(positions)
             last_page_words = pdf[-1].get_text().split()[:5]
@@ -73,7 +80,7 @@ def test_ocr_page_fails_only_pages_without_the_image_it_needs() -> None:
     ocr = OcrPage(ImageEngine())
     junk: Any = "junk"
     results = ocr([{"page": 1, "png": b"12"}, {"page": 2, "text": "no image"}, junk])
-    assert results[0] == {"page": 1, "text": "read 2 bytes"}
+    assert results[0] == {"page": 1, "text": "read 2 bytes", "engine": "ImageEngine"}
     assert isinstance(results[1], ro.RecordFailure) and results[1].cause.startswith("no image:")
     assert isinstance(results[2], ro.RecordFailure) and results[2].cause.startswith("bad page:")
 
@@ -90,10 +97,10 @@ def test_ocr_page_rejects_an_engine_that_loses_pages() -> None:
         ocr([{"page": 1, "text": "x"}])
 
 
-def test_write_outputs_files_and_summary(tmp_path: Path) -> None:
+def test_write_outputs_files_rows_and_summary(tmp_path: Path) -> None:
     good = str(EXAMPLES / "phonrule-doc.pdf")
     sources = [good, "/nowhere/missing.pdf", "/x/locked.pdf"]
-    pages, meta = RenderPdf().render(good)
+    pages, meta = RenderPdf(ocr_fallback=True).render(good)
     [doc] = AssembleDocument()([present(OcrPage("text")(pages))], [meta])
     results = [
         (0, doc),
@@ -101,22 +108,24 @@ def test_write_outputs_files_and_summary(tmp_path: Path) -> None:
         (2, ro.FailedResult(2, ro.Outcome.SUPPRESSED,
                             "render[2] failed: encrypted: /x/locked.pdf needs a password")),
     ]
-    summary = write_outputs(results, tmp_path / "out", sources=sources, elapsed_s=2.0)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "00007-stale.md").write_text("from an earlier run")
+    (tmp_path / "out" / "documents.jsonl").write_text("")
+    summary = write_outputs(results, tmp_path / "out", sources=sources)
 
-    assert summary == {
-        "documents": 3, "succeeded": 1, "failed": 2, "pages": 4,
-        "failures": {"encrypted": 1, "missing": 1}, "out_dir": str(tmp_path / "out"),
-        "elapsed_s": 2.0, "pages_per_s": 2.0,
-    }
+    assert (summary.documents, summary.succeeded, summary.failed, summary.pages) == (3, 1, 2, 4)
+    assert summary.failure_kinds() == {"encrypted": 1, "missing": 1}
     rows = [json.loads(line) for line in (tmp_path / "out" / "documents.jsonl").read_text()
             .splitlines()]
+    # One word for a document that did not make it, in the rows and in the summary.
     assert [(r["id"], r["source"], r["pages"], r["status"]) for r in rows] == [
-        (0, good, 4, "ok"), (1, sources[1], 0, "failed"), (2, sources[2], 0, "suppressed")
+        (0, good, 4, "ok"), (1, sources[1], 0, "failed"), (2, sources[2], 0, "failed")
     ]
-    assert rows[1]["cause"].startswith("missing:") and rows[0]["cause"] is None
+    assert summary.failures == [(r["source"], r["cause"]) for r in rows[1:]]
+    assert rows[0]["page_engines"] == ["text"] * 4 and rows[0]["cause"] is None
     assert (tmp_path / "out" / rows[0]["markdown"]).read_text() == doc["markdown"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "00000-phonrule-doc.md", "documents.jsonl"
+        ".rayorch-output.json", "00000-phonrule-doc.md", "documents.jsonl"
     ]
 
 
@@ -141,6 +150,10 @@ def test_pdf_pipeline_gpu_engine_asks_for_a_gpu_and_text_engine_for_no_images() 
     assert dict(vlm.module("ocr").kwargs) == {"model": "some/vlm"}
     text = PdfPipeline("text").compile()
     assert dict(text.module("render").kwargs)["needs_image"] is False
+    auto = PdfPipeline().compile()  # the default: text layer, rapidocr where it is missing
+    assert dict(auto.module("render").kwargs)["ocr_fallback"] is True
+    assert auto.module("ocr").args == ("rapidocr",)
+    assert dict(auto.module("ocr").kwargs) == {"lazy": True}
 
 
 def test_pdf_pipeline_rejects_an_unknown_engine_before_running() -> None:

@@ -30,8 +30,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pdfs"
 
 
 def expected_document(path: str) -> dict[str, Any]:
-    pages, meta = RenderPdf().render(path)
-    texts = [t for t in OcrPage("text")(pages) if isinstance(t, dict)]
+    pages, meta = RenderPdf(ocr_fallback=True).render(path)
+    texts = [t for t in OcrPage("rapidocr", lazy=True)(pages) if isinstance(t, dict)]
     [doc] = AssembleDocument()([texts], [meta])
     return doc
 
@@ -61,7 +61,7 @@ def check(outputs: dict[int, tuple[Item, ...]], sources: list[str], *, origin: b
 
 
 def test_reference_evaluation(sources: list[str]) -> None:
-    plan = PdfPipeline("text").compile()
+    plan = PdfPipeline().compile()
     check(evaluate(plan, [(p,) for p in sources]).outputs, sources, origin=False)
 
 
@@ -76,5 +76,5 @@ def test_reference_evaluation(sources: list[str]) -> None:
 def test_executor_schedules_give_the_same_documents(
     sources: list[str], options: ExecutorOptions
 ) -> None:
-    plan = PdfPipeline("text").compile()
+    plan = PdfPipeline().compile()
     check(execute(plan, [(p,) for p in sources], options).outputs, sources, origin=True)

@@ -9,7 +9,8 @@ import msgpack
 import pytest
 
 import rayorch as ro
-from rayorch.pipelines.pdf import RenderPdf, find_pdfs
+from rayorch.pipelines.pdf import TEXT_FLAGS, RenderPdf, find_pdfs
+from rayorch.testing import shared_share, text_words
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
 
@@ -27,21 +28,38 @@ def test_examples_are_shipped_with_varied_lengths() -> None:
     assert sum(Path(p).stat().st_size for p in SAMPLES) < 3_000_000
 
 
-def test_pages_follow_pymupdf_order_and_text() -> None:
+def test_text_pages_become_markdown_with_pymupdfs_words() -> None:
     results = RenderPdf()(SAMPLES)
     assert len(results) == len(SAMPLES)
     for path, result in zip(SAMPLES, results):
         assert not isinstance(result, ro.RecordFailure), result
         pages, meta = result
+        assert pages == []  # born-digital PDFs: nothing travels to an OCR actor
         with pymupdf.open(path) as doc:
-            assert meta == {"path": path, "title": meta["title"], "page_count": doc.page_count}
-            assert [p["page"] for p in pages] == list(range(1, doc.page_count + 1))
-            assert [p["text"] for p in pages] == [page.get_text() for page in doc]
-            assert [(p["width"], p["height"]) for p in pages] == [
-                (page.rect.width, page.rect.height) for page in doc
-            ]
+            assert {k: meta[k] for k in ("path", "page_count")} == {
+                "path": path, "page_count": doc.page_count}
+            records = meta["pages"]
+            assert [r["page"] for r in records] == list(range(1, doc.page_count + 1))
+            assert {r["engine"] for r in records} <= {"text", "blank"}
+            expected = text_words("\n".join(page.get_text(flags=TEXT_FLAGS) for page in doc))
+        got = text_words("\n".join(r["markdown"] for r in records))
+        # Same words as PyMuPDF's text: only page numbers and hyphenated halves differ.
+        recall, precision = shared_share(expected, got)
+        assert recall >= 0.97 and precision >= 0.97, (path, recall, precision)
         assert meta["title"].strip()
-        assert all("png" not in p for p in pages)
+
+
+def test_every_page_is_rendered_for_an_image_engine() -> None:
+    path = SAMPLES[0]
+    pages, meta = RenderPdf(needs_image=True, dpi=20).render(path)
+    with pymupdf.open(path) as doc:
+        assert [p["page"] for p in pages] == list(range(1, doc.page_count + 1))
+        assert [p["text"] for p in pages] == [page.get_text() for page in doc]
+        assert [(p["width"], p["height"]) for p in pages] == [
+            (page.rect.width, page.rect.height) for page in doc
+        ]
+    assert all(p["png"] for p in pages)
+    assert all(r["engine"] is None for r in meta["pages"])
 
 
 def test_pages_and_metadata_are_msgpack_values() -> None:

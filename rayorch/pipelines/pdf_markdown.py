@@ -1,0 +1,273 @@
+"""A PDF text layer as Markdown, from PyMuPDF's own structures (``page.get_text("dict")``).
+
+One pass over each page's blocks, lines and spans gives:
+
+* headings from font size (sizes clearly above the document's body size, ranked) and
+  weight (a short block whose every span is bold);
+* list items (a line starting with a bullet becomes ``- ...``; numbered items stay);
+* ligatures expanded (MuPDF does it when ``TEXT_PRESERVE_LIGATURES`` is off; any left
+  over, e.g. from OCR, are mapped by :func:`normalise_ligatures`);
+* end-of-line hyphenation joined (``hyphen-`` + ``ation`` on the next line of a block);
+* running page numbers and margin line numbers dropped (a line that is only a number,
+  or ``Page N``/``N of M``/a roman numeral, in the top, bottom or side margin);
+* optionally, tables found by ``page.find_tables()`` on pages that draw ruling lines
+  (off by default: it costs about a second per page, see bench/RESULTS.md).
+
+Everything else keeps PyMuPDF's text and line breaks, so the words are the ones
+``page.get_text()`` gives. Why no library: docs/ARCHITECTURE.md, "PDF to Markdown".
+
+>>> normalise_ligatures("e\ufb03cient \ufb01les")
+'efficient files'
+>>> text_layer_quality("\ufffd\ufffd\ufffd ok")
+'garbage'
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
+                            "\ufb04": "ffl", "\ufb05": "ft", "\ufb06": "st"})
+BULLETS = frozenset("\u2022\u25e6\u25aa\u25ab\u2023\u2043\u2219\u25cf\u25cb\u25a0\u25a1"
+                    "\u25ba\u25b6\u2013\u2014-*\u00b7")
+"""Bullets, dashes and middle dots that start a list item."""
+_NUMBERED = re.compile(r"^(\(?\d{1,3}[.)]|\(?[a-z][.)]|\([ivx]{1,4}\))\s")
+_PAGE_NUMBER = re.compile(
+    r"^(page\s+)?\d{1,4}(\s*(/|of)\s*\d{1,4})?$|^[ivxlcdm]{1,7}$"
+    "|^[-\u2013\u2014]\\s*\\d{1,4}\\s*[-\u2013\u2014]$",
+    re.IGNORECASE,
+)
+_HYPHEN_END = re.compile(r"[^\W\d_]-$")
+BAND = 0.15
+"""Fraction of the page height at top and bottom where running page numbers sit."""
+MARGIN = 0.09
+"""Fraction of the page width at each side where line numbers sit."""
+HEADING_RATIO = 1.15
+"""A line at least this much larger than the body text is a heading."""
+MAX_HEADING_CHARS = 120
+BOLD = 16  # span flag bit: bold
+
+
+def normalise_ligatures(text: str) -> str:
+    """Replace the Unicode ligature characters (U+FB00-FB06) by their letters."""
+    return text.translate(_LIGATURES)
+
+
+_BAD_CHARS = re.compile("[\ufffd\ue000-\uf8ff\U000f0000-\U0010ffff\x00-\x08\x0e-\x1f\x7f-\x9f]")
+
+
+def text_layer_quality(text: str, *, garbage_share: float = 0.3) -> str:
+    """``"usable"``, ``"empty"`` or ``"garbage"`` for one page's text layer.
+
+    Garbage: at least ``garbage_share`` of the visible characters are U+FFFD
+    (unmapped glyphs), private-use code points or control characters — the text a
+    PDF without a proper ToUnicode map gives.
+    """
+    visible = len("".join(text.split()))
+    if visible == 0:
+        return "empty"
+    bad = len(_BAD_CHARS.findall(text))
+    return "garbage" if bad >= garbage_share * visible else "usable"
+
+
+@dataclass(slots=True)
+class Line:
+    """One text line of a page: its text, dominant font size, boldness and box."""
+
+    text: str
+    size: float
+    bold: bool
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    block: int
+
+
+def page_lines(page_dict: dict[str, Any]) -> list[Line]:
+    """The text lines of ``page.get_text("dict")``, in PyMuPDF's block order."""
+    lines: list[Line] = []
+    for block in page_dict.get("blocks", ()):
+        if block.get("type", 0) != 0:
+            continue
+        number = block.get("number", len(lines))
+        for line in block.get("lines", ()):
+            spans = line.get("spans", ())
+            text = "".join([s["text"] for s in spans])
+            if not text.strip():
+                continue
+            # The line's size is its longest span's; bold when every span with text is.
+            size, longest, bold = 0.0, 0, True
+            for s in spans:
+                chars = len(s["text"])
+                if chars > longest:
+                    size, longest = s["size"], chars
+                if bold and not s["flags"] & BOLD and s["text"].strip():
+                    bold = False
+            x0, y0, x1, y1 = line["bbox"]
+            lines.append(Line(text, round(size, 1), bold, x0, y0, x1, y1, number))
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class FontScale:
+    """A document's body text size and the sizes that make headings (largest first)."""
+
+    body: float
+    heading_sizes: tuple[float, ...]
+
+    def level(self, size: float) -> int | None:
+        """Markdown heading level of a line of ``size`` (2 = largest; the title is 1)."""
+        for rank, heading in enumerate(self.heading_sizes[:3]):
+            if size >= heading - 0.25:
+                return rank + 2
+        return None
+
+
+def font_scale(pages: list[list[Line]]) -> FontScale:
+    """The most used size (by characters) is the body; clearly larger sizes rank headings."""
+    chars: Counter[float] = Counter()
+    for lines in pages:
+        for line in lines:
+            chars[round(line.size * 2) / 2] += len(line.text)
+    if not chars:
+        return FontScale(0.0, ())
+    body = chars.most_common(1)[0][0]
+    total = sum(chars.values())
+    # A size used for a large share of the text is body text of another kind, not a heading.
+    big = sorted((s for s, n in chars.items()
+                  if s >= body * HEADING_RATIO and n <= 0.2 * total), reverse=True)
+    return FontScale(body, tuple(big))
+
+
+def _is_page_number(line: Line, edge: bool, width: float, height: float) -> bool:
+    """A number alone on a line: first/last lines in the top/bottom band, or a side margin."""
+    if len(line.text) > 24 or not _PAGE_NUMBER.match(line.text.strip()):
+        return False
+    in_band = line.y1 <= height * BAND or line.y0 >= height * (1 - BAND)
+    in_side = line.x1 <= width * MARGIN or line.x0 >= width * (1 - MARGIN)
+    return (edge and in_band) or in_side
+
+
+def _continues(line: Line, after: Line) -> bool:
+    """Whether ``after`` is the next line of ``line``'s column: below it, starting at its
+    left edge or up to an indent left of it (interleaved columns start far to one side)."""
+    return after.y0 > line.y0 and line.x0 - 40.0 <= after.x0 <= line.x0 + 2.0
+
+
+def _join_lines(lines: list[tuple[str, Line]]) -> str:
+    """Lines of one paragraph, with words hyphenated across a line end joined again."""
+    out: list[str] = []
+    previous: Line | None = None
+    for text, line in lines:
+        text = text.rstrip()
+        if (out and previous is not None and _HYPHEN_END.search(out[-1])
+                and text.lstrip()[:1].islower() and _continues(previous, line)):
+            out[-1] = out[-1][:-1] + text.lstrip()
+        else:
+            out.append(text)
+        previous = line
+    return "\n".join(out)
+
+
+def _list_item(text: str) -> str | None:
+    """``- item`` for a bulleted line, the line itself for a numbered one, else ``None``."""
+    stripped = text.lstrip()
+    if stripped[:1] in BULLETS and (len(stripped) == 1 or stripped[1:2].isspace()):
+        return "- " + stripped[1:].strip()
+    if _NUMBERED.match(stripped):
+        return stripped
+    return None
+
+
+def _block_markdown(lines: list[Line], scale: FontScale) -> str:
+    text = " ".join(line.text.strip() for line in lines)
+    if len(text) <= MAX_HEADING_CHARS and len(lines) <= 3:
+        level = scale.level(min(line.size for line in lines)) if scale.body else None
+        if (level is None and len(text) > 2 and all(line.bold for line in lines)
+                and not text.endswith((".", ",", ":"))):
+            level = 4
+        if level is not None:
+            return "#" * level + " " + text
+    groups: list[tuple[bool, list[tuple[str, Line]]]] = []  # (a list item?, its lines)
+    for line in lines:
+        item = _list_item(line.text)
+        if line.text.strip() in BULLETS:  # a bullet set apart from its text
+            groups.append((True, [("-", line)]))
+        elif item is not None:
+            groups.append((True, [(item, line)]))
+        elif groups and groups[-1][0] and groups[-1][1][-1][0] == "-":
+            groups[-1] = (True, [("- " + line.text.strip(), line)])
+        elif groups and groups[-1][0]:
+            groups[-1][1].append((line.text.strip(), line))  # continuation of a list item
+        elif groups:
+            groups[-1][1].append((line.text, line))
+        else:
+            groups.append((False, [(line.text, line)]))
+    return "\n".join(_join_lines(group) for _, group in groups)
+
+
+Table = tuple[tuple[float, float, float, float], str]
+"""A table found on a page: its box and its Markdown."""
+
+
+def page_markdown(lines: list[Line], width: float, height: float, scale: FontScale,
+                  tables: Sequence[Table] = ()) -> str:
+    """One page's Markdown: blocks separated by blank lines, tables at their place."""
+    last = len(lines) - 1
+    kept = [line for i, line in enumerate(lines)
+            if not _is_page_number(line, i < 2 or i > last - 2, width, height)]
+    if tables:
+        kept = [line for line in kept if not any(
+            bx0 - 1 <= line.x0 and line.x1 <= bx1 + 1 and by0 - 1 <= line.y0 and line.y1 <= by1 + 1
+            for (bx0, by0, bx1, by1), _ in tables)]
+    parts: list[tuple[float, str]] = []
+    block: list[Line] = []
+    for line in kept:
+        if block and line.block != block[0].block:
+            parts.append((block[0].y0, _block_markdown(block, scale)))
+            block = []
+        block.append(line)
+    if block:
+        parts.append((block[0].y0, _block_markdown(block, scale)))
+    if tables:
+        parts.extend((bbox[1], markdown) for bbox, markdown in tables)
+        parts.sort(key=lambda part: part[0])
+    return normalise_ligatures("\n\n".join(text for _, text in parts if text.strip()))
+
+
+_RULING_OPS = re.compile(rb"\s(?:re|l)\s")
+
+
+def page_tables(page: Any, *, min_ruling_ops: int = 6, max_ruling_ops: int = 400
+                ) -> list[Table]:
+    """Tables PyMuPDF finds with ruling lines, as ``(bbox, markdown)``; ``[]`` when none.
+
+    ``find_tables`` is only asked on pages whose content stream draws a few lines or
+    rectangles (a cheap scan), and a "table" of one column or one row is ignored.
+    """
+    try:
+        ops = len(_RULING_OPS.findall(page.read_contents()))
+    except Exception:  # a content stream MuPDF cannot read: no table search
+        return []
+    if not min_ruling_ops <= ops <= max_ruling_ops:
+        return []
+    found: list[Table] = []
+    for table in page.find_tables(strategy="lines_strict").tables:
+        if table.row_count < 2 or table.col_count < 2:
+            continue
+        markdown = normalise_ligatures(table.to_markdown(clean=False)).strip()
+        if markdown:
+            x0, y0, x1, y1 = table.bbox
+            found.append(((x0, y0, x1, y1), markdown))
+    return found
+
+
+__all__ = [
+    "BULLETS", "FontScale", "Line", "font_scale", "normalise_ligatures", "page_lines",
+    "page_markdown", "page_tables", "Table", "text_layer_quality",
+]

@@ -1,0 +1,96 @@
+"""What ``rayorch run pdf`` writes: one ``.md`` per document, ``documents.jsonl``, a summary.
+
+The rules for the output directory, the summary and the exit code are the job
+commands' (:mod:`rayorch.pipelines.job_cli`); this module fills them for PDFs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rayorch.pipelines.job_cli import JobSummary, OutputDir, plural
+
+
+def _page_list(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:8])
+    return shown + (f" (+{len(numbers) - 8} more)" if len(numbers) > 8 else "")
+
+
+def document_warnings(source: str, doc: dict[str, Any]) -> list[str]:
+    """Summary warnings of one written document: empty pages, garbage text layers."""
+    warnings = []
+    engines = doc.get("page_engines") or []
+    empty = [int(n) for n in doc.get("empty_pages", ())]
+    no_layer = [n for n in empty if 0 < n <= len(engines) and engines[n - 1] == "text"]
+    after_ocr = [n for n in empty if n not in no_layer]
+    if after_ocr:
+        warnings.append(f"{source}: {plural(len(after_ocr), 'page')} empty after OCR "
+                        f"(page {_page_list(after_ocr)})")
+    if no_layer:
+        warnings.append(f"{source}: {plural(len(no_layer), 'page')} without a text layer "
+                        f"(page {_page_list(no_layer)}); --ocr auto would OCR them")
+    garbage = [int(n) for n in doc.get("garbage_pages", ())]
+    if garbage:
+        warnings.append(f"{source}: garbage text layer kept on page {_page_list(garbage)}; "
+                        "--ocr auto would OCR them")
+    return warnings
+
+
+def write_outputs(
+    results: Iterable[tuple[int, Any]],
+    out_dir: str | Path | OutputDir,
+    *,
+    sources: list[str] | None = None,
+    summary: JobSummary | None = None,
+) -> JobSummary:
+    """Write one ``.md`` per document and a ``documents.jsonl`` row each; count them.
+
+    ``results`` are ``(id, value)`` pairs: ``value`` is an ``AssembleDocument`` dict,
+    or a :class:`~rayorch.FailedResult` (or a ``RecordFailure``) for a document that did
+    not make it; ``sources`` name the source of failed documents. A plain path is
+    (re)made as an output directory whose earlier documents are replaced.
+    """
+    sources = sources or []
+    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
+        out_dir, job="pdf", sources=sources, options={}, overwrite=True)
+    summary = summary or JobSummary(job="pdf", total=len(sources))
+    try:
+        for index, value in results:
+            source = sources[index] if index < len(sources) else None
+            row: dict[str, Any] = {"id": index, "source": source, "status": "ok",
+                                   "cause": None, "pages": 0, "markdown": None}
+            if isinstance(value, dict) and "markdown" in value:
+                name = out.write_document(index, Path(value["path"]).stem, ".md",
+                                          value["markdown"])
+                row.update(source=value["path"], pages=value["pages"], markdown=name,
+                           page_engines=value.get("page_engines"),
+                           empty_pages=value.get("empty_pages", []))
+                summary.add_ok(int(value["pages"]))
+                summary.engines.update(value.get("page_engines") or ())
+                summary.warnings.extend(document_warnings(str(value["path"]), value))
+            else:
+                cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
+                row.update(status="failed", cause=cause)
+                summary.add_failed(str(source), cause)
+            out.add_row(row)
+    finally:
+        out.close()
+    return summary
+
+
+def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
+    """The ``--json`` form of a finished job: counts, failures, warnings, engines."""
+    return {
+        "documents": summary.documents + summary.kept,
+        "succeeded": summary.succeeded + summary.kept,
+        "failed": summary.failed,
+        "kept": summary.kept,
+        "pages": summary.pages,
+        "failures": summary.failure_kinds(),
+        "failed_documents": [{"source": s, "cause": c} for s, c in summary.failures],
+        "warnings": list(summary.warnings),
+        "page_engines": dict(sorted(summary.engines.items())),
+        "out_dir": str(out.path),
+    }

@@ -1,0 +1,117 @@
+"""Which Ray a run uses: the one place that decides (CLI, ``Pipeline.run``, drivers, tests).
+
+* Ray already initialised in this process: used as it is.
+* An address (``address=``/``--address``, else ``$RAY_ADDRESS``): attach to that cluster,
+  with a one-line note saying which; resource arguments are never passed when attaching.
+* Otherwise: start a **private** local Ray (``address="local"``), even when another
+  cluster runs on this machine, listening on 127.0.0.1 only, dashboard off — unless the
+  caller passes its own ``ray.init`` options, which win.
+
+See docs/ARCHITECTURE.md, "Ray address rules and a loopback-only local Ray".
+
+>>> from rayorch.runtime.ray_cluster import attach_target
+>>> attach_target("ray://head:10001", environ={})
+('ray://head:10001', '--address')
+>>> attach_target(None, environ={"RAY_ADDRESS": "10.0.0.5:6379"})
+('10.0.0.5:6379', 'RAY_ADDRESS')
+>>> attach_target(None, environ={}) is None
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import ray
+
+LOOPBACK = "127.0.0.1"
+
+
+def attach_target(
+    address: str | None, *, environ: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """``(address, where it came from)`` when a run should attach to a cluster, else ``None``.
+
+    ``address="local"`` (or an empty string) asks for a private local Ray even when
+    ``$RAY_ADDRESS`` is set.
+    """
+    env = os.environ if environ is None else environ
+    if address is not None:
+        return None if address in ("", "local") else (address, "--address")
+    from_env = env.get("RAY_ADDRESS", "")
+    if from_env and from_env != "local":
+        return from_env, "RAY_ADDRESS"
+    return None
+
+
+@contextlib.contextmanager
+def _loopback_node_ip() -> Iterator[None]:
+    """Make ``ray.init`` keep 127.0.0.1 as the node IP, so every Ray server binds loopback.
+
+    Ray 2.60 replaces a ``_node_ip_address`` of 127.0.0.1 by the machine's routable IP
+    (``services.resolve_ip_for_localhost``) unless its "single-machine" switch
+    ``ray_constants.ENABLE_RAY_CLUSTER`` is off; with the node IP on loopback, GCS,
+    raylet, workers and the agents listen on 127.0.0.1 only. The switch is restored at once.
+    """
+    from ray._private import ray_constants
+
+    saved = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    if saved is None:  # another Ray version: it binds as it does
+        yield
+        return
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+def _stderr_note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def ensure_ray(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    log_to_driver: bool = True,
+    note: Callable[[str], None] | None = _stderr_note,
+    **init_options: Any,
+) -> str:
+    """Attach to a cluster or start a private local Ray, unless Ray is already initialised.
+
+    Returns what happened: ``"initialised"`` (Ray was already up), ``"attached"`` or
+    ``"local"``. ``num_cpus``/``num_gpus`` size a local Ray only; ``init_options`` go to
+    ``ray.init`` of a local Ray and override its defaults (loopback, no dashboard).
+    ``note`` receives the one-line "attaching to ..." message (``None``: silent).
+    """
+    if ray.is_initialized():
+        return "initialised"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    target = attach_target(address)
+    if target is not None:
+        where, source = target
+        if note is not None:
+            note(f"rayorch: attaching to the Ray cluster at {where} (from {source})")
+        ray.init(address=where, log_to_driver=log_to_driver)
+        return "attached"
+    options: dict[str, Any] = {
+        "include_dashboard": False,
+        "_node_ip_address": LOOPBACK,
+        "logging_level": logging.WARNING,  # no "Started a local Ray instance" line
+        **init_options,
+    }
+    loopback = options.get("_node_ip_address") == LOOPBACK
+    with _loopback_node_ip() if loopback else contextlib.nullcontext():
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,
+                 log_to_driver=log_to_driver, **options)
+    return "local"
+
+
+__all__ = ["LOOPBACK", "attach_target", "ensure_ray"]

@@ -1,0 +1,100 @@
+"""Markdown from a PDF's text layer, and which pages ``--ocr auto`` sends to OCR (no Ray).
+
+The PDFs are written here with PyMuPDF (real fonts, real text layers, a real page
+image), so the structures come from the same ``get_text("dict")`` as on any corpus.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayorch.pipelines.pdf import AssembleDocument, RenderPdf
+from rayorch.pipelines.pdf_markdown import normalise_ligatures, text_layer_quality
+
+pymupdf: Any = pytest.importorskip("pymupdf")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pdfs"
+BODY = [
+    "Lineage keeps every page of every document in its place, whatever",
+    "the order in which the OCR actors finish their batches; a hyphen-",
+    "ation at the end of a line is joined again when the text is read.",
+]
+
+
+def structured_pdf(path: Path) -> Path:
+    """Two pages: a heading, a paragraph, a bullet list, a bold line, page numbers."""
+    doc = pymupdf.open()
+    for number in (1, 2):
+        page = doc.new_page(width=595, height=842)
+        page.insert_text((72, 90), f"Chapter {number}: Lineage", fontsize=20, fontname="hebo")
+        y = 130.0
+        for line in BODY:
+            page.insert_text((72, y), line, fontsize=10, fontname="helv")
+            y += 13
+        y += 20
+        page.insert_text((72, y), "Bold Side Note", fontsize=10, fontname="hebo")
+        y += 26
+        for item in ("first item of the list", "second item of the list"):
+            page.insert_text((80, y), "\u2022", fontsize=10, fontname="helv")
+            page.insert_text((92, y), item, fontsize=10, fontname="helv")
+            y += 20
+        page.insert_text((290, 800), str(number), fontsize=10, fontname="helv")
+    doc.save(path)
+    return path
+
+
+def image_only_pdf(path: Path) -> Path:
+    """A scan: page 1 of a real PDF rendered to pixels, as an image-only page; then a blank."""
+    with pymupdf.open(EXAMPLES / "qtree-qarrows.pdf") as src:
+        pixmap = src[0].get_pixmap(dpi=40, colorspace=pymupdf.csGRAY)
+        rect = src[0].rect
+    doc = pymupdf.open()
+    doc.new_page(width=rect.width, height=rect.height).insert_image(rect, pixmap=pixmap)
+    doc.new_page(width=rect.width, height=rect.height)
+    doc.save(path)
+    return path
+
+
+def markdown_of(path: Path) -> str:
+    [(pages, meta)] = RenderPdf(ocr_fallback=True)([str(path)])
+    assert pages == []
+    [doc] = AssembleDocument()([[]], [meta])
+    return str(doc["markdown"])
+
+
+def test_headings_lists_hyphenation_and_page_numbers(tmp_path: Path) -> None:
+    markdown = markdown_of(structured_pdf(tmp_path / "structured.pdf"))
+    assert "## Chapter 1: Lineage" in markdown and "## Chapter 2: Lineage" in markdown
+    assert "#### Bold Side Note" in markdown
+    assert re.search(r"\n- first item of the list\n+- second item of the list\n", markdown)
+    assert "a hyphen-" not in markdown
+    assert "batches; a hyphenation at the end of a line is joined" in markdown
+    lines = markdown.splitlines()
+    assert "1" not in lines and "2" not in lines  # running page numbers dropped
+    assert lines.count("<!-- page 1 engine=text -->") == 1
+
+
+def test_ligatures_are_letters_and_garbage_layers_are_recognised() -> None:
+    assert normalise_ligatures("\ufb01nd the \ufb00ect of \ufb04ow") == "find the ffect of fflow"
+    assert text_layer_quality("A real sentence, with words.") == "usable"
+    assert text_layer_quality(" \n\t ") == "empty"
+    assert text_layer_quality("\ufffd\ufffd\ufffd\ufffd ab") == "garbage"
+    assert text_layer_quality("\ue001\ue002\ue003 x") == "garbage"  # private use area
+    assert text_layer_quality("mostly fine text \ufffd") == "usable"
+
+
+def test_auto_sends_only_pages_with_ink_and_no_text_to_ocr(tmp_path: Path) -> None:
+    path = image_only_pdf(tmp_path / "scan.pdf")
+    [(pages, meta)] = RenderPdf(ocr_fallback=True)([str(path)])
+    assert [p["page"] for p in pages] == [1] and pages[0]["png"].startswith(b"\x89PNG")
+    assert [(r["engine"], r["layer"]) for r in meta["pages"]] == [(None, "empty"),
+                                                                  ("blank", "empty")]
+    # --ocr text: no OCR; the scan is an empty page that the summary warns about.
+    [(none, text_meta)] = RenderPdf()([str(path)])
+    assert none == []
+    [doc] = AssembleDocument()([[]], [text_meta])
+    assert doc["page_engines"] == ["text", "blank"] and doc["empty_pages"] == [1]
