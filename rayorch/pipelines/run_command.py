@@ -20,14 +20,15 @@ import orjson
 
 from rayorch.core.errors import RayorchError
 
-PIPELINES = ("pdf",)
+PIPELINES = ("pdf", "video")
 
 
 def add_run_parser(sub: Any) -> None:
     """Register ``rayorch run``."""
     parser = sub.add_parser(
         "run",
-        help="run a shipped pipeline (pdf: PDFs -> per-page OCR -> Markdown)",
+        help="run a shipped pipeline (pdf: PDFs -> per-page OCR -> Markdown; "
+        "video: videos -> scene clips -> annotations)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -45,6 +46,10 @@ def add_run_parser(sub: Any) -> None:
     parser.add_argument("--address", default=None, help="Ray cluster address (default: local)")
     parser.add_argument("--no-progress", action="store_true", help="no live progress table")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    # The video job: its own options and command (rayorch/pipelines/video_command.py).
+    from rayorch.pipelines.video_command import add_video_arguments
+
+    add_video_arguments(parser)
     parser.set_defaults(func=cmd_run)
 
 
@@ -64,6 +69,10 @@ def _start_ray(plan: Any, address: str | None) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input`` and write the documents to ``--output``."""
+    if args.pipeline == "video":
+        from rayorch.pipelines.video_command import cmd_run_video
+
+        return cmd_run_video(args)
     from rayorch.pipelines.pdf import PdfPipeline, find_pdfs, write_outputs
 
     sources = find_pdfs(args.input)

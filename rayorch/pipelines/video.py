@@ -225,6 +225,8 @@ class VideoPipeline(ro.Pipeline):
         annotate_num_gpus: float | None = None,
     ) -> None:
         super().__init__()
+        ProbeVideo(max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold)
+        DecodeClip(keyframes=keyframes)  # bad options fail here, not inside an actor
         gpu = annotate == "vllm"
         self.probe = ro.RayModule(
             ProbeVideo, max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold,
@@ -305,7 +307,7 @@ def write_outputs(
             else:
                 cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
                 status = value.outcome.value if isinstance(value, FailedResult) else "failed"
-                row.update(status=status, cause=cause)
+                row.update(status="failed", outcome=status, cause=cause)
                 failures[failure_kind(cause)] += 1
                 failed.append((str(source), cause))
             video_lines.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def _open(path: Path, head: bytes) -> Any:
         if kind is None:
             raise refuse("not a video", f"{path}: FFmpeg recognizes no media container in it "
                          f"({why})") from None
-        if kind == "MP4/MOV" and _mp4_is_cut_short(path) or isinstance(exc, av.error.EOFError):
+        if (kind == "MP4/MOV" and _mp4_is_cut_short(path)) or isinstance(exc, av.error.EOFError):
             raise refuse("truncated", f"{path} is a {kind} file cut short ({why})") from None
         raise refuse("damaged", f"{path} looks like {kind} but FFmpeg cannot read it ({why})"
                      ) from None
@@ -157,8 +158,7 @@ def detect_cuts(info: VideoInfo, *, threshold: float = 27.0, min_scene_s: float 
     """
     import av
     from av.video.reformatter import VideoReformatter
-    from scenedetect import ContentDetector
-    from scenedetect.common import FrameTimecode
+    from scenedetect import ContentDetector, FrameTimecode
 
     path = info["path"]
     fps = info["fps"] or 25.0
@@ -208,12 +208,10 @@ def plan_clips(cuts: list[float], start: float, end: float, *, max_clip_s: float
     if max_clip_s <= 0:
         raise ValueError(f"max_clip_s must be positive, not {max_clip_s}")
     edges = [start, *(c for c in cuts if start < c < end), end]
-    scenes = [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+    scenes = [(a, b) for a, b in itertools.pairwise(edges) if b > a]
     merged: list[tuple[float, float]] = []
     for a, b in scenes:
-        if merged and b - a < min_clip_s:
-            merged[-1] = (merged[-1][0], b)
-        elif merged and merged[-1][1] - merged[-1][0] < min_clip_s:
+        if merged and min(b - a, merged[-1][1] - merged[-1][0]) < min_clip_s:
             merged[-1] = (merged[-1][0], b)
         else:
             merged.append((a, b))
@@ -290,7 +288,7 @@ def _seek_keyframe(container: Any, stream: Any, t: float) -> None:
         if target == 0.0:
             return
         packet = next((p for p in container.demux(stream) if p.pts is not None), None)
-        if packet is None or packet.is_keyframe and float(packet.pts * packet.time_base) <= t:
+        if packet is None or (packet.is_keyframe and float(packet.pts * packet.time_base) <= t):
             container.seek(int(target / tb), stream=stream, backward=True, any_frame=False)
             return
         margin = max(1.0, 2 * margin)

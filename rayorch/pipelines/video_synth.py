@@ -40,7 +40,8 @@ def _scene_frame(scene: int, t: float, width: int, height: int) -> np.ndarray:
     x = int((width - side) * (0.5 + 0.45 * math.sin(1.3 * t + scene)))
     y = int((height - side) * (0.5 + 0.45 * math.cos(0.9 * t + scene)))
     frame[y : y + side, x : x + side] = accent
-    return np.clip(frame, 0, 255).astype(np.uint8)
+    pixels: np.ndarray = np.clip(frame, 0, 255).astype(np.uint8)
+    return pixels
 
 
 def write_scenes_video(
