@@ -109,7 +109,7 @@ class ProbeVideo:
         cuts, end = detect_cuts(info, threshold=self.threshold, min_scene_s=self.min_clip_s,
                                 width=self.detect_width)
         spans = plan_clips(cuts, 0.0, end, max_clip_s=self.max_clip_s,
-                           min_clip_s=self.min_clip_s)
+                           min_clip_s=self.min_clip_s, fps=info["fps"] or None)
         suffix = Path(info["path"]).suffix.lower() or ".mkv"
         clips: list[ClipSpec] = []
         for index, (start, stop) in enumerate(spans):

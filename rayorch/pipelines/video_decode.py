@@ -199,11 +199,12 @@ def detect_cuts(info: VideoInfo, *, threshold: float = 27.0, min_scene_s: float 
 
 
 def plan_clips(cuts: list[float], start: float, end: float, *, max_clip_s: float,
-               min_clip_s: float = 0.0) -> list[tuple[float, float]]:
+               min_clip_s: float = 0.0, fps: float | None = None) -> list[tuple[float, float]]:
     """Scenes between ``cuts``, each split into equal parts no longer than ``max_clip_s``.
 
     A scene shorter than ``min_clip_s`` is merged into the one before it (or after it,
-    for the first scene).
+    for the first scene). With ``fps``, split points fall on frame times (so each
+    frame belongs to exactly one clip, and a part is at most one frame over the cap).
     """
     if max_clip_s <= 0:
         raise ValueError(f"max_clip_s must be positive, not {max_clip_s}")
@@ -219,8 +220,11 @@ def plan_clips(cuts: list[float], start: float, end: float, *, max_clip_s: float
     for a, b in merged:
         parts = max(1, math.ceil((b - a) / max_clip_s - 1e-9))
         step = (b - a) / parts
-        clips += [(round(a + i * step, 6), round(b if i == parts - 1 else a + (i + 1) * step, 6))
-                  for i in range(parts)]
+        points = [a + i * step for i in range(1, parts)]
+        if fps:
+            points = [a + round((p - a) * fps) / fps for p in points]
+        bounds = [a, *points, b]
+        clips += [(round(x, 6), round(y, 6)) for x, y in itertools.pairwise(bounds) if y > x]
     return clips
 
 
