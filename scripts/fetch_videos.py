@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fetch_corpus import FetchError, download_and_unpack  # noqa: E402
+from fetch_corpus import FetchError, download_and_unpack
 
 PACKAGES = ("python3-imageio", "gnome-user-docs")
 SUFFIXES = (".mp4", ".webm", ".ogv", ".mkv", ".avi", ".mov")

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from rayorch import RayorchError
-from rayorch.pipelines.ocr import gpu_count, join_in_reading_order, parse_vlm_output
+from rayorch.pipelines import ocr
+from rayorch.pipelines.ocr import join_in_reading_order, parse_vlm_output
 
 ClipFrames = dict[str, Any]
 """``{"video", "clip", "start_s", "end_s", "frames", "signals", "keyframes": [{"t", "jpeg"?}]}``."""
@@ -141,16 +142,8 @@ def build_caption_messages(clip: ClipFrames, prompt: str = DEFAULT_CAPTION_PROMP
 
 def require_vllm_runtime() -> None:
     """Raise :class:`AnnotatorError` unless vLLM is installed and a GPU is visible."""
-    if importlib.util.find_spec("vllm") is None:
-        raise AnnotatorError(
-            "the vllm engine needs vLLM, which is not installed: pip install 'rayorch[gpu]' "
-            "on a machine with a GPU, or choose --annotate stats (CPU) or ocr"
-        )
-    if gpu_count() == 0:
-        raise AnnotatorError(
-            "the vllm engine needs a GPU and none is visible to this process: run on a GPU "
-            "node (the annotate module asks Ray for num_gpus=1), or choose --annotate stats"
-        )
+    ocr.require_vllm_runtime("choose --annotate stats (CPU) or ocr", "the annotate module",
+                             AnnotatorError)
 
 
 class VllmCaptioner:

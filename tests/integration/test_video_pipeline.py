@@ -8,6 +8,7 @@ cause, and follow the exit-code and output-directory rules.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -104,7 +105,7 @@ def test_run_video_cuts_at_true_scene_changes_and_names_bad_files(
         mine = [c for c in clips if c["video"] == video]
         row = next(v for v in videos if v["source"] == video)
         assert [c["clip"] for c in mine] == list(range(row["clips"])) and mine
-        assert all(a["end_s"] == b["start_s"] for a, b in zip(mine, mine[1:]))
+        assert all(a["end_s"] == b["start_s"] for a, b in itertools.pairwise(mine))
         assert all(c["end_s"] - c["start_s"] <= MAX_CLIP_S + 0.1 for c in mine)
         found = row["cuts"]
         assert len(found) == len(cuts), (video, found, cuts)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("av")  # the [video] extra
 
-from rayorch.pipelines.video_annotate import (  # noqa: E402
+from rayorch.pipelines.video_annotate import (
     ANNOTATORS,
     AnnotatorError,
     StatsAnnotator,
@@ -26,7 +26,7 @@ from rayorch.pipelines.video_annotate import (  # noqa: E402
     limit_keyframes,
     require_vllm_runtime,
 )
-from rayorch.pipelines.video_decode import read_clip  # noqa: E402
+from rayorch.pipelines.video_decode import read_clip
 
 
 def _jpeg(text: str = "", size: tuple[int, int] = (320, 120)) -> bytes:
@@ -103,7 +103,7 @@ def test_caption_messages_hold_the_keyframes_in_order_then_the_prompt() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
 def test_vllm_engine_fails_clearly_without_vllm() -> None:
-    with pytest.raises(AnnotatorError, match="needs vLLM.*--annotate stats"):
+    with pytest.raises(AnnotatorError, match=r"needs vLLM.*--annotate stats"):
         require_vllm_runtime()
     with pytest.raises(AnnotatorError, match="needs vLLM"):
         get_annotator("vllm", model="any")

@@ -7,6 +7,7 @@ what is in the frames.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ def test_clips_tile_the_video_in_order_and_respect_the_cap(
     clips = plan_clips(cuts, 0.0, 100.0, max_clip_s=max_clip, min_clip_s=min_clip)
     assert clips[0][0] == 0.0 and clips[-1][1] == 100.0
     assert all(a < b <= a + max_clip + 1e-5 for a, b in clips)
-    assert all(prev[1] == nxt[0] for prev, nxt in zip(clips, clips[1:]))
+    assert all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(clips))
     boundaries = {a for a, _ in clips}
     kept = [c for c in cuts if c - 0.0 >= min_clip and 100.0 - c >= min_clip]
     if min_clip == 0.0:

@@ -20,7 +20,7 @@ from rayorch.pipelines.pdf import failure_kind
 pytest.importorskip("av")  # the [video] extra
 pytest.importorskip("scenedetect")
 
-from rayorch.pipelines.video import (  # noqa: E402
+from rayorch.pipelines.video import (
     AnnotateClip,
     AssembleVideo,
     DecodeClip,
@@ -28,7 +28,7 @@ from rayorch.pipelines.video import (  # noqa: E402
     VideoPipeline,
     find_videos,
 )
-from rayorch.pipelines.video_synth import write_scenes_video  # noqa: E402
+from rayorch.pipelines.video_synth import write_scenes_video
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "videos"
 MAX_CLIP_S = 3.0
