@@ -203,8 +203,38 @@ def describe(arrivals: list[tuple[str, float, int]]) -> dict[str, Any]:
             "p50_s": round(statistics.median(times), 2),
             "short_done_s": round(max(short), 2) if short else None, "long_done_s": long_,
             "startup_s": round(startup[0], 2) if startup else None,
+            "arrivals": [[Path(p).stem, round(t, 3)] for p, t, _ in arrivals],
             "clips_per_s_after_startup": round(clips / (times[-1] - startup[0]), 1)
             if startup else None}
+
+
+def plot(runs: list[dict[str, Any]], target: Path) -> None:
+    """Videos done over time per run (long videos marked): the long-tail picture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    colours = {"rayorch": "tab:blue", "raydata": "tab:orange"}
+    for run in runs:
+        times = sorted(t for _, t in run["arrivals"])
+        style = "-" if run["rep"] == 0 else "--"
+        ax.step(times, range(1, len(times) + 1), where="post", linestyle=style,
+                color=colours[run["system"]], label=f"{run['system']} rep {run['rep']}")
+        for name, t in run["arrivals"]:
+            if name.startswith("long-"):
+                ax.plot([t], [sorted(times).index(t) + 1], "o", color=colours[run["system"]])
+        if run.get("startup_s"):
+            ax.axvline(run["startup_s"], color=colours[run["system"]], linestyle=style,
+                       alpha=0.3)
+    ax.set_xlabel("seconds since the run started (faint lines: rayorch pools up)")
+    ax.set_ylabel("videos done")
+    ax.set_title("video job: videos done over time (dots: the long videos)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-batch-ms", type=float, default=50.0)
     parser.add_argument("--gpu-clip-ms", type=float, default=100.0)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out" / "video.json")
+    parser.add_argument("--figure", type=Path, default=None,
+                        help="also draw videos done over time to this PNG")
     parser.add_argument("--detectors", nargs="*", metavar="VIDEO",
                         help="only time the two cut detectors on these videos")
     args = parser.parse_args(argv)
@@ -255,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
               "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)], "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
+    if args.figure:
+        plot(runs, args.figure)
     print("| system | rep | videos | clips | wall s | clips/s | pools up s | clips/s after |"
           " first video s | median video s | last short s | long videos done s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -99,7 +99,8 @@ def _open(path: Path, head: bytes) -> Any:
             raise refuse("not a video", f"{path}: FFmpeg recognizes no media container in it "
                          f"({why})") from None
         if (kind == "MP4/MOV" and _mp4_is_cut_short(path)) or isinstance(exc, av.error.EOFError):
-            raise refuse("truncated", f"{path} is a {kind} file cut short ({why})") from None
+            raise refuse("truncated", f"{path}: the {kind} container ends early ({why})"
+                         ) from None
         raise refuse("damaged", f"{path} looks like {kind} but FFmpeg cannot read it ({why})"
                      ) from None
 
