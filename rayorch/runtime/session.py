@@ -42,7 +42,9 @@ def ensure_ray(address: str | None, *, num_cpus: int | None = None,
     if address is not None:
         ray.init(address=address, log_to_driver=log_to_driver)
         return
-    ray.init(include_dashboard=False, log_to_driver=log_to_driver, num_cpus=num_cpus,
+    # A private local Ray, even when another cluster runs on this machine.
+    ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver,
+             num_cpus=num_cpus,
              num_gpus=num_gpus)
 
 
