@@ -209,7 +209,9 @@ def plan_clips(cuts: list[float], start: float, end: float, *, max_clip_s: float
     """
     if max_clip_s <= 0:
         raise ValueError(f"max_clip_s must be positive, not {max_clip_s}")
-    edges = [start, *(c for c in cuts if start < c < end), end]
+    inner = sorted({round(c, 6) for c in cuts if start < c < end}
+                   - {round(start, 6), round(end, 6)})
+    edges = [start, *inner, end]
     scenes = [(a, b) for a, b in itertools.pairwise(edges) if b > a]
     merged: list[tuple[float, float]] = []
     for a, b in scenes:
@@ -225,7 +227,8 @@ def plan_clips(cuts: list[float], start: float, end: float, *, max_clip_s: float
         if fps:
             points = [a + round((p - a) * fps) / fps for p in points]
         bounds = [a, *points, b]
-        clips += [(round(x, 6), round(y, 6)) for x, y in itertools.pairwise(bounds) if y > x]
+        rounded = [round(x, 6) for x in bounds]
+        clips += [(x, y) for x, y in itertools.pairwise(rounded) if y > x]
     return clips
 
 
