@@ -296,7 +296,7 @@ def write_outputs(
                 for clip in value["clips"]:
                     line = {"video": value["path"], **{k: v for k, v in clip.items()
                                                        if k != "video"}}
-                    if "file" in line:
+                    if "file" in line and Path(line["file"]).is_relative_to(out.resolve()):
                         line["file"] = str(Path(line["file"]).relative_to(out.resolve()))
                     clip_lines.write(json.dumps(line, ensure_ascii=False) + "\n")
                 row.update(source=value["path"], clips=len(value["clips"]),
