@@ -60,6 +60,23 @@ def _flat_name(relative: Path) -> str:
     return "__".join(parts)
 
 
+def download_and_unpack(package: str, tmp: Path) -> tuple[str, Path]:
+    """``apt-get download`` then ``dpkg -x`` into ``tmp/root``; returns (version, root)."""
+    download = _run(["apt-get", "download", package], tmp)
+    debs = sorted(tmp.glob("*.deb"))
+    if download.returncode != 0 or not debs:
+        raise FetchError(
+            f"apt-get download {package} failed: {download.stderr.strip()[-300:]}\n"
+            "Run `apt-get update` (as root) or pass --update, then try again."
+        )
+    version = debs[0].name.split("_")[1] if "_" in debs[0].name else "unknown"
+    unpacked = tmp / "root"
+    extract = _run(["dpkg", "-x", str(debs[0]), str(unpacked)], tmp)
+    if extract.returncode != 0:
+        raise FetchError(f"dpkg -x {debs[0].name} failed: {extract.stderr.strip()[-300:]}")
+    return version, unpacked
+
+
 def fetch_package(package: str, cache: Path, *, update: bool = False) -> dict[str, Any]:
     """Download ``package``, extract its PDFs into ``cache/package``; return its manifest."""
     cache = cache.resolve()  # apt-get and dpkg run in a temporary working directory
@@ -74,19 +91,7 @@ def fetch_package(package: str, cache: Path, *, update: bool = False) -> dict[st
         _run(["apt-get", "update"], Path.cwd())
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp_dir:
-        tmp = Path(tmp_dir)
-        download = _run(["apt-get", "download", package], tmp)
-        debs = sorted(tmp.glob("*.deb"))
-        if download.returncode != 0 or not debs:
-            raise FetchError(
-                f"apt-get download {package} failed: {download.stderr.strip()[-300:]}\n"
-                "Run `apt-get update` (as root) or pass --update, then try again."
-            )
-        version = debs[0].name.split("_")[1] if "_" in debs[0].name else "unknown"
-        unpacked = tmp / "root"
-        extract = _run(["dpkg", "-x", str(debs[0]), str(unpacked)], tmp)
-        if extract.returncode != 0:
-            raise FetchError(f"dpkg -x {debs[0].name} failed: {extract.stderr.strip()[-300:]}")
+        version, unpacked = download_and_unpack(package, Path(tmp_dir))
         pdfs = []
         for source in sorted(unpacked.rglob("*.pdf")):
             if not source.is_file() or source.is_symlink():

@@ -12,7 +12,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 echo "== installing rayorch and test dependencies (pip)"
-python3 -m pip install -q --disable-pip-version-check -e ".[dev,pdf]"
+python3 -m pip install -q --disable-pip-version-check -e ".[dev,pdf,video]"
 
 echo "== PDF corpus (texlive-humanities-doc from Debian, cached under .cache/corpus)"
 fetch_corpus() { python3 scripts/fetch_corpus.py --packages texlive-humanities-doc >/dev/null; }

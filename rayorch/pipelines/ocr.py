@@ -168,17 +168,22 @@ def gpu_count() -> int:
     return len(list(Path("/dev").glob("nvidia[0-9]*")))
 
 
-def require_vllm_runtime() -> None:
-    """Raise :class:`OcrEngineError` unless vLLM is installed and a GPU is visible."""
+def require_vllm_runtime(
+    instead: str = "choose engine='rapidocr' (CPU OCR) or 'text'",
+    module: str = "the OCR module",
+    error: type[RayorchError] = OcrEngineError,
+) -> None:
+    """Raise ``error`` unless vLLM is installed and a GPU is visible; ``instead`` and
+    ``module`` name the CPU alternatives and the module that needs the GPU."""
     if importlib.util.find_spec("vllm") is None:
-        raise OcrEngineError(
+        raise error(
             "the vllm engine needs vLLM, which is not installed: pip install 'rayorch[gpu]' "
-            "on a machine with a GPU, or choose engine='rapidocr' (CPU OCR) or 'text'"
+            f"on a machine with a GPU, or {instead}"
         )
     if gpu_count() == 0:
-        raise OcrEngineError(
-            "the vllm engine needs a GPU and none is visible to this process: give the OCR "
-            "module num_gpus=1 on a GPU node, or choose engine='rapidocr' (CPU OCR) or 'text'"
+        raise error(
+            f"the vllm engine needs a GPU and none is visible to this process: give {module} "
+            f"num_gpus=1 on a GPU node, or {instead}"
         )
 
 

@@ -42,7 +42,7 @@ from rayorch.pipelines.job_cli import (
     start_ray_for,
 )
 
-PIPELINES = ("pdf",)
+PIPELINES = ("pdf", "video")
 
 
 def add_run_parser(sub: Any) -> None:
@@ -51,7 +51,8 @@ def add_run_parser(sub: Any) -> None:
 
     parser = sub.add_parser(
         "run",
-        help="run a shipped pipeline (pdf: PDFs -> Markdown, OCR where needed)",
+        help="run a shipped pipeline (pdf: PDFs -> per-page OCR -> Markdown; "
+        "video: videos -> scene clips -> annotations)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -72,6 +73,10 @@ def add_run_parser(sub: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="pages per OCR batch")
     parser.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
     add_job_options(parser)
+    # The video job: its own options and command (rayorch/pipelines/video_command.py).
+    from rayorch.pipelines.video_command import add_video_arguments
+
+    add_video_arguments(parser)
     parser.set_defaults(func=cmd_run)
 
 
@@ -95,7 +100,11 @@ def _pipeline(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run the PDF pipeline over ``--input`` and write the documents to ``--output``."""
+    """Run the PDF (or video) pipeline over ``--input``; write the results to ``--output``."""
+    if args.pipeline == "video":
+        from rayorch.pipelines.video_command import cmd_run_video
+
+        return cmd_run_video(args)
     from rayorch.pipelines.pdf import find_pdfs, summary_dict, write_outputs
 
     sources = find_pdfs(args.input)

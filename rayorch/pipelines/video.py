@@ -1,0 +1,318 @@
+"""The video pipeline: video -> scene clips -> per-clip keyframes, signals, annotation.
+
+Four batched modules and the pipeline that wires them::
+
+    clips, meta = probe(videos)            # ProbeVideo: open, check, cut into scene clips
+    frames = decode(F.expand(clips))       # DecodeClip: one Grain per clip: keyframes, signals
+    notes = annotate(frames)               # AnnotateClip: an engine, batched across videos
+    videos = assemble(F.reduce(notes), meta)   # AssembleVideo: one record, clips in time order
+
+Bad input (missing, empty, not a video, truncated, damaged, audio only, no frames,
+huge resolution) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that video only.
+See docs/ARCHITECTURE.md, "Video pipeline".
+
+>>> from rayorch.pipelines.video import ProbeVideo, DecodeClip, AnnotateClip, AssembleVideo
+>>> [(clips, meta)] = ProbeVideo()(["examples/videos/scenes.mp4"])
+>>> [round(c["start_s"], 2) for c in clips]
+[0.0, 2.0, 3.5]
+>>> notes = AnnotateClip("stats")(DecodeClip()(clips))
+>>> [video] = AssembleVideo()([notes], [meta])
+>>> len(video["clips"])
+3
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import rayorch as ro
+from rayorch import F, FailedResult, RecordFailure
+from rayorch.pipelines.pdf import failure_kind
+from rayorch.pipelines.video_annotate import (
+    AnnotatorError,
+    ClipAnnotator,
+    ClipFrames,
+    annotator_needs_image,
+    get_annotator,
+)
+from rayorch.pipelines.video_decode import (
+    DETECT_WIDTH,
+    MAX_FRAME_PIXELS,
+    copy_clip,
+    detect_cuts,
+    keyframe_positions,
+    plan_clips,
+    probe_video,
+    read_clip,
+    refuse,
+)
+
+VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ogv", ".mpg",
+                            ".mpeg", ".ts", ".flv", ".wmv", ".3gp"})
+DEFAULT_MAX_CLIP_S = 10.0
+DEFAULT_MIN_CLIP_S = 0.5
+
+ClipSpec = dict[str, Any]
+"""``{"video", "clip", "start_s", "end_s", "fps", "origin_s"}`` (+ ``"file"`` target)."""
+VideoMeta = dict[str, Any]
+"""``{"path", "duration_s", "fps", "width", "height", "codec", "streams", "cuts"}``."""
+
+
+def _one_by_one(items: list[Any], work: Any, what: str) -> list[Any]:
+    """``work(item)`` per item; a ``RecordFailure`` or any exception fails that item only."""
+    results: list[Any] = []
+    for item in items:
+        try:
+            results.append(work(item))
+        except RecordFailure as failure:
+            results.append(failure)
+        except Exception as exc:  # one bad video must never fail the batch
+            label = item.get("video") if isinstance(item, dict) else item
+            results.append(refuse("unreadable", f"{what} {label}: {type(exc).__name__}: {exc}"))
+    return results
+
+
+class ProbeVideo:
+    """Open each video, check it, and cut it into scene clips no longer than ``max_clip_s``.
+
+    Batched: called with a list of paths, returns per path ``(clips, meta)`` (a module
+    with ``num_outputs=2``) or a ``RecordFailure``. Cuts come from PySceneDetect's
+    content detector (``threshold``, scenes of at least ``min_clip_s``) over frames
+    scaled to ``detect_width``; ``clips_dir`` names a directory the clips are copied to.
+    """
+
+    def __init__(self, *, max_clip_s: float = DEFAULT_MAX_CLIP_S,
+                 min_clip_s: float = DEFAULT_MIN_CLIP_S, threshold: float = 27.0,
+                 detect_width: int = DETECT_WIDTH, max_frame_pixels: int = MAX_FRAME_PIXELS,
+                 clips_dir: str | None = None) -> None:
+        if max_clip_s <= 0 or min_clip_s < 0 or threshold <= 0 or detect_width < 16:
+            raise ro.RayorchError(
+                f"bad cut options: max_clip_s={max_clip_s} must be > 0, min_clip_s="
+                f"{min_clip_s} >= 0, threshold={threshold} > 0, detect_width={detect_width} >= 16")
+        self.max_clip_s, self.min_clip_s = max_clip_s, min_clip_s
+        self.threshold, self.detect_width = threshold, detect_width
+        self.max_frame_pixels = max_frame_pixels
+        self.clips_dir = clips_dir
+
+    def __call__(self, paths: list[Any]) -> list[tuple[list[ClipSpec], VideoMeta] | Any]:
+        return _one_by_one(paths, self.probe, "probing")
+
+    def probe(self, source: Any) -> tuple[list[ClipSpec], VideoMeta]:
+        """One video's clips and metadata; raises ``RecordFailure`` for a bad file."""
+        info = probe_video(source, max_frame_pixels=self.max_frame_pixels)
+        cuts, end = detect_cuts(info, threshold=self.threshold, min_scene_s=self.min_clip_s,
+                                width=self.detect_width)
+        spans = plan_clips(cuts, 0.0, end, max_clip_s=self.max_clip_s,
+                           min_clip_s=self.min_clip_s, fps=info["fps"] or None)
+        suffix = Path(info["path"]).suffix.lower() or ".mkv"
+        clips: list[ClipSpec] = []
+        for index, (start, stop) in enumerate(spans):
+            clip: ClipSpec = {"video": info["path"], "clip": index, "start_s": start,
+                              "end_s": stop, "fps": info["fps"], "origin_s": info["start_s"]}
+            if self.clips_dir is not None:
+                digest = hashlib.sha1(info["path"].encode()).hexdigest()[:8]
+                folder = f"{_slug(Path(info['path']).stem)}-{digest}"
+                clip["file"] = str(Path(self.clips_dir) / folder / f"{index:04d}{suffix}")
+            clips.append(clip)
+        meta: VideoMeta = {**{k: v for k, v in info.items() if k != "start_s"},
+                           "duration_s": end, "cuts": cuts}
+        return clips, meta
+
+
+class DecodeClip:
+    """Decode each clip: keyframes (``keyframes`` positions) and the cheap signals.
+
+    ``images`` encodes the keyframes as JPEG (at most ``image_side`` a side) for engines
+    that read pixels; a clip with a ``"file"`` target is also copied there (stream copy).
+    """
+
+    def __init__(self, *, keyframes: str | list[Any] = "first,middle,last",
+                 images: bool = False, image_side: int = 448) -> None:
+        try:
+            self.positions = keyframe_positions(keyframes)
+        except ValueError as exc:
+            raise ro.RayorchError(str(exc)) from None
+        self.images, self.image_side = images, image_side
+
+    def __call__(self, clips: list[ClipSpec]) -> list[ClipFrames | Any]:
+        return _one_by_one(clips, self.decode, "decoding a clip of")
+
+    def decode(self, clip: ClipSpec) -> ClipFrames:
+        frames = read_clip(clip, positions=self.positions, images=self.images,
+                           image_side=self.image_side)
+        if frames["frames"] == 0:
+            raise refuse("no frames", f"clip {clip['clip']} of {clip['video']} "
+                         f"({clip['start_s']:.2f}-{clip['end_s']:.2f} s) decodes no frame")
+        record = {k: clip[k] for k in ("video", "clip", "start_s", "end_s")}
+        if "file" in clip:
+            try:
+                record["file"] = copy_clip(clip, clip["file"])
+            except Exception as exc:
+                raise refuse("clip copy", f"clip {clip['clip']} of {clip['video']} cannot be "
+                             f"stream-copied to {clip['file']}: {exc}") from None
+        return {**record, **frames}
+
+
+class AnnotateClip:
+    """One annotation engine per actor (chosen by name), batched over clips of many videos.
+
+    Returns per clip ``{"video", "clip", "start_s", "end_s", "frames", "signals",
+    "keyframes": [seconds], "annotation"}`` (+ ``"file"``); keyframe images stay here.
+    """
+
+    def __init__(self, engine: str | ClipAnnotator = "stats", **engine_options: Any) -> None:
+        if isinstance(engine, str):
+            self.engine_name = engine
+            self.engine = get_annotator(engine, **engine_options)
+        else:
+            self.engine_name = type(engine).__name__
+            self.engine = engine
+
+    def __call__(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:
+        notes = self.engine.annotate(clips) if clips else []
+        if len(notes) != len(clips):
+            raise AnnotatorError(f"annotation engine {self.engine_name!r} returned "
+                                 f"{len(notes)} annotations for {len(clips)} clips")
+        results = []
+        for clip, note in zip(clips, notes):
+            record = {k: v for k, v in clip.items() if k != "keyframes"}
+            record["keyframes"] = [k["t"] for k in clip["keyframes"]]
+            record["annotation"] = {"engine": self.engine_name, **note}
+            results.append(record)
+        return results
+
+
+class AssembleVideo:
+    """A video's annotated clips (in time order) plus its metadata -> one record."""
+
+    def __call__(self, clip_lists: list[list[dict[str, Any]]], metas: list[VideoMeta]
+                 ) -> list[dict[str, Any]]:
+        return [{**meta, "clips": sorted(clips, key=lambda c: c["start_s"])}
+                for clips, meta in zip(clip_lists, metas, strict=True)]
+
+
+class VideoPipeline(ro.Pipeline):
+    """Video -> scene clips -> keyframes + signals -> annotation -> one record per video.
+
+    ``annotate`` is ``"stats"`` (signals only, CPU), ``"ocr"`` (RapidOCR on keyframes, CPU)
+    or ``"vllm"`` (a captioning VLM on a GPU; ``engine_options={"model": ...}``). Each
+    result is the ``AssembleVideo`` dict of one video, or a failed result with its cause.
+
+    >>> plan = VideoPipeline("stats").compile()
+    """
+
+    def __init__(
+        self,
+        annotate: str = "stats",
+        *,
+        max_clip_s: float = DEFAULT_MAX_CLIP_S,
+        min_clip_s: float = DEFAULT_MIN_CLIP_S,
+        threshold: float = 27.0,
+        keyframes: str = "first,middle,last",
+        clips_dir: str | None = None,
+        probe_replicas: int = 1,
+        decode_replicas: int = 1,
+        replicas: int = 1,
+        batch_size: int = 8,
+        engine_options: dict[str, Any] | None = None,
+        annotate_num_cpus: float | None = None,
+        annotate_num_gpus: float | None = None,
+    ) -> None:
+        super().__init__()
+        ProbeVideo(max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold)
+        DecodeClip(keyframes=keyframes)  # bad options fail here, not inside an actor
+        gpu = annotate == "vllm"
+        self.probe = ro.RayModule(
+            ProbeVideo, max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold,
+            clips_dir=clips_dir, num_outputs=2, batch_size=1, replicas=probe_replicas,
+            num_cpus=0.5,
+        )
+        self.decode = ro.RayModule(
+            DecodeClip, keyframes=keyframes, images=annotator_needs_image(annotate),
+            batch_size=batch_size, replicas=decode_replicas, num_cpus=0.5,
+        )
+        self.annotate = ro.RayModule(
+            AnnotateClip, annotate, batch_size=batch_size, replicas=replicas,
+            num_cpus=annotate_num_cpus if annotate_num_cpus is not None
+            else (1.0 if annotate == "ocr" else 0.25),
+            num_gpus=annotate_num_gpus if annotate_num_gpus is not None else (1.0 if gpu else 0.0),
+            **(engine_options or {}),
+        )
+        self.assemble = ro.RayModule(AssembleVideo, batch_size=8, num_cpus=0.25)
+
+    def forward(self, videos: Any) -> Any:
+        clips, meta = self.probe(videos)
+        frames = self.decode(F.expand(clips))
+        return self.assemble(F.reduce(self.annotate(frames)), meta)
+
+
+def find_videos(source: str | Path) -> list[str]:
+    """The video paths under a directory (recursive, sorted, by suffix), or the file itself."""
+    root = Path(source)
+    if root.is_dir():
+        return [str(p) for p in sorted(root.rglob("*"))
+                if p.suffix.lower() in VIDEO_SUFFIXES and not p.is_dir()]
+    if root.exists():
+        return [str(root)]
+    raise ro.RayorchError(f"input {root} does not exist: pass a video file or a directory")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "video"
+
+
+def write_outputs(
+    results: Iterable[tuple[int, Any]],
+    out_dir: str | Path,
+    *,
+    sources: list[str] | None = None,
+    on_video: Any = None,
+) -> dict[str, Any]:
+    """Write ``clips.jsonl`` (one line per clip) and ``videos.jsonl``; return a summary.
+
+    ``results`` are ``(index, value)`` pairs as a run yields them (in source order, so
+    the clip lines are in per-video order); ``value`` is an ``AssembleVideo`` dict or a
+    failed result. ``on_video(summary)`` is called after each video (progress lines).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    videos = succeeded = clips = 0
+    failures: Counter[str] = Counter()
+    failed: list[tuple[str, str]] = []
+    with (out / "clips.jsonl").open("w", encoding="utf-8") as clip_lines, \
+            (out / "videos.jsonl").open("w", encoding="utf-8") as video_lines:
+        for index, value in results:
+            videos += 1
+            source = sources[index] if sources is not None and index < len(sources) else None
+            row: dict[str, Any] = {"id": index, "source": source, "status": "ok", "clips": 0,
+                                   "duration_s": None, "cause": None}
+            if isinstance(value, dict) and "clips" in value:
+                for clip in value["clips"]:
+                    line = {"video": value["path"], **{k: v for k, v in clip.items()
+                                                       if k != "video"}}
+                    if "file" in line and Path(line["file"]).is_relative_to(out.resolve()):
+                        line["file"] = str(Path(line["file"]).relative_to(out.resolve()))
+                    clip_lines.write(json.dumps(line, ensure_ascii=False) + "\n")
+                row.update(source=value["path"], clips=len(value["clips"]),
+                           duration_s=value["duration_s"], fps=value["fps"],
+                           width=value["width"], height=value["height"], cuts=value["cuts"])
+                succeeded += 1
+                clips += len(value["clips"])
+            else:
+                cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
+                status = value.outcome.value if isinstance(value, FailedResult) else "failed"
+                row.update(status="failed", outcome=status, cause=cause)
+                failures[failure_kind(cause)] += 1
+                failed.append((str(source), cause))
+            video_lines.write(json.dumps(row, ensure_ascii=False) + "\n")
+            if on_video is not None:
+                on_video({"videos": videos, "clips": clips, "failed": videos - succeeded})
+    return {"videos": videos, "succeeded": succeeded, "failed": videos - succeeded,
+            "clips": clips, "failures": dict(sorted(failures.items())),
+            "failed_files": [{"source": s, "cause": c} for s, c in failed], "out_dir": str(out)}

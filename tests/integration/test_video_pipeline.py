@@ -1,0 +1,209 @@
+"""``rayorch run video`` end to end on real Ray: generated videos with known cuts, the shipped
+samples, every bad-input kind, and real videos from Debian packages.
+
+One Ray for the module (``ray_local``). The command must cut at the true scene changes
+(within 0.5 s), write clips in per-video order, name each bad file with its one-line
+cause, and follow the exit-code and output-directory rules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayorch.cli import main as cli_main
+from rayorch.pipelines.pdf import failure_kind
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+pytest.importorskip("av")  # the [video] extra
+pytest.importorskip("scenedetect")
+
+from rayorch.pipelines import video_command  # noqa: E402
+from rayorch.pipelines.video_synth import write_bad_videos, write_scenes_video  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "videos"
+VIDEO_CACHE = REPO / ".cache" / "videos"
+CUT_TOLERANCE_S = 0.5
+MAX_CLIP_S = 4.0
+GOOD = {  # name -> scene durations (s); the 9 s scene is longer than MAX_CLIP_S
+    "ads.mp4": [1.2, 2.0, 1.6, 0.9],
+    "lecture.mkv": [2.5, 9.0, 1.5],
+    "trailer.webm": [1.0, 1.0, 2.0, 1.0],
+}
+
+
+@pytest.fixture(scope="module")
+def input_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[float]]]:
+    """good/ (generated, known cuts), samples/ (shipped) and bad/ (every bad kind)."""
+    root = tmp_path_factory.mktemp("video-inputs")
+    truth: dict[str, list[float]] = {}
+    (root / "good").mkdir()
+    for name, durations in GOOD.items():
+        codec = "libvpx-vp9" if name.endswith(".webm") else "libx264"
+        path = root / "good" / name
+        truth[str(path)] = write_scenes_video(path, durations, fps=10, size=(80, 60), codec=codec)
+    shutil.copytree(EXAMPLES, root / "samples", ignore=shutil.ignore_patterns("*.md"))
+    truth[str(root / "samples" / "scenes.mp4")] = [2.0, 3.5]
+    truth[str(root / "samples" / "realshort.mp4")] = []
+    return root, truth
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli_main(["run", "video", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_video_cuts_at_true_scene_changes_and_names_bad_files(
+    ray_local: None, input_dir: tuple[Path, dict[str, list[float]]], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, truth = input_dir
+    bad = write_bad_videos(tmp_path / "bad", EXAMPLES / "scenes.mp4")
+    shutil.copytree(tmp_path / "bad", root / "bad", dirs_exist_ok=True)
+    out = tmp_path / "out"
+    code, stdout, _ = run_cli(["--input", str(root), "--output", str(out), "--no-progress",
+                               "--json", "--max-clip-s", str(MAX_CLIP_S), "--write-clips"],
+                              capsys)
+    assert code == video_command.EXIT_SOME_FAILED
+    summary = json.loads(stdout)
+    assert summary["videos"] == len(truth) + len(bad)
+    assert summary["succeeded"] == len(truth) and summary["failed"] == len(bad)
+    assert summary["failures"] == {kind: 1 for kind in sorted(bad.values())}
+
+    videos = read_jsonl(out / "videos.jsonl")
+    sources = [v["source"] for v in videos]
+    assert sources == sorted(sources)  # input order (sorted paths)
+    for row in videos:
+        name = Path(row["source"]).name
+        if row["source"] in truth:
+            assert row["status"] == "ok" and row["cause"] is None
+            continue
+        assert row["status"] == "failed" and failure_kind(row["cause"]) == bad[name]
+        assert "\n" not in row["cause"] and row["source"] in row["cause"]
+        listed = [f for f in summary["failed_files"] if f["source"] == row["source"]]
+        assert listed == [{"source": row["source"], "cause": row["cause"]}]
+
+    clips = read_jsonl(out / "clips.jsonl")
+    order = [(sources.index(c["video"]), c["clip"]) for c in clips]
+    assert order == sorted(order)  # per-video order, clips in time order
+    for video, cuts in truth.items():
+        mine = [c for c in clips if c["video"] == video]
+        row = next(v for v in videos if v["source"] == video)
+        assert [c["clip"] for c in mine] == list(range(row["clips"])) and mine
+        assert all(a["end_s"] == b["start_s"] for a, b in itertools.pairwise(mine))
+        assert all(c["end_s"] - c["start_s"] <= MAX_CLIP_S + 0.1 for c in mine)
+        found = row["cuts"]
+        assert len(found) == len(cuts), (video, found, cuts)
+        assert all(abs(f - t) <= CUT_TOLERANCE_S for f, t in zip(found, cuts)), (found, cuts)
+        starts = [c["start_s"] for c in mine]
+        assert all(any(abs(s - f) < 1e-6 for s in starts) for f in found)  # cuts start clips
+        for clip in mine:
+            assert set(clip["signals"]) == {"motion", "brightness", "sharpness"}
+            assert clip["annotation"]["engine"] == "stats" and len(clip["keyframes"]) == 3
+            assert (out / clip["file"]).is_file()
+    lecture = [c for c in clips if c["video"].endswith("lecture.mkv")]
+    assert len(lecture) == 5  # 2.5 s | 9 s split in three | 1.5 s
+
+
+def test_output_directory_rules_and_exit_codes(
+    ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_scenes_video(inputs / "one.mp4", [1.0, 1.0], fps=8, size=(64, 48))
+    (inputs / "broken.mp4").write_bytes(b"")
+    out = tmp_path / "out"
+    base = ["--input", str(inputs), "--output", str(out)]
+
+    monkeypatch.setattr(video_command, "PROGRESS_EVERY_S", 0.0)  # a line per video
+    code, stdout, stderr = run_cli([*base, "--write-clips", "--allow-failures"], capsys)
+    assert code == 0  # one failed, but --allow-failures
+    assert "1/2 videos" in stderr and "2/2 videos" in stderr  # piped: progress lines
+    assert "2 videos (1 ok, 1 failed)" in stdout
+    assert f"{inputs / 'broken.mp4'}: probe[0] failed: empty:" in stdout
+    assert (out / "clips").is_dir()
+
+    code, _, stderr = run_cli(base, capsys)
+    assert code == 2 and "holds the outputs of an earlier run" in stderr
+    assert "--overwrite" in stderr
+
+    (inputs / "broken.mp4").unlink()
+    code, stdout, _ = run_cli([*base, "--overwrite"], capsys)
+    assert code == 0 and "1 video (1 ok, 0 failed), 2 clips" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["clips.jsonl", "videos.jsonl"]  # no stale
+
+    (out / "notes.txt").write_text("mine")
+    code, _, stderr = run_cli([*base, "--overwrite"], capsys)
+    assert code == 2 and "files this job did not write (notes.txt)" in stderr
+    assert (out / "notes.txt").exists()
+
+
+def test_all_failed_exits_1_and_says_no_clip_was_made(
+    ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.mp4").write_text("plain text\n")
+    (inputs / "b.webm").write_bytes(b"")
+    code, stdout, _ = run_cli(["--input", str(inputs), "--output", str(tmp_path / "out"),
+                               "--no-progress"], capsys)
+    assert code == 1
+    assert "2 videos (0 ok, 2 failed), 0 clips" in stdout
+    assert "not a video:" in stdout and "empty:" in stdout
+    assert "clips.jsonl (empty: no clip was made)" in stdout
+
+
+def test_redis_lineage_store_run_passes_audit(
+    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, stdout, _ = run_cli(["--input", str(EXAMPLES), "--output", str(tmp_path / "out"),
+                               "--no-progress", "--json", "--store", redis_url], capsys)
+    assert code == 0
+    summary = json.loads(stdout)
+    assert summary["clips"] == 4  # scenes.mp4: 3, realshort.mp4: 1
+    capsys.readouterr()
+    assert cli_main(["audit", summary["run_id"], "--store", redis_url]) == 0
+    assert f"run {summary['run_id']}: OK" in capsys.readouterr().out
+
+
+def test_real_debian_videos_cut_and_decode_every_clip() -> None:
+    """Real footage (python3-imageio, gnome-user-docs); the WebM's sparse cues make seeks
+    land after the keyframe a clip needs, so every clip must still decode its frames."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from fetch_videos import video_paths
+
+    from rayorch.pipelines.video import DecodeClip, ProbeVideo
+
+    if not video_paths(VIDEO_CACHE):
+        if shutil.which("apt-get") is None:
+            pytest.skip("the Debian videos are not cached and apt-get is not available")
+        fetch = subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_videos.py"),
+                                "--cache-dir", str(VIDEO_CACHE)],
+                               capture_output=True, text=True, timeout=600, check=False)
+        assert fetch.returncode == 0, fetch.stderr[-500:]
+    paths = {p.name: p for p in video_paths(VIDEO_CACHE)}
+    expected_cuts = {"cockatoo.mp4": [7.85], "realshort.mp4": [],
+                     "display-dual-monitors.webm": [1.0, 3.27, 4.0, 35.67]}
+    for name, cuts in expected_cuts.items():
+        clips, meta = ProbeVideo(max_clip_s=10.0).probe(str(paths[name]))
+        assert meta["cuts"] == pytest.approx(cuts, abs=0.05), name
+        for clip, decoded in zip(clips, DecodeClip()(clips)):
+            assert isinstance(decoded, dict), decoded
+            expected = (clip["end_s"] - clip["start_s"]) * meta["fps"]
+            assert abs(decoded["frames"] - expected) <= 1.5, (name, clip, decoded["frames"])
