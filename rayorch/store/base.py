@@ -468,7 +468,8 @@ def check_reopen(info: RunInfo, fingerprint: str, shards: int, micro_batch: int)
 
 
 def open_store(url: str = "memory://") -> LineageStore:
-    """Open a lineage store by URL: ``memory://[name]``, ``redis://...`` or ``rediss://...``.
+    """Open a lineage store by URL: ``memory://[name]``, ``redis://...``, ``rediss://...``,
+    or a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``).
 
     ``redis://user:password@host:6379/0?payload_dir=/data/payloads&payload_threshold=65536``
     """
@@ -481,4 +482,8 @@ def open_store(url: str = "memory://") -> LineageStore:
         from rayorch.store.redis_store import RedisStore
 
         return RedisStore(url)
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        from rayorch.store.redis_cluster import RedisClusterStore
+
+        return RedisClusterStore(url)
     raise StoreURLError(url, f"unknown scheme {scheme or '(none)'!r}")
