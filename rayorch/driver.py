@@ -29,6 +29,7 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.plan import Plan
 from rayorch.runtime.loop import DriverLoop
 from rayorch.runtime.session import LEASE_TTL_S, RunSession, RunSettings, open_session
+from rayorch.store.base import SHARED_STORE_SCHEMES
 
 __all__ = ["DriverError", "ReplicaHandle", "RunHandle", "create_run", "join_run", "run_pipeline"]
 
@@ -179,8 +180,8 @@ def run_pipeline(
       sources at most (``None`` = unbounded); ``depth``: batches queued per actor;
       ``lease_ttl_s``: the shard leases' TTL (how soon ``rayorch resume`` can take over).
 
-    On a shared store (``redis://``, ``rediss://``) the run records a manifest (the
-    pipeline's import path and constructor arguments, every source), so that
+    On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records a
+    manifest (the pipeline's import path and constructor arguments, every source), so that
     ``rayorch resume RUN --store URL`` continues it if this process dies; when it
     cannot (a class in ``__main__``, generator inputs, un-msgpack-able values) one line
     on stderr says why, and the run goes on.
@@ -210,9 +211,6 @@ def run_pipeline(
     loop = DriverLoop(session, plan, rows, total, settings)
     return RunHandle(loop, ordered)
 
-
-
-SHARED_STORE_SCHEMES = ("redis://", "rediss://")
 
 
 def _record_manifest(session: RunSession, pipeline: Any, inputs: Sequence[Iterable[Any]],

@@ -232,6 +232,17 @@ class RedisClusterNodes:
                     return next(i for i, n in enumerate(self.nodes) if n.port == port)
         raise RedisServerError(f"no live master serves the slot of {key!r}")
 
+    def replica_of(self, master: int) -> int:
+        """The index in :attr:`nodes` of a live replica of node ``master``."""
+        via = next(i for i, n in enumerate(self.nodes) if n.alive)
+        lines = [line.split() for line in self.cli_call(via, "cluster", "nodes").splitlines()]
+        port_of = {f[0]: int(f[1].split("@")[0].rsplit(":", 1)[1]) for f in lines if len(f) > 3}
+        master_port = self.nodes[master].port
+        for f in lines:
+            if len(f) > 3 and "slave" in f[2] and port_of.get(f[3]) == master_port:
+                return next(i for i, n in enumerate(self.nodes) if n.port == port_of[f[0]])
+        raise RedisServerError(f"node {master} has no replica")
+
     def kill(self, node: int) -> None:
         """SIGKILL one node (a crashed machine)."""
         self.nodes[node].kill()

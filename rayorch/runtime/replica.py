@@ -57,7 +57,7 @@ from rayorch.runtime.manifest import ManifestError, OutputSink, RunManifest
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.runtime.session import build_pools, ensure_ray, new_driver_id
 from rayorch.runtime.user_code import ship_user_code
-from rayorch.store.base import barrier_fact, open_store
+from rayorch.store.base import SHARED_STORE_SCHEMES, barrier_fact, open_store
 from rayorch.store.errors import (
     GrainSealedError,
     LeaseHeldError,
@@ -72,7 +72,7 @@ IDLE_SLEEP_S = 0.05
 
 def with_quick_retries(url: str, retries: int = 3) -> str:
     """A Redis URL whose client gives up reconnecting after ``retries`` attempts."""
-    if not url.lower().startswith(("redis://", "rediss://")) or "retries=" in url:
+    if not url.lower().startswith(SHARED_STORE_SCHEMES) or "retries=" in url:
         return url
     return f"{url}{'&' if '?' in url else '?'}retries={retries}"
 

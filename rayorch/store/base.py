@@ -57,6 +57,10 @@ REPORT_OUTCOMES = frozenset({REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP
 KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
 
 
+# Stores that several processes share (a run on them can be resumed, joined and audited).
+SHARED_STORE_SCHEMES = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
+
+
 def shard_of(index: int, micro_batch: int, shards: int) -> int:
     """The shard of source item ``index``: ``(index // micro_batch) % shards``."""
     return (index // micro_batch) % shards

@@ -49,7 +49,7 @@ from redis.retry import Retry
 from rayorch.core.errors import StoreError
 from rayorch.store.errors import StoreUnavailableError, StoreURLError
 from rayorch.store.keys import manifest_key
-from rayorch.store.redis_store import MAX_BLOCK_S, RedisStore
+from rayorch.store.redis_store import _STORE_OPTIONS, MAX_BLOCK_S, RedisStore
 from rayorch.store.scripts import RENEW_LEASE, LuaScript
 
 DEFAULT_PORT = 6379
@@ -86,7 +86,7 @@ def _parse_host(url: str, text: str) -> tuple[str, int]:
 
 
 def parse_cluster_url(url: str) -> ClusterURL:
-    """Split ``redis+cluster://[user:password@]h1:p1,h2:p2[/0][?opts]`` (store options removed)."""
+    """Split ``redis+cluster://[user:password@]h1:p1,h2:p2[/0][?opts]`` (store options ignored)."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in RedisClusterStore.SCHEMES:
         raise StoreURLError(url, "a Redis Cluster URL starts with redis+cluster:// or "
@@ -100,7 +100,8 @@ def parse_cluster_url(url: str) -> ClusterURL:
     nodes = tuple(_parse_host(url, h) for h in hosts.split(",") if h)
     if not nodes:
         raise StoreURLError(url, "name at least one node: redis+cluster://host:port[,host:port]")
-    pairs = parse_qsl(query, keep_blank_values=True)
+    pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True)
+             if k not in _STORE_OPTIONS]
     waits = {k: v for k, v in pairs if k in _CLUSTER_OPTIONS}
     try:
         wait_replicas = int(waits.get("wait_replicas", 1))
@@ -131,7 +132,7 @@ class RedisClusterStore(RedisStore):
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.cluster_url = parse_cluster_url(self._redis_url)
+        self.cluster_url = parse_cluster_url(url)
 
     @property
     def wait_replicas(self) -> int:

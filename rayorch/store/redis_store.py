@@ -106,14 +106,13 @@ class ReconnectRetry(Retry):
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password (for messages and logs)."""
+    """The URL without its password (for messages and logs); also with several hosts."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not at or not colon:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 def parse_version(text: str) -> tuple[int, ...]:

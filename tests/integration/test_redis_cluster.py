@@ -1,0 +1,148 @@
+"""The lineage store on a real Redis Cluster (3 masters, 3 replicas): failover and fencing.
+
+The store contract itself runs on the cluster in ``test_store_contract.py``. Here a master
+is killed: under a driver in the middle of a run, and while its replica lags behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_failover import REPO, emitted_counts, outputs_match_reference
+
+from bench.faults import FaultPipeline, make_docs
+from rayorch.cli import main as cli_main
+from rayorch.core.facts import LeaseAcquired
+from rayorch.driver import create_run
+from rayorch.store import StoreUnavailableError, open_store
+from rayorch.store.audit import audit_run
+from rayorch.store.base import LineageStore
+from rayorch.store.keys import ShardKeys
+from rayorch.store.scripted_run import scripted_plan
+from rayorch.testing import RedisClusterNodes, redis_server_path
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> RedisClusterNodes:
+    """A cluster of this test's own (it kills nodes)."""
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not installed")
+    cluster = RedisClusterNodes(tmp_path / "cluster")
+    cluster.start()
+    yield cluster  # type: ignore[misc]
+    cluster.stop()
+
+
+def lease_epochs(store: LineageStore, run_id: str) -> dict[int, list[int]]:
+    """Per shard, the epochs of its LeaseAcquired facts in store order."""
+    return {
+        shard: [s.fact.epoch for s in facts if isinstance(s.fact, LeaseAcquired)]
+        for shard, facts in store.read_run(run_id).items()
+    }
+
+
+def fail_over(cluster: RedisClusterNodes, master: int) -> None:
+    """SIGKILL ``master``, wait until its replica serves its slots, restart it as a replica."""
+    port = cluster.nodes[master].port
+    cluster.kill(master)
+    cluster.wait_promoted(port)
+    cluster.nodes[master].start()  # no persistence: it comes back empty, as a replica
+    cluster.wait_healthy()
+
+
+@pytest.mark.timeout(120)
+def test_a_promoted_replica_never_hands_out_an_epoch_again(own_cluster: RedisClusterNodes
+                                                           ) -> None:
+    """A lease write that no replica acknowledged is never reported as acquired, so the
+    epoch a promoted replica hands out next is one no driver was ever given."""
+    url = f"{own_cluster.url}?wait_timeout_ms=300&retries=2"
+    store = open_store(url)
+    store.open_run("epochs", scripted_plan(), shards=1, micro_batch=1)
+    given = [store.acquire_lease("epochs", 0, "a", ttl_s=0.3)]
+    master = own_cluster.master_of(ShardKeys("epochs", 0).lease)
+    replica = own_cluster.replica_of(master)
+    time.sleep(0.4)  # a's lease expires
+    own_cluster.pause(replica)  # the replica stops; then its link is cut: it gets nothing more
+    assert own_cluster.cli_call(master, "client", "kill", "type", "replica").strip() == "1"
+    try:
+        given.append(store.acquire_lease("epochs", 0, "b", ttl_s=60))
+    except StoreUnavailableError as exc:
+        assert "acknowledged" in str(exc)
+    finally:
+        own_cluster.resume(replica)
+    store.close()
+    fail_over(own_cluster, master)  # the replica, without b's write, is the master now
+    store = open_store(url)
+    given.append(store.acquire_lease("epochs", 0, "c", ttl_s=60))
+    assert len(set(given)) == len(given), f"an epoch was handed out twice: {given}"
+    (epochs,) = lease_epochs(store, "epochs").values()
+    assert epochs == sorted(set(epochs)) and epochs[-1] == given[-1]
+
+
+def _driver(run_id: str, url: str, address: str, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with open(log, "wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
+             "--address", address, "--driver-id", "first", "--lease-ttl", "2"],
+            env=env, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def _wait_outputs(out: Path, count: int, proc: subprocess.Popen[bytes], log: Path) -> int:
+    deadline = time.monotonic() + 120
+    while (done := len(list(out.glob("*.msgpack")))) < count and time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.1)
+    return done
+
+
+@pytest.mark.timeout(300)
+def test_master_killed_mid_run_the_run_completes_audits_and_resumes(
+    ray_local: None, own_cluster: RedisClusterNodes, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """6 shards over 3 masters; the master holding most of them is SIGKILLed under a
+    driver, then the driver too; ``rayorch resume`` finishes; nothing lost or repeated."""
+    import ray
+
+    url = own_cluster.url
+    docs = make_docs(40)
+    out = tmp_path / "out"
+    run_id = create_run(FaultPipeline, [docs], store=url, kwargs={"gpu_ms": 40},
+                        out_dir=str(out), shards=6, micro_batch=2, max_active_sources=4)
+    homes = Counter(own_cluster.master_of(ShardKeys(run_id, k).lease) for k in range(6))
+    victim, shards_on_victim = homes.most_common(1)[0]
+    log = tmp_path / "driver.log"
+    proc = _driver(run_id, url, ray.get_runtime_context().gcs_address, log)
+    at_kill = _wait_outputs(out, 3, proc, log)
+    store = open_store(url)
+    before = store.read_run(run_id)
+    store.close()
+    fail_over(own_cluster, victim)
+    _wait_outputs(out, at_kill + 3, proc, log)  # the driver goes on after the failover
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    text = log.read_text()
+    assert "cannot reach the lineage store" in text and "reachable again" in text, text[-3000:]
+    assert cli_main(["resume", run_id, "--store", url, "--lease-ttl", "2", "--quiet"]) == 0
+    assert cli_main(["audit", run_id, "--store", url]) == 0
+    capsys.readouterr()
+    store = open_store(url)
+    after = store.read_run(run_id)
+    for shard, facts in before.items():
+        assert after[shard][: len(facts)] == facts, f"shard {shard} lost a fact in the failover"
+    assert set(emitted_counts(store, run_id).values()) == {1}, "every output emitted once"
+    outputs_match_reference(out, docs)
+    assert audit_run(store, run_id).ok
+    for shard, epochs in lease_epochs(store, run_id).items():
+        assert epochs == sorted(set(epochs)), f"shard {shard}: epochs {epochs} repeat"
+    assert shards_on_victim >= 2
