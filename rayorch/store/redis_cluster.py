@@ -56,6 +56,8 @@ DEFAULT_PORT = 6379
 _CLUSTER_OPTIONS = ("wait_replicas", "wait_timeout_ms")
 # Errors after which the cluster is being reconfigured (failover, resharding): retry.
 _RECONFIGURING = (ClusterDownError, MasterDownError, TryAgainError, SlotNotCoveredError)
+# Errors after which a call is sent again once the client knows the cluster's new shape.
+_REROUTE = (MovedError, redis.ConnectionError, redis.TimeoutError, *_RECONFIGURING)
 
 
 @dataclass(frozen=True)
@@ -217,8 +219,7 @@ class RedisClusterStore(RedisStore):
                         use_source.add(i)
                     elif isinstance(result, AskError) and not isinstance(result, MovedError):
                         asking[i] = f"{result.host}:{result.port}"
-                    elif isinstance(result, MovedError | redis.ConnectionError
-                                    | redis.TimeoutError | _RECONFIGURING):
+                    elif isinstance(result, _REROUTE):
                         refresh = True
                     else:
                         with self._errors():
