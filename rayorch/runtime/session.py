@@ -13,7 +13,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import ray
 
@@ -23,6 +22,7 @@ from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.store.base import LineageStore, RunInfo, open_store
 from rayorch.store.errors import FencedError, LeaseLostError
+from rayorch.store.redis_store import redact_url
 
 LEASE_TTL_S = 30.0
 
@@ -89,17 +89,6 @@ class RunSession:
             with contextlib.suppress(Exception):  # the lease expires by itself anyway
                 self.store.release_lease(self.run_id, shard, self.driver_id, epoch)
         self.store.close()
-
-
-def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
 def ensure_ray(address: str | None, *, num_cpus: int | None = None,
