@@ -93,6 +93,23 @@ def commit_client(url: str, run: str, todo: list[tuple[int, int]], batch: int,
     store.close()
 
 
+def concurrent_commits(url: str, run: str, slices: list[list[tuple[int, int]]],
+                       batch: int) -> float:
+    """One client process per slice, all committing at once; seconds from first start to
+    last finish."""
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Barrier(len(slices)), ctx.Queue()
+    procs = [ctx.Process(target=commit_client, args=(url, run, part, batch, ready, done))
+             for part in slices]
+    for proc in procs:
+        proc.start()
+    clocks = [done.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0, f"a commit client failed (exit code {proc.exitcode})"
+    return max(end for _, end in clocks) - min(start for start, _ in clocks)
+
+
 def bench_commits(store: LineageStore, grains: int, batch: int, clients: int = 1) -> float:
     """Committed Grains per second on one shard with ``batch`` reports per commit call."""
     run = f"bench-commit-{batch}-{time.time_ns()}"
@@ -108,20 +125,9 @@ def bench_commits(store: LineageStore, grains: int, batch: int, clients: int = 1
         commit_all(store, run, reports, batch)
         elapsed = time.perf_counter() - started
     else:
-        ctx = multiprocessing.get_context("fork")
-        ready, done = ctx.Barrier(clients), ctx.Queue()
         share = -(-grains // clients)
-        procs = [ctx.Process(target=commit_client,
-                             args=(store.url, run, todo[k * share:(k + 1) * share], batch,
-                                   ready, done))
-                 for k in range(clients)]
-        for proc in procs:
-            proc.start()
-        clocks = [done.get(timeout=600) for _ in procs]
-        for proc in procs:
-            proc.join(60)
-            assert proc.exitcode == 0, f"a commit client failed (exit code {proc.exitcode})"
-        elapsed = max(end for _, end in clocks) - min(start for start, _ in clocks)
+        elapsed = concurrent_commits(store.url, run, [todo[k * share:(k + 1) * share]
+                                                      for k in range(clients)], batch)
     store.delete_run(run)
     return grains / elapsed
 
@@ -185,23 +191,6 @@ def server_stats(ports: list[int]) -> tuple[list[float], int]:
     return cpu, memory
 
 
-def sharded_clients(url: str, run: str, todo: list[tuple[int, int]], clients: int,
-                    batch: int) -> float:
-    """``clients`` processes commit ``todo`` at once (client k: sources k, k+clients, ...)."""
-    ctx = multiprocessing.get_context("fork")
-    ready, done = ctx.Barrier(clients), ctx.Queue()
-    slices = [[p for p in todo if p[0] % clients == k] for k in range(clients)]
-    procs = [ctx.Process(target=commit_client, args=(url, run, part, batch, ready, done))
-             for part in slices]
-    for proc in procs:
-        proc.start()
-    clocks = [done.get(timeout=600) for _ in procs]
-    for proc in procs:
-        proc.join(60)
-        assert proc.exitcode == 0, f"a commit client failed (exit code {proc.exitcode})"
-    return max(end for _, end in clocks) - min(start for start, _ in clocks)
-
-
 def bench_sharded_commits(url: str, ports: list[int], shards: int, grains: int, clients: int,
                           batch: int = 64) -> dict[str, float]:
     """Grains/s of ``clients`` committers over one run of ``shards`` shards, and server cost."""
@@ -216,7 +205,9 @@ def bench_sharded_commits(url: str, ports: list[int], shards: int, grains: int, 
             store.append(run, k, epochs[k],
                          [GrainDispatched("ocr", p, 0) for p in mine[start:start + 1000]])
     cpu_before, _ = server_stats(ports)
-    elapsed = sharded_clients(url, run, todo, clients, batch)
+    # client k commits sources k, k + clients, ...
+    elapsed = concurrent_commits(url, run, [[p for p in todo if p[0] % clients == k]
+                                            for k in range(clients)], batch)
     cpu_after, _ = server_stats(ports)
     store.delete_run(run)
     store.close()
