@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -117,6 +118,36 @@ class RedisServer:
         self.stop()
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A test CA and a certificate for 127.0.0.1 signed by it (PEM files)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def make(cls, workdir: Path) -> TlsFiles:
+        """Generate them with the ``openssl`` command (valid for one day)."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise RedisServerError("openssl is not installed (apt-get install openssl)")
+        workdir.mkdir(parents=True, exist_ok=True)
+        files = cls(workdir / "ca.crt", workdir / "server.crt", workdir / "server.key")
+        ca_key, csr, ext = workdir / "ca.key", workdir / "server.csr", workdir / "san.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        for args in (
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
+             str(files.ca), "-days", "1", "-subj", "/CN=rayorch test CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(files.key), "-out",
+             str(csr), "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", str(csr), "-CA", str(files.ca), "-CAkey", str(ca_key),
+             "-CAcreateserial", "-out", str(files.cert), "-days", "1", "-extfile", str(ext)],
+        ):
+            subprocess.run([openssl, *args], capture_output=True, check=True, timeout=60)
+        return files
+
+
 class RedisClusterNodes:
     """A local Redis Cluster: ``masters`` masters with ``replicas`` replicas each, on free ports.
 
@@ -128,8 +159,8 @@ class RedisClusterNodes:
     """
 
     def __init__(self, workdir: Path, *, masters: int = 3, replicas: int = 1,
-                 password: str | None = None, node_timeout_ms: int = 1000,
-                 start_timeout_s: float = 30.0) -> None:
+                 password: str | None = None, tls: TlsFiles | None = None,
+                 node_timeout_ms: int = 1000, start_timeout_s: float = 30.0) -> None:
         cli = shutil.which("redis-cli")
         if redis_server_path() is None or cli is None:
             raise RedisServerError(
@@ -139,6 +170,7 @@ class RedisClusterNodes:
         self.workdir = workdir
         self.masters, self.replicas = masters, replicas
         self.password = password
+        self.tls = tls
         self.node_timeout_ms = node_timeout_ms
         self.start_timeout_s = start_timeout_s
         self.nodes: list[RedisServer] = []
@@ -152,6 +184,13 @@ class RedisClusterNodes:
                 "--cluster-node-timeout", str(node_timeout_ms),
                 "--cluster-replica-validity-factor", "0",
             ] + (["--masterauth", password] if password else [])
+            if tls is not None:  # the node's port speaks TLS only, to clients and peers
+                node.extra_args += [
+                    "--port", "0", "--tls-port", str(node.port), "--tls-cluster", "yes",
+                    "--tls-replication", "yes", "--tls-auth-clients", "no",
+                    "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
+                    "--tls-ca-cert-file", str(tls.ca),
+                ]
             self.nodes.append(node)
 
     @property
@@ -160,15 +199,23 @@ class RedisClusterNodes:
 
     @property
     def url(self) -> str:
-        """``redis+cluster://[:password@]host:port,host:port,...`` (every node)."""
+        """``redis+cluster://[:password@]host:port,...`` (every node); ``rediss+`` with TLS."""
         auth = f":{self.password}@" if self.password else ""
-        return f"redis+cluster://{auth}{','.join(self.addresses)}"
+        if self.tls is None:
+            return f"redis+cluster://{auth}{','.join(self.addresses)}"
+        return f"rediss+cluster://{auth}{','.join(self.addresses)}?ssl_ca_certs={self.tls.ca}"
+
+    def _cli_options(self) -> list[str]:
+        options = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        if self.tls is not None:
+            options += ["--tls", "--cacert", str(self.tls.ca)]
+        return options
 
     def cli_call(self, node: int, *args: str, timeout_s: float = 10.0) -> str:
         """Run one ``redis-cli`` command against node ``node`` and return its output."""
-        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
         done = subprocess.run(
-            [self.cli, "-h", "127.0.0.1", "-p", str(self.nodes[node].port), *auth, *args],
+            [self.cli, "-h", "127.0.0.1", "-p", str(self.nodes[node].port), *self._cli_options(),
+             *args],
             capture_output=True, timeout=timeout_s, check=False,
         )
         return done.stdout.decode(errors="replace")
@@ -177,9 +224,8 @@ class RedisClusterNodes:
         """Start every node, create the cluster and wait until every slot is served."""
         for node in self.nodes:
             node.start()
-        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
         done = subprocess.run(
-            [self.cli, *auth, "--cluster", "create", *self.addresses,
+            [self.cli, *self._cli_options(), "--cluster", "create", *self.addresses,
              "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True, timeout=self.start_timeout_s, check=False,
         )

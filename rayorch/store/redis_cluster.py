@@ -47,7 +47,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from rayorch.core.errors import StoreError
-from rayorch.store.errors import StoreUnavailableError, StoreURLError
+from rayorch.store.errors import StoreAuthError, StoreUnavailableError, StoreURLError
 from rayorch.store.keys import manifest_key
 from rayorch.store.redis_store import _STORE_OPTIONS, MAX_BLOCK_S, RedisStore
 from rayorch.store.scripts import RENEW_LEASE, LuaScript
@@ -56,6 +56,8 @@ DEFAULT_PORT = 6379
 _CLUSTER_OPTIONS = ("wait_replicas", "wait_timeout_ms")
 # Errors after which the cluster is being reconfigured (failover, resharding): retry.
 _RECONFIGURING = (ClusterDownError, MasterDownError, TryAgainError, SlotNotCoveredError)
+_AUTH_MARKERS = ("username-password", "NOAUTH", "WRONGPASS", "Authentication required",
+                 "invalid password", "NOPERM", "already authenticated")
 # Errors after which a call is sent again once the client knows the cluster's new shape.
 _REROUTE = (MovedError, redis.ConnectionError, redis.TimeoutError, *_RECONFIGURING)
 
@@ -172,7 +174,9 @@ class RedisClusterStore(RedisStore):
             except _RECONFIGURING as exc:
                 raise StoreUnavailableError(self.safe_url, f"cluster: {exc}") from exc
             except RedisClusterException as exc:
-                text = str(exc)
+                text = str(exc)  # redis-py wraps a refused login found while connecting
+                if any(m in text for m in _AUTH_MARKERS):
+                    raise StoreAuthError(self.safe_url, text.rpartition(": ")[2]) from exc
                 if "cannot be connected" in text or "not covered" in text:
                     raise StoreUnavailableError(self.safe_url, text) from exc
                 raise StoreError(

@@ -7,6 +7,7 @@ is killed: under a driver in the middle of a run, and while its replica lags beh
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,12 +22,12 @@ from bench.faults import FaultPipeline, make_docs
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import LeaseAcquired
 from rayorch.driver import create_run
-from rayorch.store import StoreUnavailableError, open_store
+from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
 from rayorch.store.audit import audit_run
 from rayorch.store.base import LineageStore
 from rayorch.store.keys import ShardKeys
-from rayorch.store.scripted_run import scripted_plan
-from rayorch.testing import RedisClusterNodes, redis_server_path
+from rayorch.store.scripted_run import scripted_plan, write_scripted_run
+from rayorch.testing import RedisClusterNodes, TlsFiles, redis_server_path
 
 pytestmark = [pytest.mark.integration]
 
@@ -146,3 +147,45 @@ def test_master_killed_mid_run_the_run_completes_audits_and_resumes(
     for shard, epochs in lease_epochs(store, run_id).items():
         assert epochs == sorted(set(epochs)), f"shard {shard}: epochs {epochs} repeat"
     assert shards_on_victim >= 2
+
+
+@pytest.mark.timeout(120)
+def test_auth_on_a_cluster_like_on_one_server(tmp_path: Path) -> None:
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not installed")
+    cluster = RedisClusterNodes(tmp_path / "cluster", password="s3cret")
+    cluster.start()
+    try:
+        store = open_store(cluster.url)
+        write_scripted_run(store, "authed", shards=6, micro_batch=1)
+        assert audit_run(store, "authed").ok
+        wrong = cluster.url.replace(":s3cret@", ":wrong@")
+        with pytest.raises(StoreAuthError) as err:
+            open_store(wrong).list_runs()
+        assert "wrong" not in str(err.value) and ":***@" in str(err.value)
+        with pytest.raises(StoreAuthError):
+            open_store(cluster.url.replace(":s3cret@", "")).list_runs()
+    finally:
+        cluster.stop()
+    with pytest.raises(StoreUnavailableError) as down:
+        open_store(f"{cluster.url}?retries=1").list_runs()
+    assert "s3cret" not in str(down.value)
+
+
+@pytest.mark.timeout(120)
+def test_tls_on_a_cluster(tmp_path: Path) -> None:
+    """``rediss+cluster://`` with a CA: every node, the cluster bus and replication speak TLS."""
+    if redis_server_path() is None or shutil.which("openssl") is None:
+        pytest.skip("redis-server or openssl is not installed")
+    cluster = RedisClusterNodes(tmp_path / "cluster", tls=TlsFiles.make(tmp_path / "tls"))
+    cluster.start()
+    try:
+        assert cluster.url.startswith("rediss+cluster://")
+        store = open_store(cluster.url)
+        write_scripted_run(store, "sealed", shards=6, micro_batch=1)
+        assert audit_run(store, "sealed").ok
+        plain = cluster.url.replace("rediss+", "redis+").partition("?")[0]
+        with pytest.raises(StoreUnavailableError):
+            open_store(f"{plain}?retries=1").list_runs()
+    finally:
+        cluster.stop()
