@@ -123,6 +123,32 @@ class FaultPipeline(ro.Pipeline):
         return self.assemble(F.reduce(self.join(F.reduce(texts))))
 
 
+class PacedWork:
+    """Sleeps ``slow_s`` for an item starting with "slow", ``each_s`` for the others."""
+
+    def __init__(self, slow_s: float = 4.0, each_s: float = 0.0) -> None:
+        self.slow_s, self.each_s = slow_s, each_s
+
+    def __call__(self, items: list[str]) -> list[str]:
+        out = []
+        for item in items:
+            time.sleep(self.slow_s if item.startswith("slow") else self.each_s)
+            out.append(f"done:{item}")
+        return out
+
+
+class PacedPipeline(ro.Pipeline):
+    """One Call whose pace the caller sets per item: the caller-path fault tests' pipeline."""
+
+    def __init__(self, slow_s: float = 4.0, each_s: float = 0.0) -> None:
+        super().__init__()
+        self.work = ro.RayModule(PacedWork, slow_s=slow_s, each_s=each_s, batch_size=1,
+                                 replicas=2, num_cpus=0.25)
+
+    def forward(self, items: Any) -> Any:
+        return self.work(items)
+
+
 def make_docs(n: int) -> list[str]:
     return [f"doc{i}" + ("!bad" if i % 23 == 7 else "") for i in range(n)]
 
@@ -195,7 +221,8 @@ class Harness:
         out_dir = self.workdir / "out"
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=self.verbose,
+        ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False,
+                 log_to_driver=self.verbose,
                  runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
         address = ray.get_runtime_context().gcs_address
         docs = make_docs(self.docs)

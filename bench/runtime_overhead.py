@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=64, help="max_active_sources")
     parser.add_argument("--stores", default="memory,redis")
     args = parser.parse_args()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for kind in args.stores.split(","):

@@ -68,7 +68,7 @@ class Quickstart(ro.Pipeline):
 
 def main() -> None:
     store = sys.argv[1] if len(sys.argv) > 1 else "memory://"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     docs = [
         "Ray runs tasks. Actors keep state",
         "One page only",

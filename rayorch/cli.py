@@ -272,7 +272,8 @@ def cmd_driver(args: argparse.Namespace) -> int:
     if not url:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
-                      lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir)
+                      lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
+                      require_sink=True)
     with handle:
         handle.wait()
     print(handle.stats.summary(), file=sys.stderr)

@@ -1,19 +1,13 @@
-"""The driver: runs a compiled Plan on Ray actor pools, with the lineage in a store.
+"""The public entry points of the driver: ``Pipeline.run``, ``create_run``, ``join_run``.
 
-``run_pipeline`` (behind ``Pipeline.run``) compiles the program, opens the run in
-the lineage store, leases its shards, builds one actor pool per module and returns
-a :class:`RunHandle`. Iterating the handle drives :class:`DriverLoop`:
+All of them run the one driver, :class:`rayorch.runtime.shard_driver.ShardDriver`
+(docs/ARCHITECTURE.md, "One driver"):
 
-1. admit source items in micro-batches while the kernel allows (bounded active sources);
-2. ask the kernel for batches per Call (its policy), append ``GrainDispatched`` and
-   submit them to free actors (up to ``depth`` batches queued per actor);
-3. ``ray.wait`` for finished batches; commit them (the memory store in-process, a
-   shared store already did it inside the actor) and fold accepted reports into the kernel;
-   turn physical failures into the kernel's ``GrainRetried``/``GrainFailed`` facts;
-4. hand finished source items back as ``(index, value)``.
-
-The kernel is the single source of scheduling truth; the store gets every fact the
-kernel folds, in the order the driver folds them.
+* :func:`run_pipeline` (behind ``Pipeline.run``) holds every shard of a new run and
+  hands outputs to the caller's iterator, :class:`RunHandle`;
+* :func:`join_run` (behind ``rayorch driver``/``resume``) shares a recorded run's
+  shards with its other drivers and writes outputs to a file sink, or hands them to
+  its caller (:class:`ReplicaHandle`) when there is none.
 """
 
 from __future__ import annotations
@@ -26,13 +20,24 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
+from rayorch.core.facts import OutputEmitted
+from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
-from rayorch.runtime.loop import DriverLoop
-from rayorch.runtime.session import LEASE_TTL_S, RunSession, RunSettings, open_session
+from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
+from rayorch.runtime.session import (
+    LEASE_TTL_S,
+    REPLICA_LEASE_TTL_S,
+    build_pools,
+    commits_in_actor,
+    ensure_ray,
+    new_driver_id,
+    redact_url,
+    with_quick_retries,
+)
+from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver, log_to_stderr
 from rayorch.store.base import SHARED_STORE_SCHEMES
 
 __all__ = ["DriverError", "ReplicaHandle", "RunHandle", "create_run", "join_run", "run_pipeline"]
-
 
 class DriverError(RayorchError):
     """The driver was given inputs or options it cannot run."""
@@ -45,34 +50,39 @@ class RunHandle:
     :class:`~rayorch.core.outcome.FailedResult` when it is not Present.
     With ``ordered=True`` items come back in source order.
 
+    Delivery (docs/ARCHITECTURE.md): an item is delivered when you ask for the next
+    one or :meth:`close` the handle; if the process dies while you hold item *i*, a
+    resume delivers *i* again (once) — never loses it. Leaving a ``with`` block by an
+    exception does not count as having received the item you held.
+
     >>> handle = MyPipeline().run(["a.pdf", "b.pdf"])      # doctest: +SKIP
     >>> print(handle.run_id)                                # doctest: +SKIP
     >>> docs = handle.collect()                             # doctest: +SKIP
     """
 
-    def __init__(self, loop: DriverLoop, ordered: bool) -> None:
-        self._loop = loop
-        self._ordered = ordered
+    def __init__(self, driver: ShardDriver, store_url: str) -> None:
+        self._driver = driver
+        self._store_url = store_url
         self._results = self._iterate()
         self._closed = False
 
     @property
     def run_id(self) -> str:
-        return self._loop.session.run_id
+        return self._driver.run_id
 
     @property
     def store_url(self) -> str:
-        return self._loop.session.store_url
+        return self._store_url
 
     @property
     def store(self) -> Any:
         """The run's :class:`~rayorch.store.base.LineageStore` (e.g. for ``audit_run``)."""
-        return self._loop.session.store
+        return self._driver.store
 
     @property
     def stats(self) -> Any:
         """Live counters of the run (:class:`rayorch.progress.RunStats`)."""
-        return self._loop.stats
+        return self._driver.stats
 
     def __iter__(self) -> Iterator[tuple[int, Any]]:
         return self
@@ -81,19 +91,8 @@ class RunHandle:
         return next(self._results)
 
     def _iterate(self) -> Generator[tuple[int, Any], None, None]:
-        waiting: dict[int, Any] = {}
-        next_index = 0
         try:
-            for index, value in self._loop.results():
-                if not self._ordered:
-                    yield index, value
-                    continue
-                waiting[index] = value
-                while next_index in waiting:
-                    yield next_index, waiting.pop(next_index)
-                    next_index += 1
-            for index in sorted(waiting):
-                yield index, waiting.pop(index)
+            yield from self._driver.results()
         finally:
             self._release()
 
@@ -103,24 +102,32 @@ class RunHandle:
         return [value for _, value in pairs]
 
     def close(self) -> None:
-        """Stop the run (also mid-way): kill its actors, release its leases (idempotent)."""
+        """Stop the run (also mid-way), the item you hold counting as delivered (idempotent)."""
+        if not self._closed:
+            self._driver.acknowledge_held()
+        self._abort()
+
+    def _abort(self) -> None:
         self._results.close()
         self._release()
 
     def _release(self) -> None:
         if not self._closed:
             self._closed = True
-            self._loop.close()
+            self._driver.close()
 
     def __enter__(self) -> RunHandle:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._abort()  # the caller failed while holding an item: not delivered
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: no one to tell
-            self.close()
+            self._abort()
 
 
 def _zip_inputs(
@@ -152,6 +159,11 @@ def _zip_inputs(
     return rows(), total
 
 
+
+def _new_run_id(plan: Plan) -> str:
+    return f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
 def run_pipeline(
     pipeline: Any,
     inputs: Sequence[Iterable[Any]],
@@ -177,55 +189,71 @@ def run_pipeline(
     * ``run_id``: name of the run in the store (default: a fresh id, printed to stderr).
     * ``micro_batch``: sources admitted together (and the shard granule);
       ``shards``: lineage-store shards; ``max_active_sources``: admitted but unfinished
-      sources at most (``None`` = unbounded); ``depth``: batches queued per actor;
-      ``lease_ttl_s``: the shard leases' TTL (how soon ``rayorch resume`` can take over).
+      sources per shard at most (``None`` = unbounded); ``depth``: batches queued per
+      actor; ``lease_ttl_s``: the shard leases' TTL (how soon ``rayorch resume`` can
+      take over).
 
-    On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records a
-    manifest (the pipeline's import path and constructor arguments, every source), so that
-    ``rayorch resume RUN --store URL`` continues it if this process dies; when it
-    cannot (a class in ``__main__``, generator inputs, un-msgpack-able values) one line
-    on stderr says why, and the run goes on.
+    On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
+    a manifest (the pipeline's import path and constructor arguments, every source), so that
+    ``rayorch resume RUN --store URL --out-dir DIR`` delivers what this caller did not
+    receive if this process dies; when it cannot (a class in ``__main__``, generator
+    inputs, un-msgpack-able values) one line on stderr says why, and the run goes on.
     """
+    from rayorch.store.base import open_store
+
     if micro_batch < 1 or shards < 1:
         raise DriverError("micro_batch and shards must be >= 1")
     plan = pipeline.compile()
     rows, total = _zip_inputs(plan, inputs)
-    run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    settings = RunSettings(
-        micro_batch=micro_batch,
-        shards=shards,
-        max_active_sources=max_active_sources,
-        depth=depth,
-        progress=progress,
-        lease_ttl_s=lease_ttl_s,
-    )
-    session: RunSession = open_session(plan, store, run_id, settings, address=address)
-    if store.lower().startswith(SHARED_STORE_SCHEMES):
-        _record_manifest(session, pipeline, inputs, settings)
+    run_id = run_id or _new_run_id(plan)
+    ensure_ray(address)
+    lineage = open_store(with_quick_retries(store))
+    try:
+        info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
+                                config={"max_active_sources": max_active_sources})
+        if store.lower().startswith(SHARED_STORE_SCHEMES):
+            _record_manifest(lineage, run_id, pipeline, inputs, depth=depth,
+                             max_active_sources=max_active_sources)
+        # Pools first: actor start-up can outlast a short lease TTL; the leases are
+        # taken when the driver starts.
+        pools, call_module = build_pools(plan, store, run_id, depth=depth)
+    except BaseException:
+        lineage.close()
+        raise
+
+    def release(run_done: bool) -> None:
+        for pool in pools.values():
+            pool.shutdown()
+        lineage.close()
+
+    config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
+                          progress=progress)
+    driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
+                         driver_id=new_driver_id(), pools=pools, call_module=call_module,
+                         feed=IteratorFeed(rows, info, total), sink=CallerSink(ordered),
+                         config=config, on_close=release)
     if not quiet:
-        if session.commits_in_actor:
-            hint = f"audit with: rayorch audit {session.run_id} --store {session.public_store_url}"
+        if commits_in_actor(store):
+            hint = f"audit with: rayorch audit {run_id} --store {redact_url(store)}"
         else:
             hint = "in-memory lineage: run with store='redis://...' to audit it later"
-        print(f"rayorch: run {session.run_id} ({hint})", file=sys.stderr)
-    loop = DriverLoop(session, plan, rows, total, settings)
-    return RunHandle(loop, ordered)
+        print(f"rayorch: run {run_id} ({hint})", file=sys.stderr)
+    return RunHandle(driver, store)
 
 
-
-def _record_manifest(session: RunSession, pipeline: Any, inputs: Sequence[Iterable[Any]],
-                     settings: RunSettings) -> None:
+def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],
+                     *, depth: int | None, max_active_sources: int | None) -> None:
     """Make a ``Pipeline.run`` resumable; one line on stderr (never a failure) when it cannot."""
     from rayorch.runtime.manifest import ManifestError, manifest_of_run
 
     try:
-        manifest = manifest_of_run(pipeline, inputs, depth=settings.depth,
-                                   max_active_sources=settings.max_active_sources)
+        manifest = manifest_of_run(pipeline, inputs, depth=depth,
+                                   max_active_sources=max_active_sources)
     except (ManifestError, ValueError) as exc:
         reason = " ".join(str(exc).split())
-        print(f"rayorch: run {session.run_id} will not be resumable: {reason}", file=sys.stderr)
+        print(f"rayorch: run {run_id} will not be resumable: {reason}", file=sys.stderr)
         return
-    session.store.save_manifest(session.run_id, manifest.encode())
+    lineage.save_manifest(run_id, manifest.encode())
 
 
 # -- driver replicas ------------------------------------------------------------------------
@@ -269,7 +297,7 @@ def create_run(
     rows_iter, _ = _zip_inputs(plan, inputs)
     rows = [tuple(row) for row in rows_iter]
     check_storable(rows, args, kwargs)
-    run_id = run_id or f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_id = run_id or _new_run_id(plan)
     manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
                            None if out_dir is None else str(out_dir), max_active_sources, depth)
     lineage = open_store(store)
@@ -283,29 +311,30 @@ def create_run(
     return run_id
 
 
+
 class ReplicaHandle:
-    """One driver replica on a run: an iterator of the ``(index, value)`` it emitted.
+    """One driver on a shared run: an iterator of the ``(index, value)`` it emitted.
 
     Iterate it (or call :meth:`wait`) to drive; it returns when every shard of the run
     is done, whichever driver did the work. ``.stats`` counts this driver's part.
     """
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: ShardDriver) -> None:
         self._driver = driver
         self._results: Generator[tuple[int, Any], None, None] = driver.results()
 
     @property
     def run_id(self) -> str:
-        return str(self._driver.run_id)
+        return self._driver.run_id
 
     @property
     def driver_id(self) -> str:
-        return str(self._driver.driver_id)
+        return self._driver.driver_id
 
     @property
     def stats(self) -> Any:
         """:class:`rayorch.runtime.replica_state.ReplicaStats` of this driver."""
-        return self._driver.stats
+        return self._driver.counters
 
     def __iter__(self) -> Iterator[tuple[int, Any]]:
         return self
@@ -315,10 +344,13 @@ class ReplicaHandle:
 
     def wait(self) -> int:
         """Drive until the run is complete; how many outputs this driver emitted."""
-        return sum(1 for _ in self)
+        for _ in self:
+            pass
+        return int(self._driver.counters.outputs_emitted)
 
     def close(self) -> None:
         """Leave the run (the other drivers, or a later one, take its shards over)."""
+        self._driver.acknowledge_held()
         self._results.close()
         self._driver.close()
 
@@ -327,6 +359,30 @@ class ReplicaHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _MsgpackFileSink:
+    """``<dir>/<index>.msgpack`` files behind the file-sink interface of the driver."""
+
+    def __init__(self, directory: str) -> None:
+        from rayorch.runtime.manifest import OutputSink
+
+        self._files = OutputSink(directory)
+
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[OutputEmitted]:
+        now = time.time()
+        out = []
+        for index, value in records:
+            self._files.write(index, value)
+            outcome = value.outcome.value if isinstance(value, FailedResult) else "present"
+            out.append(OutputEmitted(index, outcome, f"msgpack:{index}.msgpack", ts=now))
+        return out
+
+    def discard(self, facts: Sequence[OutputEmitted]) -> None:
+        """Files are written idempotently (same index, same bytes): nothing to remove."""
+
+    def adopt(self, shard: int, indexes: Iterable[int]) -> list[OutputEmitted]:
+        return []
 
 
 def join_run(
@@ -338,19 +394,64 @@ def join_run(
     lease_ttl_s: float | None = None,
     quiet: bool = False,
     out_dir: str | None = None,
+    require_sink: bool = False,
 ) -> ReplicaHandle:
-    """Join ``run_id`` (made by :func:`create_run`) as one more driver; see :class:`ReplicaHandle`.
+    """Join ``run_id`` as one more driver (starting one on a run whose drivers died resumes it).
 
-    Starting one driver on a run whose drivers all died resumes it. Outputs go to the
-    run's output directory (``create_run(out_dir=)``); a run that records none (one made
-    by ``Pipeline.run``) writes this driver's outputs to ``out_dir`` when given.
+    Outputs go to the run's output directory (``create_run(out_dir=)``), else to
+    ``out_dir``, else to the caller iterating the returned :class:`ReplicaHandle`.
+    ``require_sink=True`` (the CLI) refuses a run with no place for its outputs.
     """
-    from rayorch.runtime.replica import REPLICA_LEASE_TTL_S, ReplicaDriver
+    from rayorch.runtime.manifest import ManifestError, RunManifest
+    from rayorch.runtime.user_code import ship_user_code
+    from rayorch.store.base import open_store
 
-    log = (lambda line: None) if quiet else None
-    driver = ReplicaDriver(store, run_id, driver_id=driver_id, address=address,
-                           lease_ttl_s=lease_ttl_s or REPLICA_LEASE_TTL_S, log=log,
-                           out_dir=out_dir)
+    lineage = open_store(with_quick_retries(store))
+    try:
+        info = lineage.run_info(run_id)
+        blob = lineage.load_manifest(run_id)
+        if blob is None:
+            raise ManifestError(
+                f"run {run_id} has no manifest, so no other driver can run it (its Pipeline.run "
+                "could not record one and said why on stderr when it started); make runs "
+                "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded")
+        manifest = RunManifest.decode(blob)
+        sink_dir = manifest.out_dir or out_dir  # the run's own sink wins
+        if sink_dir is None and require_sink:
+            raise DriverError(
+                f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "
+                "needs a place for the ones nobody received: pass --out-dir DIR")
+        pipeline = manifest.build_pipeline()
+        plan: Plan = pipeline.compile()
+        if plan.fingerprint() != info.fingerprint:
+            raise ManifestError(
+                f"the pipeline {manifest.pipeline} compiles to plan {plan.fingerprint()} but run "
+                f"{run_id} was created with plan {info.fingerprint}: the code changed since; "
+                "run the code version the run was created with")
+        ensure_ray(address)
+        ship_user_code([type(pipeline), *(m.target for m in plan.modules if m.target)])
+        pools, call_module = build_pools(plan, store, run_id, depth=manifest.depth, shared=True)
+    except BaseException:
+        lineage.close()
+        raise
+
+    def release(run_done: bool) -> None:
+        for pool in pools.values():
+            if run_done:
+                pool.kill_shared()
+            pool.shutdown()
+        with contextlib.suppress(Exception):
+            lineage.heartbeat(run_id, driver.driver_id, 0)
+        lineage.close()
+
+    log = (lambda line: None) if quiet else log_to_stderr
+    config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
+                          manifest.max_active_sources, progress=False, log=log)
+    sink: Any = _MsgpackFileSink(sink_dir) if sink_dir else CallerSink(ordered=False)
+    driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
+                         driver_id=driver_id or new_driver_id(), pools=pools,
+                         call_module=call_module, feed=ManifestFeed(manifest.sources, info),
+                         sink=sink, config=config, on_close=release)
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

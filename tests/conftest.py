@@ -78,6 +78,7 @@ def ray_local() -> Iterator[None]:
     """A local Ray shared by the integration tests of one session."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False,
+                 log_to_driver=False)
     yield
     ray.shutdown()

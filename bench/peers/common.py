@@ -26,6 +26,7 @@ def init_ray(config: BenchConfig) -> None:
     import ray
 
     ray.init(
+        address="local",
         num_cpus=config.cpus,
         num_gpus=config.gpus,
         include_dashboard=False,

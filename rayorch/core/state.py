@@ -244,6 +244,11 @@ class Kernel(GrainLifecycle):
         return self._run_completed
 
     @property
+    def outputs_held(self) -> int:
+        """Complete sources whose outputs are kept until their ``OutputEmitted``."""
+        return len(self._outputs)
+
+    @property
     def admitted(self) -> int:
         return len(self._sources)
 

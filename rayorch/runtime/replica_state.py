@@ -1,33 +1,36 @@
-"""What one driver replica holds of a run: the state of each held shard, and its counters."""
+"""What one driver holds of a run: the state of each held shard, and its counters."""
 
 from __future__ import annotations
 
-from collections import deque
+import time
 from dataclasses import dataclass, field
 
 from rayorch.core.facts import Fact
-from rayorch.core.state import Kernel
+from rayorch.core.machine import OutputReady, ShardMachine
 
 
 @dataclass
 class ShardState:
-    """What this driver holds of one shard."""
+    """What this driver holds of one shard: its lease epoch, its machine, what is queued."""
 
     shard: int
     epoch: int
-    kernel: Kernel
-    to_admit: deque[int]
-    total: int
-    cursor: int = 0  # last seq folded by a catch-up read
+    machine: ShardMachine
+    cursor: int = 0  # last seq folded from the store
     emitted: int = 0
-    unsaved: list[Fact] = field(default_factory=list)
+    unsaved: list[Fact] = field(default_factory=list)  # facts to append (fenced), in order
+    ready: list[OutputReady] = field(default_factory=list)  # outputs not yet given to the sink
     draining: bool = False
+    input_closed: bool = False
+    adopt: bool = True  # look for outputs a previous holder wrote but did not record
+    resync: str | None = None  # the machine asked to be rebuilt from the store (why)
     in_flight: int = 0  # batches of this driver that carry Grains of the shard
+    renewed: float = field(default_factory=time.monotonic)  # last successful lease write
 
 
 @dataclass
 class ReplicaStats:
-    """Counters of one driver replica (printed by ``rayorch driver``)."""
+    """Counters of one driver (printed by ``rayorch driver``)."""
 
     driver_id: str
     shards_taken: int = 0
@@ -38,6 +41,7 @@ class ReplicaStats:
     outputs_emitted: int = 0
     batches: int = 0
     store_outages: int = 0
+    resyncs: int = 0  # shards rebuilt because the store knew better
     take_seconds: list[float] = field(default_factory=list)
 
     def summary(self) -> str:

@@ -1,17 +1,10 @@
-"""A run's session: Ray, the lineage store with this driver's shard leases, the actor pools.
-
-Everything here has a lifetime equal to one ``Pipeline.run``: :func:`open_session`
-builds it, :meth:`RunSession.close` stops the actors and releases the leases.
-"""
+"""What a driver sets up before its loop starts: Ray, the store URL, the actor pools."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -20,75 +13,11 @@ from rayorch.actors.pool import ActorPool, PoolError
 from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
-from rayorch.store.base import LineageStore, RunInfo, open_store
-from rayorch.store.errors import FencedError, LeaseLostError
+from rayorch.store.base import SHARED_STORE_SCHEMES
 from rayorch.store.redis_store import redact_url
 
-LEASE_TTL_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class RunSettings:
-    """Driver knobs of one run (see :func:`rayorch.driver.run_pipeline`)."""
-
-    micro_batch: int = 16
-    shards: int = 1
-    max_active_sources: int | None = 256
-    depth: int | None = None
-    progress: bool | None = None
-    lease_ttl_s: float = LEASE_TTL_S
-
-
-@dataclass
-class RunSession:
-    """The resources of one run held by this driver."""
-
-    run_id: str
-    store_url: str
-    store: LineageStore
-    info: RunInfo
-    driver_id: str
-    epochs: dict[int, int]
-    pools: dict[str, ActorPool]
-    call_module: dict[CallId, str]
-    lease_ttl_s: float
-    commits_in_actor: bool
-    renewed: float = field(default_factory=time.monotonic)
-
-    @property
-    def public_store_url(self) -> str:
-        """The store URL without its password (safe to print)."""
-        return redact_url(self.store_url)
-
-    def pool_of(self, call_id: CallId) -> ActorPool:
-        return self.pools[self.call_module[call_id]]
-
-    def renew_leases(self, force: bool = False) -> None:
-        """Renew every shard lease once a third of its TTL has passed."""
-        now = time.monotonic()
-        if not force and now - self.renewed < self.lease_ttl_s / 3:
-            return
-        for shard, epoch in self.epochs.items():
-            try:
-                self.store.renew_lease(self.run_id, shard, self.driver_id, epoch, self.lease_ttl_s)
-            except FencedError:
-                raise  # another driver took the shard over: this one must stop
-            except LeaseLostError:
-                # Expired while the caller was slow to ask for the next result and nobody
-                # took it: take it again (a new epoch fences anything written before).
-                self.epochs[shard] = self.store.acquire_lease(
-                    self.run_id, shard, self.driver_id, self.lease_ttl_s
-                )
-        self.renewed = now
-
-    def close(self) -> None:
-        """Kill the actors and give the leases back."""
-        for pool in self.pools.values():
-            pool.shutdown()
-        for shard, epoch in self.epochs.items():
-            with contextlib.suppress(Exception):  # the lease expires by itself anyway
-                self.store.release_lease(self.run_id, shard, self.driver_id, epoch)
-        self.store.close()
+LEASE_TTL_S = 30.0  # Pipeline.run
+REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run
 
 
 def ensure_ray(address: str | None, *, num_cpus: int | None = None,
@@ -103,7 +32,9 @@ def ensure_ray(address: str | None, *, num_cpus: int | None = None,
     if address is not None:
         ray.init(address=address, log_to_driver=log_to_driver)
         return
-    ray.init(include_dashboard=False, log_to_driver=log_to_driver, num_cpus=num_cpus,
+    # A private local Ray, even when another cluster runs on this machine.
+    ray.init(address="local", include_dashboard=False, log_to_driver=log_to_driver,
+             num_cpus=num_cpus,
              num_gpus=num_gpus)
 
 
@@ -169,39 +100,18 @@ def build_pools(
     return pools, call_module
 
 
-def open_session(
-    plan: Plan, store_url: str, run_id: str, settings: RunSettings, *, address: str | None
-) -> RunSession:
-    """Start Ray if needed, open the run in the store, build the pools, lease its shards."""
-    ensure_ray(address)
-    store = open_store(store_url)
-    info = store.open_run(
-        run_id, plan, shards=settings.shards, micro_batch=settings.micro_batch,
-        config={"max_active_sources": settings.max_active_sources},
-    )
-    # Pools first: actor start-up can outlast a short lease TTL, and nothing is written
-    # to the run before the first append, so the leases are taken once the pools are up.
-    try:
-        pools, call_module = build_pools(plan, store_url, run_id, depth=settings.depth)
-    except BaseException:
-        store.close()
-        raise
-    driver_id = new_driver_id()
-    epochs: dict[int, int] = {}
-    session = RunSession(
-        run_id, store_url, store, info, driver_id, epochs, pools, call_module,
-        settings.lease_ttl_s, commits_in_actor(store_url),
-    )
-    try:
-        for shard in range(info.shards):
-            epochs[shard] = store.acquire_lease(run_id, shard, driver_id, settings.lease_ttl_s)
-    except BaseException:
-        session.close()
-        raise
-    return session
+def with_quick_retries(url: str, retries: int = 3) -> str:
+    """A Redis URL whose client gives up reconnecting after ``retries`` attempts.
+
+    A driver's store outage then surfaces within about a second, is reported once, and
+    the driver backs off and rebuilds from the store (docs/ARCHITECTURE.md, "Store outages").
+    """
+    if not url.lower().startswith(SHARED_STORE_SCHEMES) or "retries=" in url:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}retries={retries}"
 
 
 __all__: list[Any] = [
-    "RunSession", "RunSettings", "build_pools", "commits_in_actor", "ensure_ray",
-    "new_driver_id", "open_session", "redact_url",
+    "LEASE_TTL_S", "REPLICA_LEASE_TTL_S", "build_pools", "commits_in_actor", "ensure_ray",
+    "new_driver_id", "redact_url", "with_quick_retries",
 ]

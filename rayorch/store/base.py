@@ -270,13 +270,6 @@ def prepare_reports(
     return by_shard
 
 
-def barrier_fact(report: GrainCommitted) -> BarrierInstalled:
-    """The barrier a GroupFailure commit of a child Grain installs."""
-    return BarrierInstalled(
-        report.call, report.path[:-1], report.cause or "group failure", ts=report.ts
-    )
-
-
 def plan_description(plan: Plan | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """``(description, fingerprint)`` of a Plan or of a stored description."""
     if isinstance(plan, Plan):
@@ -334,7 +327,8 @@ class LineageStore(ABC):
 
     # -- leases ------------------------------------------------------------------
     @abstractmethod
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float,
+                      *, after_epoch: int | None = None) -> int:
         """Take the shard's lease; returns the epoch (fencing token).
 
         A new holder gets the previous epoch + 1 and a ``LeaseAcquired`` fact is
@@ -356,7 +350,8 @@ class LineageStore(ABC):
 
     # -- facts -------------------------------------------------------------------
     @abstractmethod
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact],
+               *, driver: str | None = None) -> list[int]:
         """Append driver facts atomically if ``epoch`` holds the shard's lease.
 
         Returns their sequence numbers. Checks every fact first and writes nothing

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path, parse_path
+from rayorch.core.machine import barrier_fact
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     KIND_DISPATCHED,
@@ -29,7 +30,6 @@ from rayorch.store.base import (
     RunInfo,
     RunLayout,
     StoredFact,
-    barrier_fact,
     check_reopen,
     prepare_driver_facts,
     prepare_reports,
@@ -160,7 +160,8 @@ class MemoryStore(LineageStore):
             shard.lease = lease = None
         return lease
 
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float,
+                      *, after_epoch: int | None = None) -> int:
         with self._changed:
             _, state = self._shard(run_id, shard)
             lease = self._live_lease(state)
@@ -204,7 +205,8 @@ class MemoryStore(LineageStore):
             return None if lease is None else LeaseHolder(lease.driver, lease.epoch)
 
     # -- facts -------------------------------------------------------------------
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact],
+               *, driver: str | None = None) -> list[int]:
         with self._changed:
             run, state = self._shard(run_id, shard)
             prepared = prepare_driver_facts(run.layout, shard, facts)

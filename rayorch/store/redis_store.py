@@ -38,6 +38,7 @@ from rayorch.core.errors import StoreError
 from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
 from rayorch.core.ids import ROOT, CallId, DomainId, parse_path
 from rayorch.core.ids import Path as EntityPath
+from rayorch.core.machine import barrier_fact
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     LeaseHolder,
@@ -45,7 +46,6 @@ from rayorch.store.base import (
     RunInfo,
     RunLayout,
     StoredFact,
-    barrier_fact,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -312,7 +312,8 @@ class RedisStore(LineageStore):
         self.payloads.delete_run(run_id)
 
     # -- leases ------------------------------------------------------------------
-    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float) -> int:
+    def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float,
+                      *, after_epoch: int | None = None) -> int:
         layout = self._layout(run_id)
         layout.check_shard(shard)
         keys = ShardKeys(run_id, shard)
@@ -366,7 +367,8 @@ class RedisStore(LineageStore):
         return LeaseHolder(driver, int(epoch))
 
     # -- facts -------------------------------------------------------------------
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact]) -> list[int]:
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact],
+               *, driver: str | None = None) -> list[int]:
         layout = self._layout(run_id)
         prepared = prepare_driver_facts(layout, shard, facts)
         keys = ShardKeys(run_id, shard)

@@ -26,10 +26,10 @@ import rayorch as ro
 from rayorch.cli import EXIT_OK
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import GrainRetried
+from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
 from rayorch.pipelines.pdf import OcrPage, PdfPipeline, failure_kind, find_pdfs
-from rayorch.runtime.loop import item_result
 from rayorch.store.base import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -21,9 +21,9 @@ from rayorch import F
 from rayorch.actors.pool import PoolError
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, GrainRetried
+from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
-from rayorch.runtime.loop import item_result
 from rayorch.store.audit import audit_run
 from rayorch.store.base import open_store
 

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rayorch.core.facts import REPORT_GROUP_FAILURE, Fact, GrainCommitted, LeaseAcquired
+from rayorch.core.machine import barrier_fact
 from rayorch.core.plan import Plan
 from rayorch.store import LineageStore, open_store
-from rayorch.store.base import barrier_fact
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
 
 state = pytest.importorskip("rayorch.core.state")

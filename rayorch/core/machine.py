@@ -1,0 +1,305 @@
+"""The driver's protocol as a pure state machine: events in, instructions out.
+
+A :class:`ShardMachine` wraps the :class:`~rayorch.core.state.Kernel` of one shard
+and owns the protocol every caller used to re-encode by hand (take a batch, fold
+``GrainDispatched``, gate a report, fold its barrier, turn a failed attempt into
+``GrainRetried``/``GrainFailed``, record a delivery). In the style of dask's worker
+state machine, :meth:`ShardMachine.handle` takes events and returns instructions:
+
+* :class:`WriteFacts` — facts to append (fenced) to the shard's log, in this order,
+  before any batch returned *after* them is sent;
+* :class:`SendBatch` — a physical batch for an actor of the Call's pool;
+* :class:`OutputReady` — a finished source item for the sink (not yet delivered:
+  delivery is an event, :class:`OutputDelivered`, that the sink reports back);
+* :class:`Resync` — the store knows something this machine does not (a report it
+  rejected that the kernel expected): rebuild the shard from the store.
+
+No I/O, no clock: timestamps arrive inside events. The Ray driver
+(``rayorch.runtime.shard_driver``), the in-process executor (``core/executor.py``)
+and the simulator (``bench/simulator``) perform the same instructions
+(docs/ARCHITECTURE.md, "One driver").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rayorch.core.commit import CommitVerdict
+from rayorch.core.facts import (
+    REPORT_GROUP_FAILURE,
+    BarrierInstalled,
+    ExpansionClosed,
+    Fact,
+    GrainCommitted,
+    GrainDispatched,
+    OutputEmitted,
+    RunCompleted,
+    SourceAdmitted,
+)
+from rayorch.core.ids import CallId, GrainKey, Path
+from rayorch.core.outcome import FailedResult, Item
+from rayorch.core.plan import Plan
+from rayorch.core.state import Kernel
+
+GrainTag = tuple[Path, int]
+
+
+# == events ===========================================================================
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of the stimuli a :class:`ShardMachine` handles."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesArrived(Event):
+    """Admit these sources (``(index, values)``); the caller checked :meth:`room` first."""
+
+    rows: tuple[tuple[int, tuple[Any, ...]], ...]
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class InputClosed(Event):
+    """No more sources will arrive for this shard."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFree(Event):
+    """An actor of ``call``'s pool can take one batch of at most ``limit`` Grains."""
+
+    call: CallId
+    limit: int
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCommitted(Event):
+    """The commit gate's verdicts (store order) for a batch's reports of this shard."""
+
+    reports: tuple[GrainCommitted, ...]
+    verdicts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFailed(Event):
+    """A batch of ``call`` failed physically (crash, timeout, lost, rejected by the store)."""
+
+    call: CallId
+    tags: tuple[GrainTag, ...]
+    cause: str
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDelivered(Event):
+    """The sink delivered source ``index`` (its consumer has it); see ``OutputEmitted``."""
+
+    index: int
+    outcome: str
+    sink: str
+    digest: str = ""
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FactsStored(Event):
+    """Facts read from the store that this machine has not folded (a rebuild or catch-up)."""
+
+    facts: tuple[Fact, ...]
+
+
+# == instructions ======================================================================
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """Base of what a :class:`ShardMachine` asks its driver to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFacts(Instruction):
+    facts: tuple[Fact, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendBatch(Instruction):
+    call: CallId
+    tags: tuple[GrainTag, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputReady(Instruction):
+    """Source ``index`` finished: its ``value`` as the user sees it (or a ``FailedResult``)."""
+
+    index: int
+    value: Any
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resync(Instruction):
+    reason: str
+
+
+def item_result(index: int, items: Sequence[Item], names: Sequence[str]) -> Any:
+    """A finished source item as the user sees it: the value(s) or a ``FailedResult``."""
+    for name, item in zip(names, items):
+        if not item.present:
+            return FailedResult(index, item.outcome, item.cause, name)
+    if len(items) == 1:
+        return items[0].value
+    return tuple(item.value for item in items)
+
+
+def barrier_fact(report: GrainCommitted) -> BarrierInstalled:
+    """The barrier a GroupFailure commit of a child Grain installs."""
+    return BarrierInstalled(
+        report.call, report.path[:-1], report.cause or "group failure", ts=report.ts
+    )
+
+
+class ShardMachine:
+    """The driver protocol of one shard around its :class:`Kernel`; see the module docstring.
+
+    >>> m = ShardMachine(plan, total_sources=2)                      # doctest: +SKIP
+    >>> m.handle(SourcesArrived(((0, ("a.pdf",)), (1, ("b.pdf",)))))  # doctest: +SKIP
+    [WriteFacts(facts=(SourceAdmitted(0, ...), SourceAdmitted(1, ...)))]
+    """
+
+    def __init__(self, plan: Plan, *, max_active_sources: int | None = None,
+                 total_sources: int | None = None) -> None:
+        self.plan = plan
+        self.kernel = Kernel(plan, max_active_sources=max_active_sources,
+                             total_sources=total_sources)
+        self.disagreements = 0  # store accepted a report after a barrier the kernel folded
+        self._outbox: list[Instruction] = []
+        self._facts: list[Fact] = []
+
+    # -- the one entry point --------------------------------------------------------------
+    def handle(self, *events: Event) -> list[Instruction]:
+        """Fold ``events`` in order; the instructions they produce, in order."""
+        for event in events:
+            handler = _HANDLERS.get(type(event))
+            if handler is None:
+                raise TypeError(f"ShardMachine does not handle {type(event).__name__}")
+            handler(self, event)
+        self._flush_facts()
+        self._ready_outputs()
+        out, self._outbox = self._outbox, []
+        return out
+
+    # -- queries (no state change) ----------------------------------------------------------
+    def room(self) -> int:
+        """How many more sources may be admitted now (``max_active_sources`` bound)."""
+        return self.kernel.admissible()
+
+    def ready_calls(self) -> list[CallId]:
+        return self.kernel.ready_calls()
+
+    def expects(self, report: GrainCommitted) -> bool:
+        """Would the kernel accept ``report`` (the Grain is in flight at that generation)?"""
+        return self.kernel.verdict(report) is CommitVerdict.ACCEPTED
+
+    @property
+    def run_completed(self) -> bool:
+        return self.kernel.run_completed
+
+    # -- handlers -----------------------------------------------------------------------
+    def _fold(self, fact: Fact, *, write: bool = True) -> None:
+        derived = self.kernel.apply(fact)
+        if write:
+            self._facts.append(fact)
+        self._facts.extend(derived)
+
+    def _flush_facts(self) -> None:
+        if self._facts:
+            self._outbox.append(WriteFacts(tuple(self._facts)))
+            self._facts = []
+
+    def _on_sources(self, event: SourcesArrived) -> None:
+        for index, values in event.rows:
+            self._fold(SourceAdmitted(index, tuple(values), ts=event.ts))
+
+    def _on_input_closed(self, event: InputClosed) -> None:
+        self._facts.extend(self.kernel.close_input())
+
+    def _on_slot_free(self, event: SlotFree) -> None:
+        grains = self.kernel.take_batch(event.call, event.limit)
+        if not grains:
+            return
+        tags: list[GrainTag] = []
+        for (call, path), generation in grains:
+            self._fold(GrainDispatched(call, path, generation, ts=event.ts))
+            tags.append((path, generation))
+        rows = tuple(self.kernel.inputs_of(grain) for grain, _ in grains)
+        self._flush_facts()  # the store must know the dispatches before a worker commits
+        self._outbox.append(SendBatch(event.call, tuple(tags), rows))
+
+    def _on_committed(self, event: BatchCommitted) -> None:
+        unexplained: list[str] = []
+        for report, code in zip(event.reports, event.verdicts, strict=True):
+            expected = self.expects(report)
+            if code == CommitVerdict.ACCEPTED:
+                if not expected:
+                    # The store accepted a sibling just before a GroupFailure barrier that
+                    # reached this kernel first; the parent is Suppressed either way.
+                    self.disagreements += 1
+                    continue
+                self._fold(report, write=False)  # the commit gate already stored it
+                if report.outcome == REPORT_GROUP_FAILURE and len(report.path) > 1:
+                    self._fold(barrier_fact(report), write=False)
+            elif code != CommitVerdict.BARRED and expected:
+                unexplained.append(f"{report.call}{list(report.path)}: "
+                                   f"{CommitVerdict(code).name}")
+        if unexplained:
+            self._flush_facts()
+            self._outbox.append(Resync("the lineage store rejected reports the driver "
+                                       "expected (" + ", ".join(unexplained[:3]) + ")"))
+
+    def _on_failed(self, event: BatchFailed) -> None:
+        grains: list[tuple[GrainKey, int]] = [((event.call, path), gen)
+                                              for path, gen in event.tags]
+        for fact in self.kernel.physical_failure(grains, event.cause, ts=event.ts):
+            self._fold(fact)
+
+    def _on_delivered(self, event: OutputDelivered) -> None:
+        self._fold(OutputEmitted(event.index, event.outcome, event.sink, event.digest,
+                                 ts=event.ts))
+
+    def _on_stored(self, event: FactsStored) -> None:
+        # Announcements the fold derives that the store lacks (their writer died before
+        # writing them) are written back; those the store has are checked, not repeated.
+        missing: list[Fact] = []
+        for fact in event.facts:
+            if isinstance(fact, GrainCommitted) and not self.expects(fact):
+                self.disagreements += 1  # see _on_committed: the kernel keeps its view
+                continue
+            if isinstance(fact, ExpansionClosed | RunCompleted) and fact in missing:
+                missing.remove(fact)
+            missing.extend(self.kernel.apply(fact))
+        self._facts.extend(missing)
+
+    def _ready_outputs(self) -> None:
+        names = self.plan.output_names
+        for index, items in self.kernel.pop_completed():
+            value = item_result(index, items, names)
+            outcome = value.outcome.value if isinstance(value, FailedResult) else "present"
+            self._outbox.append(OutputReady(index, value, outcome))
+
+
+_HANDLERS: dict[type, Any] = {
+    SourcesArrived: ShardMachine._on_sources,
+    InputClosed: ShardMachine._on_input_closed,
+    SlotFree: ShardMachine._on_slot_free,
+    BatchCommitted: ShardMachine._on_committed,
+    BatchFailed: ShardMachine._on_failed,
+    OutputDelivered: ShardMachine._on_delivered,
+    FactsStored: ShardMachine._on_stored,
+}
+
+__all__ = [
+    "BatchCommitted", "BatchFailed", "Event", "FactsStored", "GrainTag", "InputClosed",
+    "Instruction", "OutputDelivered", "OutputReady", "Resync", "SendBatch", "ShardMachine",
+    "SlotFree", "SourcesArrived", "WriteFacts", "barrier_fact", "item_result",
+]

@@ -1,0 +1,165 @@
+"""Where a driver's sources come from and where its outputs go.
+
+Feeds (sources in):
+
+* :class:`IteratorFeed` — ``Pipeline.run``'s inputs, read once, in index order; the
+  rows pulled but not yet known to be in the store are kept so a shard rebuilt
+  after a store outage re-admits them (nothing read from a generator is lost).
+* :class:`ManifestFeed` — the sources recorded in a run's manifest (``rayorch
+  driver``/``resume``, ``join_run``): each shard's indexes not yet admitted.
+
+Sinks (outputs out; docs/ARCHITECTURE.md, "Delivery"):
+
+* :class:`CallerSink` — the caller's iterator. An output is delivered when the caller
+  asks for the next item (or closes the iterator normally); buffering for
+  ``ordered=True`` is not delivery.
+* a file sink (:mod:`rayorch.runtime.sinks`) — delivered after the atomic write of
+  its part file; the driver then records ``OutputEmitted`` (fenced).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rayorch.core.machine import OutputReady
+from rayorch.store.base import RunInfo
+
+Row = tuple[int, tuple[Any, ...]]
+
+
+class IteratorFeed:
+    """Sources read from an iterator in index order, micro-batch by micro-batch."""
+
+    def __init__(self, rows: Iterator[tuple[Any, ...]], info: RunInfo,
+                 total: int | None) -> None:
+        self._rows = rows
+        self._info = info
+        self.total = total
+        self._next = 0
+        self._peeked: list[tuple[Any, ...]] = []
+        self._ended = False
+        self._requeued: dict[int, deque[Row]] = {}
+        self._unconfirmed: dict[int, list[Row]] = {}
+
+    def _peek(self) -> bool:
+        if not self._peeked and not self._ended:
+            self._peeked = list(itertools.islice(self._rows, 1))
+            self._ended = not self._peeked
+        return bool(self._peeked)
+
+    def take(self, shard: int, limit: int) -> list[Row]:
+        """Up to ``limit`` next sources if they belong to ``shard`` (never past a micro-batch)."""
+        again = self._requeued.get(shard)
+        if again:
+            return [again.popleft() for _ in range(min(limit, len(again)))]
+        taken: list[Row] = []
+        micro = self._info.micro_batch
+        while len(taken) < limit and self._info.shard_of(self._next) == shard and self._peek():
+            values = self._peeked.pop()
+            taken.append((self._next, tuple(values)))
+            self._next += 1
+            if self._next % micro == 0:
+                break
+        self._unconfirmed.setdefault(shard, []).extend(taken)
+        return taken
+
+    def exhausted(self, shard: int) -> bool:
+        return not self._requeued.get(shard) and not self._peek()
+
+    def confirm(self, shard: int) -> None:
+        """Every source taken for ``shard`` so far is in the store."""
+        self._unconfirmed.pop(shard, None)
+
+    def reset(self, shard: int, admitted: set[int]) -> None:
+        """``shard`` was rebuilt from the store: offer again what the store does not have."""
+        lost = [row for row in self._unconfirmed.pop(shard, []) if row[0] not in admitted]
+        lost.extend(self._requeued.pop(shard, ()))
+        if lost:
+            self._requeued[shard] = deque(sorted(lost))
+
+    def shard_total(self, shard: int) -> int | None:
+        return None
+
+
+class ManifestFeed:
+    """The sources of a recorded run, per shard, minus those the store shows admitted."""
+
+    def __init__(self, sources: Sequence[tuple[Any, ...]], info: RunInfo) -> None:
+        self._sources = sources
+        self.total: int | None = len(sources)
+        self._of_shard: dict[int, list[int]] = {k: [] for k in range(info.shards)}
+        for index in range(len(sources)):
+            self._of_shard[info.shard_of(index)].append(index)
+        self._pending: dict[int, deque[int]] = {}
+
+    def shard_total(self, shard: int) -> int:
+        return len(self._of_shard[shard])
+
+    def reset(self, shard: int, admitted: set[int]) -> None:
+        self._pending[shard] = deque(i for i in self._of_shard[shard] if i not in admitted)
+
+    def take(self, shard: int, limit: int) -> list[Row]:
+        pending = self._pending.get(shard)
+        if not pending:
+            return []
+        out = []
+        for _ in range(min(limit, len(pending))):
+            index = pending.popleft()
+            out.append((index, tuple(self._sources[index])))
+        return out
+
+    def exhausted(self, shard: int) -> bool:
+        return not self._pending.get(shard)
+
+    def confirm(self, shard: int) -> None:
+        """Nothing to keep: the manifest holds every source."""
+
+
+Feed = IteratorFeed | ManifestFeed
+
+
+class CallerSink:
+    """Outputs for the caller's iterator: in source order (``ordered``) or as they finish."""
+
+    name = "caller"
+
+    def __init__(self, ordered: bool) -> None:
+        self.ordered = ordered
+        self._waiting: dict[int, tuple[int, OutputReady]] = {}
+        self._order: deque[int] = deque()
+        self._next = 0
+
+    def offer(self, shard: int, ready: OutputReady) -> None:
+        """A finished source (offered again after a rebuild: kept once)."""
+        if ready.index not in self._waiting:
+            self._waiting[ready.index] = (shard, ready)
+            self._order.append(ready.index)
+
+    def take(self) -> Iterator[tuple[int, OutputReady]]:
+        """What may be handed to the caller now, in order."""
+        if not self.ordered:
+            while self._order:
+                index = self._order.popleft()
+                entry = self._waiting.pop(index, None)
+                if entry is not None:
+                    yield entry
+            return
+        while self._next in self._waiting:
+            entry = self._waiting.pop(self._next)
+            self._next += 1
+            yield entry
+
+    def drop_shard(self, shard: int) -> None:
+        """Forget the outputs of a shard this driver no longer holds."""
+        for index in [i for i, (k, _) in self._waiting.items() if k == shard]:
+            del self._waiting[index]
+
+    @property
+    def buffered(self) -> int:
+        return len(self._waiting)
+
+
+__all__ = ["CallerSink", "Feed", "IteratorFeed", "ManifestFeed", "Row"]

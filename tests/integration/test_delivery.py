@@ -1,0 +1,193 @@
+"""Exactly-once delivery through the public API: a ``Pipeline.run`` caller killed, stopped,
+woken, resumed (docs/ARCHITECTURE.md, "Delivery").
+
+The caller is a real process (``python -m bench.caller_run``) running ``Pipeline.run`` on a
+private redis-server and the session's local Ray; faults are real signals; the resume is
+the real CLI. Every test counts what the caller printed plus what the resume wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rayorch.cli import main as cli_main
+from rayorch.core.facts import GrainCommitted, OutputEmitted
+from rayorch.runtime.manifest import OutputSink
+from rayorch.store.audit import audit_run
+from rayorch.store.base import open_store
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+ITEMS = 20
+
+
+class Caller:
+    """``bench.caller_run`` in a subprocess; ``received`` are the indexes it printed."""
+
+    def __init__(self, redis_url: str, run_id: str, *args: str) -> None:
+        import ray
+
+        address = ray.get_runtime_context().gcs_address
+        cmd = [sys.executable, "-m", "bench.caller_run", "--store", redis_url, "--run-id",
+               run_id, "--address", address, "--items", str(ITEMS), *args]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.received: list[int] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def drain(self) -> list[int]:
+        while True:
+            try:
+                self.received.append(int(self.lines.get_nowait()))
+            except queue.Empty:
+                return self.received
+
+    def wait_received(self, count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.drain()) < count:
+            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            assert time.monotonic() < deadline, f"caller received only {self.received}"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        time.sleep(0.2)
+        self.drain()
+
+
+def committed(redis_url: str, run_id: str) -> int:
+    store = open_store(redis_url)
+    try:
+        return sum(1 for facts in store.read_run(run_id).values() for s in facts
+                   if isinstance(s.fact, GrainCommitted))
+    except Exception:  # the run is not created yet
+        return 0
+    finally:
+        store.close()
+
+
+def wait_committed(redis_url: str, run_id: str, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while committed(redis_url, run_id) < count:
+        assert time.monotonic() < deadline, "the caller's run did not progress"
+        time.sleep(0.1)
+
+
+def resume(redis_url: str, run_id: str, out: Path) -> dict[int, dict[str, object]]:
+    assert cli_main(["resume", run_id, "--store", redis_url, "--out-dir", str(out),
+                     "--lease-ttl", "2", "--quiet"]) == 0
+    return OutputSink(str(out)).read_all()
+
+
+def check_exactly_once(redis_url: str, run_id: str, caller: list[int],
+                       written: dict[int, dict[str, object]], *, redelivered: int) -> None:
+    counts = Counter(caller) + Counter(written.keys())
+    assert sorted(counts) == list(range(ITEMS)), f"lost: {set(range(ITEMS)) - set(counts)}"
+    twice = [i for i, n in counts.items() if n > 1]
+    assert all(counts[i] == 2 for i in twice) and len(twice) <= redelivered, counts
+    for index, record in written.items():
+        assert record["value"] == f"done:{'slow' if index == 0 else 'item'}{index}"
+    store = open_store(redis_url)
+    try:
+        emitted = Counter(s.fact.index for facts in store.read_run(run_id).values()
+                          for s in facts if isinstance(s.fact, OutputEmitted))
+        assert sorted(emitted) == list(range(ITEMS)) and set(emitted.values()) == {1}
+        report = audit_run(store, run_id)
+        assert report.ok, report.problems
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(180)
+def test_ordered_caller_killed_while_source_0_is_slow_loses_nothing(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """Sources 1-19 finish while 0 is slow; the ordered caller received nothing; SIGKILL;
+    ``rayorch resume --out-dir`` writes all 20 (buffered for order is not delivered)."""
+    run_id = f"ordered-{uuid.uuid4().hex[:6]}"
+    caller = Caller(redis_url, run_id, "--slow-first", "--slow-s", "6")
+    wait_committed(redis_url, run_id, ITEMS - 2)  # item 1 may queue behind item 0
+    caller.kill()
+    assert caller.received == []
+    written = resume(redis_url, run_id, tmp_path / "out")
+    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_unordered_caller_killed_mid_loop_gets_the_rest_from_resume(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """An unordered caller is killed after receiving some outputs: the resume delivers
+    the rest; at most the one item the caller held is delivered twice."""
+    run_id = f"unordered-{uuid.uuid4().hex[:6]}"
+    caller = Caller(redis_url, run_id, "--unordered", "--each-s", "0.25")
+    caller.wait_received(6)
+    caller.kill()
+    written = resume(redis_url, run_id, tmp_path / "out")
+    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=1)
+
+
+@pytest.mark.timeout(180)
+def test_resume_of_a_caller_run_without_out_dir_refuses(
+    ray_local: None, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = f"nosink-{uuid.uuid4().hex[:6]}"
+    caller = Caller(redis_url, run_id, "--unordered", "--each-s", "0.25")
+    caller.wait_received(2)
+    caller.kill()
+    code = cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0
+    assert "--out-dir" in err and len(err.splitlines()) == 1, err
+    store = open_store(redis_url)
+    try:  # nothing was marked delivered by the refused resume
+        emitted = {s.fact.index for facts in store.read_run(run_id).values()
+                   for s in facts if isinstance(s.fact, OutputEmitted)}
+        assert emitted <= set(caller.received)
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(180)
+def test_deposed_caller_driver_wakes_up_and_emits_nothing(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """SIGSTOP the caller's driver past its lease TTL, resume the run to the end, SIGCONT:
+    the woken driver hands nothing more to its caller and stops with 'lease lost'."""
+    run_id = f"deposed-{uuid.uuid4().hex[:6]}"
+    caller = Caller(redis_url, run_id, "--unordered", "--each-s", "0.25")
+    caller.wait_received(4)
+    caller.proc.send_signal(signal.SIGSTOP)
+    before = list(caller.drain())
+    try:
+        time.sleep(2.5)  # past the caller's 2 s lease TTL
+        written = resume(redis_url, run_id, tmp_path / "out")
+    finally:
+        caller.proc.send_signal(signal.SIGCONT)
+    _, err = caller.proc.communicate(timeout=60)
+    time.sleep(0.2)
+    after = caller.drain()[len(before):]
+    # What the caller printed after waking was already on its pipe before the stop.
+    assert len(after) <= 1, f"the deposed driver emitted {after} after waking"
+    assert caller.proc.returncode == 3 and "lease lost" in err, err
+    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=1)
