@@ -51,12 +51,16 @@ def lease_epochs(store: LineageStore, run_id: str) -> dict[int, list[int]]:
     }
 
 
-def fail_over(cluster: RedisClusterNodes, master: int) -> None:
-    """SIGKILL ``master``, wait until its replica serves its slots, restart it as a replica."""
+def fail_over(cluster: RedisClusterNodes, master: int, *, paused_replica: int | None = None
+              ) -> None:
+    """SIGKILL ``master`` (then wake ``paused_replica``), wait until a replica serves its
+    slots, restart the old master: it comes back empty (no persistence), as a replica."""
     port = cluster.nodes[master].port
     cluster.kill(master)
+    if paused_replica is not None:
+        cluster.resume(paused_replica)
     cluster.wait_promoted(port)
-    cluster.nodes[master].start()  # no persistence: it comes back empty, as a replica
+    cluster.nodes[master].start()
     cluster.wait_healthy()
 
 
@@ -79,9 +83,10 @@ def test_a_promoted_replica_never_hands_out_an_epoch_again(own_cluster: RedisClu
     except StoreUnavailableError as exc:
         assert "acknowledged" in str(exc)
     finally:
-        own_cluster.resume(replica)
-    store.close()
-    fail_over(own_cluster, master)  # the replica, without b's write, is the master now
+        store.close()
+        # The master dies before the replica wakes up (and could catch up): the replica,
+        # without b's write, becomes the master.
+        fail_over(own_cluster, master, paused_replica=replica)
     store = open_store(url)
     given.append(store.acquire_lease("epochs", 0, "c", ttl_s=60))
     assert len(set(given)) == len(given), f"an epoch was handed out twice: {given}"
