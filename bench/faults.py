@@ -293,7 +293,9 @@ class Harness:
     def _time_left(self, started: float, out_dir: Path) -> float:
         """A guess of the run's remaining time (from the outputs written so far), times 0.8,
         so that the planned faults fit in the run."""
-        done = sum(1 for _ in out_dir.glob("*.msgpack")) if out_dir.exists() else 0
+        from rayorch.runtime.sinks import delivered_count
+
+        done = delivered_count(out_dir)
         if done < 5:
             return float("inf")
         elapsed = time.monotonic() - started
@@ -350,10 +352,10 @@ class Harness:
     def _check(self, store: Any, run_id: str, out_dir: Path, docs: list[str], plan: Any,
                elapsed: float, evaluate: Any, audit_run: Any) -> dict[str, Any]:
         from rayorch.core.facts import GrainRetried, LeaseAcquired, OutputEmitted
-        from rayorch.runtime.manifest import OutputSink
+        from rayorch.runtime.sinks import check_delivery, read_outputs
 
         reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
-        files = OutputSink(str(out_dir)).read_all()
+        files = {record["index"]: record for record in read_outputs(out_dir)}
         emitted: Counter[int] = Counter()
         retried: Counter[str] = Counter()
         leases: list[tuple[float, int, str]] = []
@@ -387,12 +389,16 @@ class Harness:
             if waits:
                 recovery.append(round(max(waits), 2))
         audit = audit_run(store, run_id)
+        delivery = check_delivery(out_dir, [s.fact for facts in store.read_run(run_id).values()
+                                            for s in facts if isinstance(s.fact, OutputEmitted)],
+                                  complete=True)
         result = {
             "run": run_id, "docs": len(docs), "elapsed_s": round(elapsed, 1),
             "faults": dict(self.faults), "outputs_lost": len(lost),
             "outputs_duplicated": len(duplicated), "outputs_wrong": len(wrong),
-            "grains_rerun": dict(retried), "recovery_s": recovery, "audit_ok": audit.ok,
-            "audit_violations": [str(v) for v in audit.violations[:5]],
+            "grains_rerun": dict(retried), "recovery_s": recovery,
+            "audit_ok": audit.ok and not delivery,
+            "audit_violations": [str(v) for v in audit.violations[:5]] + delivery[:5],
             "drivers_started": self._n, "workdir": str(self.workdir),
         }
         return result

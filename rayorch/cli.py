@@ -1,11 +1,11 @@
 """The ``rayorch`` command line: inspect runs kept in a lineage store.
 
     rayorch runs  --store URL                 list the runs
-    rayorch audit RUN --store URL [--json]    verify a run's lineage invariants
+    rayorch audit RUN --store URL [--json]    verify a run's lineage and delivery evidence
     rayorch show  RUN ENTITY --store URL      the lineage tree of one source item
     rayorch timeline RUN --store URL -o run.png   per-Call windows and throughput
-    rayorch driver RUN --store URL            join a run as one more driver replica
-    rayorch resume RUN --store URL            continue a run whose drivers all died
+    rayorch driver RUN --store URL [--out-dir D --format jsonl|parquet]   join a run
+    rayorch resume RUN --store URL [--out-dir D --format jsonl|parquet]   continue a run
     rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
 
 Each subcommand is one ``add_<name>_parser`` function that registers its parser
@@ -37,6 +37,7 @@ from rayorch.core.facts import (
     fact_as_dict,
 )
 from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
+from rayorch.runtime.sinks import FORMATS
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
 from rayorch.store.base import LineageStore, StoredFact
@@ -82,18 +83,47 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 # -- audit --------------------------------------------------------------------------
 def add_audit_parser(sub: Any) -> None:
-    parser = sub.add_parser("audit", help="verify the lineage invariants of a run")
+    parser = sub.add_parser("audit", help="verify the lineage invariants of a run and the "
+                            "delivery evidence of its outputs")
     parser.add_argument("run", help="run id")
     _add_store_options(parser)
+    parser.add_argument("--out-dir", help="the run's output directory (default: the one the "
+                        "run recorded at creation)")
     parser.set_defaults(func=cmd_audit)
 
 
+def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
+    """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
+    from rayorch.core.facts import RunCompleted
+    from rayorch.runtime.manifest import ManifestError, RunManifest
+    from rayorch.runtime.sinks import check_delivery
+
+    if out_dir is None:
+        blob = store.load_manifest(run_id)
+        if blob is not None:
+            try:
+                out_dir = RunManifest.decode(blob).out_dir
+            except ManifestError as exc:
+                return [f"the run's manifest cannot be read to find its output directory "
+                        f"({exc}); pass --out-dir"]
+    emitted: list[OutputEmitted] = []
+    complete = True
+    for facts in store.read_run(run_id).values():
+        complete = complete and any(isinstance(s.fact, RunCompleted) for s in facts)
+        emitted.extend(s.fact for s in facts if isinstance(s.fact, OutputEmitted))
+    return check_delivery(out_dir, emitted, complete=complete)
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
-    report = audit_run(_store(args), args.run)
+    store = _store(args)
+    report = audit_run(store, args.run)
+    problems = _delivery_problems(store, args.run, args.out_dir)
+    ok = report.ok and not problems
     if args.json:
-        _print_json(report.as_dict())
+        _print_json({**report.as_dict(), "ok": ok, "delivery": problems})
     else:
-        verdict = "OK" if report.ok else f"FAILED ({len(report.violations)} violations)"
+        failures = len(report.violations) + len(problems)
+        verdict = "OK" if ok else f"FAILED ({failures} violations)"
         print(f"run {report.run_id}: {verdict} - {report.facts} facts in {report.shards} shards")
         for group, counter in report.counts.items():
             if group == "facts":
@@ -104,7 +134,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         for violation in report.violations:
             print(f"  VIOLATION {violation}")
-    return EXIT_OK if report.ok else EXIT_INVARIANT
+        for problem in problems:
+            print(f"  VIOLATION delivery: {problem}")
+    return EXIT_OK if ok else EXIT_INVARIANT
 
 
 # -- show ---------------------------------------------------------------------------
@@ -260,9 +292,13 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=float, default=None,
                         help="shard lease TTL in seconds (default 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    parser.add_argument("--out-dir", help="where this driver writes its outputs "
-                        "(<index>.msgpack) when the run records no output directory, as for "
-                        "a run started by Pipeline.run")
+    parser.add_argument("--out-dir", help="where this driver writes the outputs (JSONL or "
+                        "Parquet part files, read with rayorch.runtime.sinks.read_outputs) "
+                        "when the run records no output directory, as for a run started by "
+                        "Pipeline.run")
+    parser.add_argument("--format", choices=FORMATS, default=None, dest="out_format",
+                        help="format of the part files in --out-dir (default: the run's, "
+                        "else jsonl)")
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
@@ -273,7 +309,7 @@ def cmd_driver(args: argparse.Namespace) -> int:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
                       lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
-                      require_sink=True)
+                      out_format=args.out_format, require_sink=True)
     with handle:
         handle.wait()
     print(handle.stats.summary(), file=sys.stderr)

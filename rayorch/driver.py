@@ -20,8 +20,6 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import OutputEmitted
-from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.session import (
@@ -266,6 +264,7 @@ def create_run(
     kwargs: dict[str, Any] | None = None,
     run_id: str | None = None,
     out_dir: str | None = None,
+    out_format: str = "jsonl",
     micro_batch: int = 16,
     shards: int = 4,
     max_active_sources: int | None = 256,
@@ -275,8 +274,10 @@ def create_run(
 
     ``pipeline`` is an importable ``ro.Pipeline`` class (or ``"pkg.module:Class"``) built
     with ``args``/``kwargs`` by every driver; ``inputs`` (one iterable per ``forward``
-    argument) are recorded in full with the run; each finished source is written to
-    ``out_dir/<index>.msgpack``. Returns the run id. Nothing runs until a driver joins.
+    argument) are recorded in full with the run; finished sources are written to
+    ``out_dir`` as ``out_format`` (``"jsonl"`` or ``"parquet"``) part files, read back with
+    :func:`rayorch.runtime.sinks.read_outputs`. Returns the run id. Nothing runs until a
+    driver joins.
     """
     from rayorch.runtime.manifest import (
         RunManifest,
@@ -284,6 +285,7 @@ def create_run(
         import_path,
         pipeline_path,
     )
+    from rayorch.runtime.sinks import FileSink
     from rayorch.store.base import open_store
 
     if micro_batch < 1 or shards < 1:
@@ -298,8 +300,11 @@ def create_run(
     rows = [tuple(row) for row in rows_iter]
     check_storable(rows, args, kwargs)
     run_id = run_id or _new_run_id(plan)
+    if out_dir is not None:  # refuse a foreign directory now, not in every driver later
+        FileSink(out_dir, out_format, run_id=run_id)
     manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
-                           None if out_dir is None else str(out_dir), max_active_sources, depth)
+                           None if out_dir is None else str(out_dir), max_active_sources, depth,
+                           out_format)
     lineage = open_store(store)
     try:
         lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
@@ -361,30 +366,6 @@ class ReplicaHandle:
         self.close()
 
 
-class _MsgpackFileSink:
-    """``<dir>/<index>.msgpack`` files behind the file-sink interface of the driver."""
-
-    def __init__(self, directory: str) -> None:
-        from rayorch.runtime.manifest import OutputSink
-
-        self._files = OutputSink(directory)
-
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[OutputEmitted]:
-        now = time.time()
-        out = []
-        for index, value in records:
-            self._files.write(index, value)
-            outcome = value.outcome.value if isinstance(value, FailedResult) else "present"
-            out.append(OutputEmitted(index, outcome, f"msgpack:{index}.msgpack", ts=now))
-        return out
-
-    def discard(self, facts: Sequence[OutputEmitted]) -> None:
-        """Files are written idempotently (same index, same bytes): nothing to remove."""
-
-    def adopt(self, shard: int, indexes: Iterable[int]) -> list[OutputEmitted]:
-        return []
-
-
 def join_run(
     run_id: str,
     *,
@@ -394,15 +375,18 @@ def join_run(
     lease_ttl_s: float | None = None,
     quiet: bool = False,
     out_dir: str | None = None,
+    out_format: str | None = None,
     require_sink: bool = False,
 ) -> ReplicaHandle:
     """Join ``run_id`` as one more driver (starting one on a run whose drivers died resumes it).
 
-    Outputs go to the run's output directory (``create_run(out_dir=)``), else to
-    ``out_dir``, else to the caller iterating the returned :class:`ReplicaHandle`.
+    Outputs go to the run's file sink (``create_run(out_dir=, out_format=)``), else to
+    ``out_dir`` as ``out_format`` (default ``"jsonl"``; see :mod:`rayorch.runtime.sinks`),
+    else to the caller iterating the returned :class:`ReplicaHandle`.
     ``require_sink=True`` (the CLI) refuses a run with no place for its outputs.
     """
     from rayorch.runtime.manifest import ManifestError, RunManifest
+    from rayorch.runtime.sinks import sink_for_run
     from rayorch.runtime.user_code import ship_user_code
     from rayorch.store.base import open_store
 
@@ -416,8 +400,9 @@ def join_run(
                 "could not record one and said why on stderr when it started); make runs "
                 "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded")
         manifest = RunManifest.decode(blob)
-        sink_dir = manifest.out_dir or out_dir  # the run's own sink wins
-        if sink_dir is None and require_sink:
+        file_sink = sink_for_run(run_id, manifest.out_dir, manifest.out_format, out_dir,
+                                 out_format)  # the run's own sink wins
+        if file_sink is None and require_sink:
             raise DriverError(
                 f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "
                 "needs a place for the ones nobody received: pass --out-dir DIR")
@@ -447,7 +432,7 @@ def join_run(
     log = (lambda line: None) if quiet else log_to_stderr
     config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
                           manifest.max_active_sources, progress=False, log=log)
-    sink: Any = _MsgpackFileSink(sink_dir) if sink_dir else CallerSink(ordered=False)
+    sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
     driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
                          driver_id=driver_id or new_driver_id(), pools=pools,
                          call_module=call_module, feed=ManifestFeed(manifest.sources, info),

@@ -20,16 +20,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rayorch.core.errors import KernelError
-from rayorch.core.facts import (
-    REPORT_GROUP_FAILURE,
-    BarrierInstalled,
-    Fact,
-    GrainCommitted,
-    GrainDispatched,
-    OutputEmitted,
-    SourceAdmitted,
-)
+from rayorch.core.facts import REPORT_GROUP_FAILURE, Fact, GrainCommitted
 from rayorch.core.ids import CallId, GrainKey
+from rayorch.core.machine import (
+    BatchCommitted,
+    BatchFailed,
+    FactsStored,
+    InputClosed,
+    Instruction,
+    OutputDelivered,
+    OutputReady,
+    Resync,
+    SendBatch,
+    ShardMachine,
+    SlotFree,
+    SourcesArrived,
+    WriteFacts,
+    barrier_fact,
+)
 from rayorch.core.outcome import Item
 from rayorch.core.plan import Plan, Policy
 from rayorch.core.state import Kernel
@@ -106,14 +114,18 @@ def rebuild(plan: Plan, log: Sequence[Fact], **kernel_args: Any) -> Kernel:
 
 
 class Executor:
-    """Runs one Plan over a list of sources, in process; see :class:`ExecutorOptions`."""
+    """Runs one Plan over a list of sources, in process; see :class:`ExecutorOptions`.
+
+    It performs the same :class:`~rayorch.core.machine.ShardMachine` instructions as
+    the Ray driver, playing the memory store (its ``log``) and the actor pools itself.
+    """
 
     def __init__(self, plan: Plan, options: ExecutorOptions | None = None) -> None:
         self.options = options = options or ExecutorOptions()
         self.plan = override_plan(plan, options.batch_size, options.policy)
         self.rng = random.Random(options.seed)
         self.log: list[Fact] = []
-        self.kernel: Kernel = Kernel(self.plan)
+        self.machine = ShardMachine(self.plan)
         self.stats: dict[str, int] = {
             "batches": 0, "dispatched": 0, "committed": 0, "faults": 0, "restarts": 0,
             "rejected": 0, "bogus_delivered": 0, "max_batch": 0,
@@ -123,12 +135,30 @@ class Executor:
         self._faults: dict[GrainKey, int] = {}
         self._outstanding: list[_Batch] = []
         self._bogus: list[GrainCommitted] = []
+        self._outputs: dict[int, tuple[Item, ...]] = {}
+        self._order: list[int] = []
 
-    # -- the store side -------------------------------------------------------------
-    def write(self, fact: Fact) -> None:
-        """Append a fact to the log and fold it (with the announcements it derives)."""
-        self.log.append(fact)
-        self.log.extend(self.kernel.apply(fact))
+    @property
+    def kernel(self) -> Kernel:
+        return self.machine.kernel
+
+    # -- performing instructions ----------------------------------------------------------
+    def perform(self, instructions: list[Instruction]) -> list[SendBatch]:
+        """Write facts to the log, deliver outputs at once; the batches to run are returned."""
+        sends: list[SendBatch] = []
+        for ins in instructions:
+            if isinstance(ins, WriteFacts):
+                self.log.extend(ins.facts)
+            elif isinstance(ins, SendBatch):
+                sends.append(ins)
+            elif isinstance(ins, OutputReady):
+                self._outputs[ins.index] = ins.items
+                self._order.append(ins.index)
+                sends.extend(self.perform(self.machine.handle(
+                    OutputDelivered(ins.index, ins.outcome, "caller"))))
+            elif isinstance(ins, Resync):
+                raise KernelError(f"the in-process store disagreed with the kernel: {ins.reason}")
+        return sends
 
     def _kernel_args(self, total: int) -> dict[str, Any]:
         return {"max_active_sources": self.options.max_active_sources, "total_sources": total}
@@ -138,36 +168,33 @@ class Executor:
         """Run every source (a tuple of forward arguments) to completion."""
         options = self.options
         total = len(sources)
-        self.kernel = Kernel(self.plan, **self._kernel_args(total))
+        self.machine = ShardMachine(self.plan, **self._kernel_args(total))
         for node in self.plan.calls:
             assert node.call is not None
             module = self.plan.module(node.call.module)
             count = options.actors or module.options.replicas
             self._actors[node.call.id] = [None] * count
             self._busy[node.call.id] = [False] * count
-        outputs: dict[int, tuple[Item, ...]] = {}
-        order: list[int] = []
         next_source = 0
+        closed = False
         for _ in range(options.max_steps):
-            kernel = self.kernel
-            while next_source < total and kernel.admissible() > 0:
-                self.write(SourceAdmitted(next_source, tuple(sources[next_source])))
-                next_source += 1
-            if next_source == total and not kernel.run_completed:
-                self.log.extend(kernel.close_input())
+            machine = self.machine
+            take = min(machine.room(), total - next_source)
+            if take > 0:
+                rows = tuple((i, tuple(sources[i])) for i in range(next_source, next_source + take))
+                self.perform(machine.handle(SourcesArrived(rows)))
+                next_source += take
+            if next_source == total and not closed:
+                self.perform(machine.handle(InputClosed()))
+                closed = True
             dispatched = self._dispatch()
             if self._outstanding:
                 pick = self.rng.randrange(len(self._outstanding)) if options.random_order else 0
                 self._deliver(self._outstanding.pop(pick))
             if self._bogus and (not self._outstanding or self.rng.random() < 0.3):
                 self._deliver_bogus(self._bogus.pop(self.rng.randrange(len(self._bogus))))
-            for index, items in self.kernel.pop_completed():
-                outputs[index] = items
-                order.append(index)
-                outcome = items[0].outcome.value if items else "present"
-                self.write(OutputEmitted(index, outcome))
             if options.restart_rate and self.rng.random() < options.restart_rate:
-                self._restart(total)
+                self._restart(total, closed)
             if options.validate:
                 self.kernel.validate()
             if not dispatched and not self._outstanding and not self._bogus:
@@ -176,23 +203,24 @@ class Executor:
                 self.kernel.check_progress()
         else:
             raise KernelError(f"the executor did not finish in {options.max_steps} steps")
-        return ExecutionResult(outputs, self.log, self.kernel, dict(self.stats), order)
+        return ExecutionResult(self._outputs, self.log, self.kernel, dict(self.stats),
+                               self._order)
 
     def _dispatch(self) -> int:
-        kernel = self.kernel
+        machine = self.machine
         count = 0
-        for call in kernel.ready_calls():
+        for call in machine.ready_calls():
             busy = self._busy[call]
-            limit = kernel.tables.calls[call].max_attempts
+            limit = self.kernel.tables.calls[call].max_attempts
             module = self.plan.module(self.plan.call_node(call).call.module)  # type: ignore[union-attr]
             for actor, is_busy in enumerate(busy):
                 if is_busy:
                     continue
-                batch = kernel.take_batch(call, module.options.batch_size)
-                if not batch:
+                sends = self.perform(machine.handle(SlotFree(call, module.options.batch_size)))
+                if not sends:
                     break
-                for (grain, generation) in batch:
-                    self.write(GrainDispatched(grain[0], grain[1], generation))
+                (send,) = sends
+                batch = [((call, path), gen) for path, gen in send.tags]
                 busy[actor] = True
                 count += 1
                 self.stats["batches"] += 1
@@ -208,11 +236,12 @@ class Executor:
                     fault = self.rng.choice(("crash", "injected", "timeout"))
                     for grain, _ in batch:
                         self._faults[grain] = self._faults.get(grain, 0) + 1
-                self._outstanding.append(self._execute(call, actor, batch, fault))
+                self._outstanding.append(self._execute(call, actor, batch, send.rows, fault))
         return count
 
     def _execute(
-        self, call: CallId, actor: int, batch: list[tuple[GrainKey, int]], fault: str | None
+        self, call: CallId, actor: int, batch: list[tuple[GrainKey, int]],
+        rows: Sequence[tuple[Any, ...]], fault: str | None
     ) -> _Batch:
         """Run the UDF now (as the actor would); the report is delivered later."""
         job = _Batch(call, actor, batch, fault)
@@ -224,12 +253,15 @@ class Executor:
         fn = self._actors[call][actor]
         if fn is None:
             fn = self._actors[call][actor] = instantiate(module)
-        rows = [self.kernel.inputs_of(grain) for grain, _ in batch]
         try:
-            job.results = invoke_batch(fn, module.options, node.call, rows)
+            job.results = invoke_batch(fn, module.options, node.call, list(rows))
         except UdfError as error:
             job.error = error.cause
         return job
+
+    def _failed(self, job: _Batch, cause: str) -> None:
+        tags = tuple((path, gen) for (_, path), gen in job.tags)
+        self.perform(self.machine.handle(BatchFailed(job.call, tags, cause)))
 
     def _deliver(self, job: _Batch) -> None:
         self._busy[job.call][job.actor] = False
@@ -240,22 +272,28 @@ class Executor:
                 self.stats["faults"] += 1
             if job.fault == "crash":
                 self._actors[job.call][job.actor] = None  # the actor is replaced
-            for fact in self.kernel.physical_failure(job.tags, cause):
-                self.write(fact)
+            self._failed(job, cause)
             if job.fault == "timeout" and job.results is not None:
                 self._bogus.extend(self._reports(job))  # the late reports of a timed-out batch
             return
-        for report in self._reports(job):
-            if self.kernel.verdict(report).accepted:
-                self.write(report)
-                self.stats["committed"] += 1
-                if report.outcome == REPORT_GROUP_FAILURE and len(report.path) > 1:
-                    self.write(BarrierInstalled(report.call, report.path[:-1], report.cause or ""))
-                rate = self.options.bogus_report_rate
-                if rate and self.rng.random() < rate:
-                    self._bogus.append(report)  # a duplicate delivery
-            else:
-                self.stats["rejected"] += 1
+        for report in self._reports(job):  # one at a time: the log interleaves as folded
+            verdict = self._commit(report)
+            self.perform(self.machine.handle(BatchCommitted((report,), (verdict,))))
+
+    def _commit(self, report: GrainCommitted) -> int:
+        """The memory store's commit gate: the verdict; an accepted report (+ barrier) logged."""
+        verdict = self.kernel.verdict(report)
+        if verdict.accepted:
+            self.log.append(report)
+            self.stats["committed"] += 1
+            if report.outcome == REPORT_GROUP_FAILURE and len(report.path) > 1:
+                self.log.append(barrier_fact(report))
+            rate = self.options.bogus_report_rate
+            if rate and self.rng.random() < rate:
+                self._bogus.append(report)  # a duplicate delivery
+        else:
+            self.stats["rejected"] += 1
+        return int(verdict)
 
     def _deliver_bogus(self, report: GrainCommitted) -> None:
         """A stale, duplicate or late report: it must be rejected."""
@@ -271,13 +309,14 @@ class Executor:
             return []
         return reports_for(job.call, [(path, gen) for (_, path), gen in job.tags], job.results)
 
-    def _restart(self, total: int) -> None:
-        """Throw the kernel away and rebuild it from the fact log."""
+    def _restart(self, total: int, closed: bool) -> None:
+        """Throw the machine away and rebuild it from the fact log."""
         self.stats["restarts"] += 1
         old = self.kernel
-        self.kernel = rebuild(self.plan, self.log, **self._kernel_args(total))
-        if old.run_completed and not self.kernel.run_completed:
-            self.kernel.close_input()
+        self.machine = ShardMachine(self.plan, **self._kernel_args(total))
+        self.perform(self.machine.handle(FactsStored(tuple(self.log))))
+        if closed:
+            self.perform(self.machine.handle(InputClosed()))
         if self.options.check_rebuild:
             before, after = old.snapshot(), self.kernel.snapshot()
             if before != after:
@@ -295,8 +334,7 @@ class Executor:
             self._faults[grain] = self._faults.get(grain, 0) + 1
         for job in self._outstanding:
             self._busy[job.call][job.actor] = False
-            for fact in self.kernel.physical_failure(job.tags, RESTART_CAUSE):
-                self.write(fact)
+            self._failed(job, RESTART_CAUSE)
             if job.results is not None:
                 self._bogus.extend(self._reports(job))  # their reports now arrive stale
         self._outstanding.clear()

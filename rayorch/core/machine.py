@@ -135,6 +135,7 @@ class OutputReady(Instruction):
     index: int
     value: Any
     outcome: str
+    items: tuple[Item, ...] = ()  # the output Items themselves (tests, the simulator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +286,7 @@ class ShardMachine:
         for index, items in self.kernel.pop_completed():
             value = item_result(index, items, names)
             outcome = value.outcome.value if isinstance(value, FailedResult) else "present"
-            self._outbox.append(OutputReady(index, value, outcome))
+            self._outbox.append(OutputReady(index, value, outcome, tuple(items)))
 
 
 _HANDLERS: dict[type, Any] = {

@@ -2,25 +2,22 @@
 
 At run creation the manifest records the pipeline's import path and constructor
 arguments, every source row (so a driver can admit the sources of any shard), the
-output sink and the driver knobs. It is msgpack (no pickle), kept in the lineage
-store beside the run (``save_manifest``; first writer wins).
+output sink (directory and format, see :mod:`rayorch.runtime.sinks`) and the driver
+knobs. It is msgpack (no pickle), kept in the lineage store beside the run
+(``save_manifest``; first writer wins). Version 1 manifests (no format) still decode.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import pack_value, unpack_value
-from rayorch.core.outcome import FailedResult
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 
 
 class ManifestError(RayorchError):
@@ -38,23 +35,31 @@ class RunManifest:
     out_dir: str | None = None
     max_active_sources: int | None = 256
     depth: int | None = None
+    out_format: str = "jsonl"  # of the file sink in out_dir: "jsonl" | "parquet"
 
     def encode(self) -> bytes:
         return pack_value([MANIFEST_VERSION, self.pipeline, list(self.args), self.kwargs,
                            [list(row) for row in self.sources], self.out_dir,
-                           self.max_active_sources, self.depth])
+                           self.max_active_sources, self.depth, self.out_format])
 
     @classmethod
     def decode(cls, blob: bytes) -> RunManifest:
         try:
-            version, pipeline, args, kwargs, sources, out_dir, cap, depth = unpack_value(blob)
+            version, *fields = unpack_value(blob)
         except Exception as exc:
             raise ManifestError(f"the run's manifest cannot be read ({exc})") from exc
-        if version != MANIFEST_VERSION:
+        if version not in (1, MANIFEST_VERSION):
             raise ManifestError(f"run manifest version {version} is not supported "
-                                f"(this rayorch reads {MANIFEST_VERSION}); upgrade rayorch")
+                                f"(this rayorch reads 1 to {MANIFEST_VERSION}); upgrade rayorch")
+        if version == 1:
+            fields.append("jsonl")
+        try:
+            pipeline, args, kwargs, sources, out_dir, cap, depth, out_format = fields
+        except ValueError:
+            raise ManifestError(f"the run's manifest (version {version}) has {len(fields)} "
+                                "fields; it is damaged") from None
         return cls(pipeline, tuple(args), dict(kwargs), tuple(tuple(r) for r in sources),
-                   out_dir, cap, depth)
+                   out_dir, cap, depth, out_format)
 
     def build_pipeline(self) -> Any:
         """Import the pipeline class and construct it with the recorded arguments."""
@@ -143,48 +148,5 @@ def manifest_of_run(pipeline: Any, inputs: Sequence[Any], *, max_active_sources:
                        max_active_sources, depth)
 
 
-class OutputSink:
-    """One file per source index, written atomically: ``<dir>/<index>.msgpack``.
-
-    A file holds ``{"index", "outcome", "value" | "cause"}``. Writing is idempotent
-    (the same result overwrites itself), so a driver that takes over completes an
-    output whose file was written but whose ``OutputEmitted`` fact was not.
-    """
-
-    def __init__(self, directory: str) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-
-    def path_of(self, index: int) -> Path:
-        return self.directory / f"{index}.msgpack"
-
-    def write(self, index: int, value: Any) -> None:
-        if isinstance(value, FailedResult):
-            record = {"index": index, "outcome": value.outcome.value, "cause": value.cause}
-        else:
-            record = {"index": index, "outcome": "present", "value": value}
-        blob = pack_value(record)
-        fd, tmp = tempfile.mkstemp(prefix=f".{index}.", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path_of(index))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def read_all(self) -> dict[int, dict[str, Any]]:
-        """Every output file, by source index."""
-        out: dict[int, dict[str, Any]] = {}
-        for path in self.directory.glob("*.msgpack"):
-            if path.name.startswith("."):
-                continue
-            record = unpack_value(path.read_bytes())
-            out[int(record["index"])] = record
-        return out
-
-
-__all__ = ["ManifestError", "OutputSink", "RunManifest", "check_storable", "import_path",
+__all__ = ["ManifestError", "RunManifest", "check_storable", "import_path",
            "manifest_of_run", "pipeline_path"]

@@ -250,7 +250,8 @@ class ShardAudit:
                 self.bad(f"expansion {key[0]} of {format_path(key[1])}",
                          "never closed although the run completed")
         for index in sorted(self.admitted - self.emitted):
-            self.bad(f"source {index}", "no output although the run completed")
+            self.bad(f"source {index} was never delivered",
+                     f"deliver it with `rayorch resume {self.report.run_id} --out-dir DIR`")
 
 
 def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape: PlanShape,

@@ -23,7 +23,7 @@ import pytest
 
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import GrainCommitted, OutputEmitted
-from rayorch.runtime.manifest import OutputSink
+from rayorch.runtime.sinks import read_outputs
 from rayorch.store.audit import audit_run
 from rayorch.store.base import open_store
 
@@ -96,7 +96,7 @@ def wait_committed(redis_url: str, run_id: str, count: int, timeout: float = 60)
 def resume(redis_url: str, run_id: str, out: Path) -> dict[int, dict[str, object]]:
     assert cli_main(["resume", run_id, "--store", redis_url, "--out-dir", str(out),
                      "--lease-ttl", "2", "--quiet"]) == 0
-    return OutputSink(str(out)).read_all()
+    return {record["index"]: record for record in read_outputs(out)}
 
 
 def check_exactly_once(redis_url: str, run_id: str, caller: list[int],

@@ -25,7 +25,8 @@ from rayorch.cli import main as cli_main
 from rayorch.core.facts import LeaseAcquired, OutputEmitted
 from rayorch.core.reference import evaluate
 from rayorch.driver import create_run, join_run
-from rayorch.runtime.manifest import ManifestError, OutputSink
+from rayorch.runtime.manifest import ManifestError
+from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store.audit import audit_run
 from rayorch.store.base import LineageStore, open_store
 
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def outputs_match_reference(out_dir: Path, docs: list[str]) -> None:
     reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
-    files = OutputSink(str(out_dir)).read_all()
+    files = {record["index"]: record for record in read_outputs(out_dir)}
     assert sorted(files) == sorted(reference)
     for index, (item,) in reference.items():
         record = files[index]
@@ -165,7 +166,7 @@ def test_resume_after_all_drivers_died_and_status(
     proc = subprocess.Popen(_driver_cmd(run_id, redis_url, address, "doomed"), env=env,
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
-    while not any(out.glob("*.msgpack")) and time.monotonic() < deadline:
+    while not delivered_count(out) and time.monotonic() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
@@ -203,7 +204,7 @@ def test_redis_restart_mid_run_loses_no_fact_and_the_run_completes(
         proc = subprocess.Popen(_driver_cmd(run_id, url, address, "survivor"), env=env,
                                 cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 90
-    while len(list(out.glob("*.msgpack"))) < 3 and time.monotonic() < deadline:
+    while delivered_count(out) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     store = open_store(url)
     before = store.read_run(run_id)
@@ -283,14 +284,14 @@ def test_fault_harness_short(tmp_path: Path) -> None:
 _PLAIN_RUN = """
 import sys
 from bench.faults import FaultPipeline, make_docs
-from rayorch.runtime.manifest import OutputSink
+from rayorch.runtime.sinks import FileSink
 url, address, run_id, out = sys.argv[1:5]
-sink = OutputSink(out)
+sink = FileSink(out, run_id=run_id)
 handle = FaultPipeline(gpu_ms=40).run(make_docs(24), store=url, address=address, run_id=run_id,
                                       micro_batch=2, max_active_sources=4, lease_ttl_s=2.0,
                                       progress=False)
 for index, value in handle:
-    sink.write(index, value)
+    sink.write_part(0, [(index, value)])
 """
 
 
@@ -301,15 +302,15 @@ def test_plain_pipeline_run_on_redis_is_resumable_after_sigkill(
     import ray
 
     docs = make_docs(24)
-    out = tmp_path / "out"
+    mine, out = tmp_path / "mine", tmp_path / "out"  # the caller's own files; the resume's
     run_id = f"plain-{time.monotonic_ns()}"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     address = ray.get_runtime_context().gcs_address
     proc = subprocess.Popen([sys.executable, "-c", _PLAIN_RUN, redis_url, address, run_id,
-                             str(out)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                             str(mine)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
-    while len(list(out.glob("*.msgpack"))) < 2 and time.monotonic() < deadline:
+    while delivered_count(mine) < 2 and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
@@ -320,11 +321,12 @@ def test_plain_pipeline_run_on_redis_is_resumable_after_sigkill(
     assert 0 < len(emitted_before) < len(docs), "the kill must land mid-run"
     assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2", "--quiet",
                      "--out-dir", str(out)]) == 0
-    assert cli_main(["audit", run_id, "--store", redis_url]) == 0
+    assert cli_main(["audit", run_id, "--store", redis_url, "--out-dir", str(out)]) == 0
     capsys.readouterr()
     assert set(emitted_counts(store, run_id).values()) == {1}, "every output emitted once"
     reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
-    files = OutputSink(str(out)).read_all()
+    files = {r["index"]: r for d in (mine, out) for r in read_outputs(d)}
+    assert len(files) == delivered_count(mine) + delivered_count(out), "a source twice"
     # The killed process may have had outputs emitted in the store but not yet written by its
     # caller; every other source has its file, from the caller or from the resume.
     assert set(reference) - set(files) <= emitted_before

@@ -1,0 +1,593 @@
+"""File sinks: where ``rayorch driver``/``resume`` deliver outputs, as files users read.
+
+A sink directory holds a small manifest (``_rayorch_sink.json``: run id, format, record
+schema) and *part files* written whole and atomically, one per ``write_part`` call::
+
+    part-s<shard:5>-<first index:12>-<records>-<6 hex>.jsonl | .parquet
+
+Each record is one source: ``{"index": i, "outcome": "present", "value": ...}`` or
+``{"index": i, "outcome": "dropped"|"failed"|"suppressed", "cause": ..., "output": NAME}``.
+Values are JSON (orjson): tuples and numpy arrays become lists, numpy scalars numbers,
+``bytes`` the tagged form ``{"$bytes": "<base64>"}``; anything else (a set, a 65-bit int,
+NaN, a dict with non-str keys) is a :class:`SinkError` naming the source, never a silent
+``str()``. Parquet parts have the columns ``index:int64, outcome, value_json, cause,
+output`` (strings). A record's *digest* is the SHA-256 of its canonical bytes: the JSONL
+line (keys in the order above, no spaces), rebuilt from the columns for Parquet.
+
+The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
+
+    sink = FileSink(out_dir, "jsonl", run_id=run)      # refuses another run's directory
+    facts = sink.write_part(shard, [(index, value), ...])  # OutputEmitted, one per record
+    store.append(run, shard, epoch, facts)             # fenced; on LeaseLostError:
+    sink.discard(facts)                                #   remove the part again
+    facts = sink.adopt(shard, indexes)                 # on taking a shard over: parts a
+                                                       # dead holder wrote, claimed, not rewritten
+    for record in read_outputs(out_dir): ...           # users
+    check_delivery(out_dir, emitted, complete=...)     # ``rayorch audit``: one line per problem
+
+Several driver processes may write one directory (different shards): nothing is shared
+but the manifest, written once; names are unique per shard (random suffix, no-replace
+publish).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import os
+import re
+import secrets
+import time
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rayorch.core.errors import RayorchError
+from rayorch.core.facts import OutputEmitted
+from rayorch.core.outcome import FailedResult, Outcome
+
+SINK_MANIFEST = "_rayorch_sink.json"
+SINK_VERSION = 1
+FORMATS = ("jsonl", "parquet")
+HIDDEN_PREFIX = ".rayorch-"  # in-progress and claimed files: ignored by readers
+PART_RE = re.compile(r"^part-s(\d{5,})-(\d{12,})-(\d+)-([0-9a-f]{6})\.(jsonl|parquet)$")
+OUTCOMES = frozenset(o.value for o in Outcome)
+# Sinks whose OutputEmitted facts need no file: the Pipeline.run caller, older writers.
+FILELESS_SINKS = ("", "caller")
+_JSON_OPTIONS = (orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATETIME
+                 | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
+_RECORD_SCHEMA = {
+    "index": "int (source index)",
+    "outcome": "present | dropped | failed | suppressed",
+    "value": "the output as JSON, when present (several outputs: a list)",
+    "cause": "why not present (str or null), otherwise",
+    "output": "the output name that is not present, otherwise",
+    "bytes": {"$bytes": "base64"},
+}
+
+
+class SinkError(RayorchError):
+    """A sink directory, part file or value cannot be used; the message says which."""
+
+
+# -- records ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SinkRecord:
+    """One source's record: its canonical bytes (a JSONL line) and its parts."""
+
+    index: int
+    outcome: str
+    value_json: bytes | None  # present only
+    cause: str | None = None
+    output: str | None = None
+    stored: bytes | None = None  # the line as read from a JSONL part (kept byte for byte)
+
+    @property
+    def line(self) -> bytes:
+        if self.stored is not None:
+            return self.stored
+        if self.value_json is not None:
+            return b'{"index":%d,"outcome":"present","value":%s}' % (self.index, self.value_json)
+        return b'{"index":%d,"outcome":%s,"cause":%s,"output":%s}' % (
+            self.index, orjson.dumps(self.outcome), orjson.dumps(self.cause),
+            orjson.dumps(self.output))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.line).hexdigest()
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.value_json is not None:
+            return {"index": self.index, "outcome": self.outcome,
+                    "value": orjson.loads(self.value_json)}
+        return {"index": self.index, "outcome": self.outcome, "cause": self.cause,
+                "output": self.output}
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return {"$bytes": base64.b64encode(bytes(obj)).decode("ascii")}
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"Type is not JSON serializable: {type(obj).__module__}."
+                    f"{type(obj).__qualname__}")
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether a NaN or infinity hides in ``value`` (orjson would write it as null)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_non_finite(v) for v in value)
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "fc":
+            return not bool(np.isfinite(value).all())
+        return value.dtype.kind == "O" and _non_finite(value.tolist())
+    if isinstance(value, np.floating | np.complexfloating):
+        return not bool(np.isfinite(value))
+    return False
+
+
+def encode_record(index: int, value: Any) -> SinkRecord:
+    """The record of source ``index`` (its output, or a :class:`FailedResult`)."""
+    if isinstance(value, FailedResult):
+        return SinkRecord(index, value.outcome.value, None, value.cause, value.port)
+    try:
+        blob = orjson.dumps(value, default=_json_default, option=_JSON_OPTIONS)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise SinkError(
+            f"source {index}: its output (type {type(value).__name__}) cannot be written as "
+            f"JSON: {exc}; file sinks take None, bool, 64-bit int, finite float, str, bytes, "
+            "lists, tuples, dicts with str keys and numpy arrays") from None
+    if b"null" in blob and _non_finite(value):
+        raise SinkError(f"source {index}: its output (type {type(value).__name__}) holds NaN "
+                        "or infinity, which JSON cannot hold; return None or a string instead")
+    return SinkRecord(index, Outcome.PRESENT.value, blob)
+
+
+def _check_shape(rec: SinkRecord, where: str) -> None:
+    if rec.index < 0 or rec.outcome not in OUTCOMES or (
+            (rec.value_json is None) != (rec.outcome != Outcome.PRESENT.value)):
+        raise SinkError(f"{where}: record of source {rec.index} is not a rayorch record")
+
+
+def _record_of_line(line: bytes, where: str) -> SinkRecord:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise SinkError(f"{where}: a line is not JSON ({exc})") from None
+    if not isinstance(obj, dict) or type(obj.get("index")) is not int:
+        raise SinkError(f"{where}: a line is not a rayorch record (no integer index)")
+    if obj.get("outcome") == Outcome.PRESENT.value and set(obj) == {"index", "outcome", "value"}:
+        rec = SinkRecord(obj["index"], "present", orjson.dumps(obj["value"]), stored=line)
+    elif set(obj) == {"index", "outcome", "cause", "output"} and isinstance(
+            obj["outcome"], str) and isinstance(obj["cause"], str | None) and isinstance(
+            obj["output"], str):
+        rec = SinkRecord(obj["index"], obj["outcome"], None, obj["cause"], obj["output"],
+                         stored=line)
+    else:
+        raise SinkError(f"{where}: the record of source {obj['index']} has keys {sorted(obj)}")
+    _check_shape(rec, where)
+    return rec
+
+
+# -- part files -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PartName:
+    shard: int
+    first: int
+    count: int
+    fmt: str
+
+    @classmethod
+    def parse(cls, name: str) -> PartName | None:
+        m = PART_RE.match(name)
+        if m is None:
+            return None
+        return cls(int(m[1]), int(m[2]), int(m[3]), m[5])
+
+    @staticmethod
+    def new(shard: int, records: Sequence[SinkRecord], fmt: str) -> str:
+        first = min(r.index for r in records)
+        return f"part-s{shard:05d}-{first:012d}-{len(records)}-{secrets.token_hex(3)}.{fmt}"
+
+
+def _read_part(path: Path) -> list[tuple[SinkRecord, str]]:
+    """The records of one part file with their digests (of the bytes as stored)."""
+    where = f"part file {path}"
+    try:
+        if path.suffix == ".jsonl":
+            recs = [_record_of_line(line, where) for line in path.read_bytes().splitlines()
+                    if line]
+        else:
+            recs = _read_parquet(path, where)
+    except OSError as exc:
+        raise SinkError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    return [(rec, rec.digest) for rec in recs]
+
+
+def _read_parquet(path: Path, where: str) -> list[SinkRecord]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except pa.ArrowException as exc:
+        raise SinkError(f"{where} is not a readable Parquet file ({exc})") from None
+    if table.column_names != ["index", "outcome", "value_json", "cause", "output"]:
+        raise SinkError(f"{where} has columns {table.column_names}, not a rayorch part's")
+    out = []
+    for row in table.to_pylist():
+        index, outcome, value_json = row["index"], row["outcome"], row["value_json"]
+        if not isinstance(index, int) or not isinstance(outcome, str):
+            raise SinkError(f"{where}: a row has no index or outcome")
+        if isinstance(value_json, str):
+            value_json = value_json.encode()
+        rec = SinkRecord(index, outcome, value_json, row["cause"], row["output"])
+        _check_shape(rec, where)
+        out.append(rec)
+    return out
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
+             rename_on_clash: bool = True) -> str:
+    """Write ``name`` whole or not at all: hidden temp file, fsync, no-replace link, fsync dir.
+
+    Returns the name used: a clash with an existing part (random suffix) picks another
+    name; without ``rename_on_clash`` it raises :class:`FileExistsError`.
+    """
+    tmp = directory / f"{HIDDEN_PREFIX}tmp-{name}-{secrets.token_hex(4)}"
+    try:
+        with open(tmp, "xb") as f:
+            if table is not None:
+                import pyarrow.parquet as pq
+
+                pq.write_table(table, f)
+            else:
+                assert data is not None
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        for _ in range(8):
+            try:
+                os.link(tmp, directory / name)
+                break
+            except FileExistsError:
+                if not rename_on_clash:
+                    raise
+                stem, _, ext = name.rpartition("-")
+                name = f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
+        else:  # pragma: no cover - eight clashes of a random suffix
+            raise SinkError(f"cannot find a free part name in {directory}")
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise SinkError(f"cannot write part file {name} in {directory}: "
+                        f"{exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(directory)
+    return name
+
+
+def _parquet_table(records: Sequence[SinkRecord]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({
+        "index": pa.array([r.index for r in records], pa.int64()),
+        "outcome": pa.array([r.outcome for r in records], pa.string()),
+        "value_json": pa.array([None if r.value_json is None else r.value_json.decode()
+                                for r in records], pa.string()),
+        "cause": pa.array([r.cause for r in records], pa.string()),
+        "output": pa.array([r.output for r in records], pa.string()),
+    })
+
+
+# -- the sink -------------------------------------------------------------------------------
+def _load_manifest(directory: Path) -> dict[str, Any] | None:
+    path = directory / SINK_MANIFEST
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SinkError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        meta = orjson.loads(blob)
+    except orjson.JSONDecodeError:
+        meta = None
+    if not (isinstance(meta, dict) and meta.get("rayorch_sink") == SINK_VERSION
+            and isinstance(meta.get("run"), str) and meta.get("format") in FORMATS):
+        raise SinkError(f"{path} is not a rayorch sink manifest (version {SINK_VERSION}); "
+                        "use another directory")
+    return meta
+
+
+def _foreign_files(directory: Path, fmt: str | None) -> list[str]:
+    odd = []
+    for entry in os.scandir(directory):
+        if entry.name == SINK_MANIFEST or entry.name.startswith(HIDDEN_PREFIX):
+            continue
+        part = PartName.parse(entry.name)
+        if part is None or not entry.is_file() or (fmt is not None and part.fmt != fmt):
+            odd.append(entry.name)
+    return sorted(odd)
+
+
+class FileSink:
+    """A run's outputs as JSONL or Parquet part files in ``out_dir``; see the module doc."""
+
+    def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str) -> None:
+        if fmt not in FORMATS:
+            raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
+        if not run_id:
+            raise SinkError("a file sink needs the run id")
+        if fmt == "parquet":
+            try:
+                import pyarrow.parquet  # noqa: F401
+            except ImportError:
+                raise SinkError("Parquet output needs pyarrow: pip install 'rayorch[parquet]' "
+                                "(or use --format jsonl)") from None
+        self.directory = Path(out_dir)
+        self.format = fmt
+        self.run_id = run_id
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SinkError(f"cannot create the output directory {self.directory}: "
+                            f"{exc.strerror or exc}") from None
+        meta = _load_manifest(self.directory)
+        if meta is None:
+            odd = _foreign_files(self.directory, None)
+            if odd:
+                raise SinkError(
+                    f"the output directory {self.directory} holds files that are not rayorch "
+                    f"part files ({', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''}); "
+                    "use an empty or new directory")
+            meta = {"rayorch_sink": SINK_VERSION, "run": run_id, "format": fmt,
+                    "record": _RECORD_SCHEMA}
+            blob = orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+            try:
+                _publish(self.directory, SINK_MANIFEST, blob, rename_on_clash=False)
+            except FileExistsError:  # another driver wrote it first: check theirs
+                meta = _load_manifest(self.directory) or meta
+        if meta["run"] != run_id:
+            raise SinkError(f"the output directory {self.directory} holds the outputs of run "
+                            f"{meta['run']!r}, not {run_id!r}; use another directory")
+        if meta["format"] != fmt:
+            raise SinkError(f"the output directory {self.directory} is the {meta['format']} "
+                            f"sink of run {run_id}; pass --format {meta['format']} (or another "
+                            "directory)")
+        odd = _foreign_files(self.directory, fmt)
+        if odd:
+            raise SinkError(f"the output directory {self.directory} holds files that are not "
+                            f"{fmt} part files of run {run_id} ({', '.join(odd[:3])}"
+                            f"{', ...' if len(odd) > 3 else ''}); move them away")
+
+    def sink_of(self, name: str) -> str:
+        """The ``OutputEmitted.sink`` of a part of this sink."""
+        return f"{self.format}:{name}"
+
+    def _write(self, name: str, records: Sequence[SinkRecord]) -> str:
+        if self.format == "parquet":
+            return _publish(self.directory, name, None, _parquet_table(records))
+        return _publish(self.directory, name, b"".join(r.line + b"\n" for r in records))
+
+    def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]) -> list[OutputEmitted]:
+        now, sink = time.time(), self.sink_of(name)
+        return [OutputEmitted(rec.index, rec.outcome, sink, digest, ts=now)
+                for rec, digest in records]
+
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[OutputEmitted]:
+        """Write these sources' records as one new part file; their ``OutputEmitted``, in order.
+
+        The facts are not yet delivery: the caller appends them fenced (and on a refusal
+        calls :meth:`discard`). ``SinkError`` names the source whose value JSON cannot hold.
+        """
+        if not records:
+            return []
+        encoded = [encode_record(index, value) for index, value in records]
+        if len({r.index for r in encoded}) != len(encoded):
+            raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
+        name = self._write(PartName.new(shard, encoded, self.format), encoded)
+        return self._facts(name, [(r, r.digest) for r in encoded])
+
+    def discard(self, facts: Sequence[OutputEmitted]) -> None:
+        """The fenced append of ``facts`` was refused: remove the part files they name."""
+        names = {f.sink.partition(":")[2] for f in facts if f.sink.startswith(f"{self.format}:")}
+        removed = False
+        for name in names:
+            if PartName.parse(name) is not None:
+                (self.directory / name).unlink(missing_ok=True)  # adopted meanwhile: gone
+                removed = True
+        if removed:
+            _fsync_dir(self.directory)
+
+    def adopt(self, shard: int, indexes: Collection[int]) -> list[OutputEmitted]:
+        """Facts for sources of ``shard`` a previous holder wrote but never recorded.
+
+        Each part holding some of ``indexes`` is claimed by an atomic rename (so a deposed
+        holder's :meth:`discard` and this adoption cannot both win) and published again
+        under a new name with just those records, byte for byte: same digests, no second
+        copy. Sources found in no part are not returned.
+        """
+        wanted = set(indexes)
+        found: list[OutputEmitted] = []
+        for name in sorted(os.listdir(self.directory)):
+            part = PartName.parse(name)
+            if not wanted or part is None or part.shard != shard or part.fmt != self.format:
+                continue
+            try:
+                records = _read_part(self.directory / name)
+            except SinkError:
+                if (self.directory / name).exists():
+                    raise
+                continue  # discarded by its writer meanwhile
+            hits = [(rec, digest) for rec, digest in records if rec.index in wanted]
+            if not hits:
+                continue
+            claim = self.directory / f"{HIDDEN_PREFIX}claim-{name}-{secrets.token_hex(4)}"
+            try:
+                os.rename(self.directory / name, claim)
+            except FileNotFoundError:
+                continue  # its writer discarded it first: those sources get written anew
+            kept = [rec for rec, _ in hits]
+            if len(hits) == len(records) and self.format == "jsonl":
+                new = _publish(self.directory, PartName.new(shard, kept, self.format),
+                               claim.read_bytes())
+            else:
+                new = self._write(PartName.new(shard, kept, self.format), kept)
+            claim.unlink()
+            found.extend(self._facts(new, hits))
+            wanted -= {rec.index for rec in kept}
+        return found
+
+
+def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
+                 out_dir: str | Path | None, out_format: str | None) -> FileSink | None:
+    """The file sink a driver of ``run_id`` writes to: the run's own, else ``out_dir``.
+
+    A directory or format given for a run that records its own is refused when it differs
+    (the outputs of one run stay in one place).
+    """
+    if recorded_dir is not None:
+        if out_dir is not None and Path(out_dir).resolve() != Path(recorded_dir).resolve():
+            raise SinkError(f"run {run_id} writes its outputs to {recorded_dir} (chosen when it "
+                            f"was created), not {out_dir}; drop --out-dir")
+        if out_format is not None and out_format != recorded_format:
+            raise SinkError(f"run {run_id} writes {recorded_format} outputs (chosen when it "
+                            f"was created), not {out_format}; drop --format")
+        return FileSink(recorded_dir, recorded_format, run_id=run_id)
+    if out_dir is None:
+        if out_format is not None:
+            raise SinkError("--format needs --out-dir (where to write the outputs)")
+        return None
+    return FileSink(out_dir, out_format or "jsonl", run_id=run_id)
+
+
+# -- readers -----------------------------------------------------------------------------------
+def _parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
+    if not directory.is_dir():
+        raise SinkError(f"{directory} is not a directory")
+    meta = _load_manifest(directory)
+    if meta is None:
+        raise SinkError(f"{directory} is not a rayorch output directory (no {SINK_MANIFEST})")
+    odd = _foreign_files(directory, meta["format"])
+    if odd:
+        raise SinkError(f"{directory} holds files that are not {meta['format']} part files "
+                        f"({', '.join(odd[:3])})")
+    names = sorted(n for n in os.listdir(directory) if PartName.parse(n) is not None)
+    return meta, names
+
+
+def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """Every record of a sink directory, part by part; :class:`SinkError` on a source twice.
+
+    >>> for record in read_outputs("out/"):                # doctest: +SKIP
+    ...     print(record["index"], record["outcome"], record.get("value"))
+    """
+    directory = Path(out_dir)
+    _, names = _parts(directory)
+    seen: dict[int, str] = {}
+    for name in names:
+        for rec, _ in _read_part(directory / name):
+            if rec.index in seen:
+                raise SinkError(
+                    f"source {rec.index} is in two part files of {directory} ({seen[rec.index]}"
+                    f", {name}): one was left by a driver that died while deposed; "
+                    "`rayorch audit RUN --out-dir DIR` names the part no fact references")
+            seen[rec.index] = name
+            yield rec.as_dict()
+
+
+def delivered_count(out_dir: str | Path) -> int:
+    """How many records the part files of ``out_dir`` hold (from their names; no reads)."""
+    try:
+        names = os.listdir(out_dir)
+    except FileNotFoundError:
+        return 0
+    return sum(p.count for n in names if (p := PartName.parse(n)) is not None)
+
+
+def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted], *,
+                   complete: bool) -> list[str]:
+    """Problems with the delivery evidence of file sinks, one line each (none: all proven).
+
+    Every ``OutputEmitted`` naming a part must find that part in ``out_dir`` with the
+    source's record and the same digest. When the run is ``complete``, a part that no
+    fact names (a deposed driver's leftover) is a problem too.
+    """
+    by_part: dict[str, dict[int, str]] = {}
+    for fact in emitted:
+        if fact.sink in FILELESS_SINKS:
+            continue
+        by_part.setdefault(fact.sink, {})[fact.index] = fact.digest
+    if not by_part:
+        return []
+    if out_dir is None:
+        example = next(iter(by_part))
+        return [f"{sum(map(len, by_part.values()))} outputs were delivered to file sink parts "
+                f"(e.g. {example!r}) but the run records no output directory: pass --out-dir "
+                "DIR to check them"]
+    directory = Path(out_dir)
+    try:
+        meta, names = _parts(directory)
+    except SinkError as exc:
+        return [f"the output directory cannot be checked: {exc}"]
+    problems: list[str] = []
+    for sink, digests in sorted(by_part.items()):
+        fmt, _, name = sink.partition(":")
+        part = PartName.parse(name)
+        sources = ", ".join(map(str, sorted(digests)[:8])) + (", ..." if len(digests) > 8 else "")
+        if part is None or fmt != part.fmt or fmt != meta["format"]:
+            problems.append(f"sources {sources}: delivered to {sink!r}, which is not a "
+                            f"{meta['format']} part of {directory}")
+            continue
+        if name not in names:
+            problems.append(f"part {name} is missing from {directory}: sources {sources} were "
+                            "delivered to it")
+            continue
+        try:
+            stored = {rec.index: digest for rec, digest in _read_part(directory / name)}
+        except SinkError as exc:
+            problems.append(f"part {name} (sources {sources}): {exc}")
+            continue
+        for index, digest in sorted(digests.items()):
+            if index not in stored:
+                problems.append(f"source {index}: part {name} holds no record of it")
+            elif digest and stored[index] != digest:
+                problems.append(f"source {index}: its record in part {name} was altered "
+                                f"(sha256 {stored[index][:12]}..., delivered "
+                                f"{digest[:12]}...)")
+    if complete:
+        referenced = {sink.partition(":")[2] for sink in by_part}
+        for name in names:
+            if name not in referenced:
+                problems.append(f"part {name} in {directory} is named by no OutputEmitted fact "
+                                "(left by a driver that died while deposed): delete it")
+    return problems
+
+
+__all__ = ["FORMATS", "SINK_MANIFEST", "FileSink", "SinkError", "SinkRecord",
+           "check_delivery", "delivered_count", "encode_record", "read_outputs",
+           "sink_for_run"]
