@@ -22,6 +22,7 @@ from bench.faults import FaultPipeline, make_docs
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import LeaseAcquired
 from rayorch.driver import create_run
+from rayorch.runtime.sinks import delivered_count
 from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
 from rayorch.store.audit import audit_run
 from rayorch.store.base import LineageStore
@@ -105,7 +106,7 @@ def _driver(run_id: str, url: str, address: str, log: Path) -> subprocess.Popen[
 
 def _wait_outputs(out: Path, count: int, proc: subprocess.Popen[bytes], log: Path) -> int:
     deadline = time.monotonic() + 120
-    while (done := len(list(out.glob("*.msgpack")))) < count and time.monotonic() < deadline:
+    while (done := delivered_count(out)) < count and time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.1)
     return done
@@ -121,7 +122,7 @@ def test_master_killed_mid_run_the_run_completes_audits_and_resumes(
     import ray
 
     url = own_cluster.url
-    docs = make_docs(40)
+    docs = make_docs(60)
     out = tmp_path / "out"
     run_id = create_run(FaultPipeline, [docs], store=url, kwargs={"gpu_ms": 40},
                         out_dir=str(out), shards=6, micro_batch=2, max_active_sources=4)
@@ -137,8 +138,11 @@ def test_master_killed_mid_run_the_run_completes_audits_and_resumes(
     _wait_outputs(out, at_kill + 3, proc, log)  # the driver goes on after the failover
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    text = log.read_text()
-    assert "cannot reach the lineage store" in text and "reachable again" in text, text[-3000:]
+    store = open_store(url)
+    assert len(emitted_counts(store, run_id)) < len(docs), "the resume must have work left"
+    store.close()
+    # The driver either saw the failover as a store outage (one line, backoff, rebuild) or
+    # rode through it on the client's retries, depending on what it was doing: both are fine.
     assert cli_main(["resume", run_id, "--store", url, "--lease-ttl", "2", "--quiet"]) == 0
     assert cli_main(["audit", run_id, "--store", url]) == 0
     capsys.readouterr()
