@@ -20,7 +20,7 @@ from test_failover import REPO, emitted_counts, outputs_match_reference
 
 from bench.faults import FaultPipeline, make_docs
 from rayorch.cli import main as cli_main
-from rayorch.core.facts import LeaseAcquired
+from rayorch.core.facts import LeaseAcquired, RunCompleted
 from rayorch.driver import create_run
 from rayorch.runtime.sinks import delivered_count
 from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
@@ -198,3 +198,20 @@ def test_tls_on_a_cluster(tmp_path: Path) -> None:
             open_store(f"{plain}?retries=1").list_runs()
     finally:
         cluster.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_planned_failover_is_followed_through_moved(own_cluster: RedisClusterNodes) -> None:
+    """``CLUSTER FAILOVER`` on a replica: the old master answers MOVED to a store whose slot
+    map is stale, and the new master has no scripts (NOSCRIPT); both are followed."""
+    store = open_store(own_cluster.url)
+    write_scripted_run(store, "moved", shards=6, micro_batch=1, complete=False)
+    before = store.read_run("moved")
+    master = own_cluster.master_of(ShardKeys("moved", 0).lease)
+    replica = own_cluster.replica_of(master)
+    assert own_cluster.cli_call(replica, "cluster", "failover").strip() == "OK"
+    own_cluster.wait_promoted(own_cluster.nodes[master].port)
+    epoch = store.acquire_lease("moved", 0, "next", ttl_s=60)  # MOVED, then NOSCRIPT
+    store.append("moved", 0, epoch, [RunCompleted(1)])
+    assert store.read_run("moved")[0][: len(before[0])] == before[0]
+    assert lease_epochs(store, "moved")[0][-1] == epoch
