@@ -203,7 +203,7 @@ class RedisClusterStore(RedisStore):
         asking: dict[int, str] = {}  # ASK: send ASKING first, to that node
         backoff = ExponentialWithJitterBackoff(cap=1.0, base=0.05)
         error: Exception = StoreUnavailableError(self.safe_url, "retries spent")
-        for attempt in range(self.retries + 1):
+        for attempt in range(self.retries + 3):  # + a NOSCRIPT and an ASK hop
             groups: dict[str, list[int]] = {}
             for i in pending:
                 with self._errors():
@@ -213,7 +213,8 @@ class RedisClusterStore(RedisStore):
             for name, members in groups.items():
                 results = self._run_on_node(client, name, calls, members, use_source, asking)
                 for i, result in zip(members, results):
-                    asking.pop(i, None)
+                    if not isinstance(result, NoScriptError):
+                        asking.pop(i, None)  # an ASK holds for the one next call only
                     if not isinstance(result, Exception):
                         out[i] = result
                         continue
@@ -234,6 +235,8 @@ class RedisClusterStore(RedisStore):
                 with contextlib.suppress(RedisClusterException, redis.RedisError):
                     client.nodes_manager.initialize()  # learn who serves which slot now
                 time.sleep(backoff.compute(attempt + 1))
+        if isinstance(error, AskError):  # still moving (resharding): as unavailable as TRYAGAIN
+            raise StoreUnavailableError(self.safe_url, f"cluster: {error}") from error
         with self._errors():
             raise error
 

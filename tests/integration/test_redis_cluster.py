@@ -20,7 +20,13 @@ from test_failover import REPO, emitted_counts, outputs_match_reference
 
 from bench.faults import FaultPipeline, make_docs
 from rayorch.cli import main as cli_main
-from rayorch.core.facts import LeaseAcquired, RunCompleted
+from rayorch.core.facts import (
+    GrainDispatched,
+    GrainRetried,
+    LeaseAcquired,
+    RunCompleted,
+    SourceAdmitted,
+)
 from rayorch.driver import create_run
 from rayorch.runtime.sinks import delivered_count
 from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
@@ -215,3 +221,44 @@ def test_a_planned_failover_is_followed_through_moved(own_cluster: RedisClusterN
     store.append("moved", 0, epoch, [RunCompleted(1)])
     assert store.read_run("moved")[0][: len(before[0])] == before[0]
     assert lease_epochs(store, "moved")[0][-1] == epoch
+
+
+def _node_id(cluster: RedisClusterNodes, node: int) -> str:
+    return cluster.cli_call(node, "cluster", "myid").strip()
+
+
+@pytest.mark.timeout(120)
+def test_a_slot_in_migration_is_followed_through_ask(own_cluster: RedisClusterNodes) -> None:
+    """Resharding moves shard 0's slot to another master: once its keys have moved, the old
+    owner answers ASK and the write lands on the new owner after ASKING; while only some
+    have moved, Redis answers TRYAGAIN and the store reports an outage (callers retry)."""
+    from redis.crc import key_slot
+
+    store = open_store(f"{own_cluster.url}?retries=2")
+    store.open_run("asked", scripted_plan(), shards=1, micro_batch=1)
+    keys = ShardKeys("asked", 0)
+    epoch = store.acquire_lease("asked", 0, "d", ttl_s=60)
+    store.append("asked", 0, epoch, [SourceAdmitted(0, ("a",)),
+                                     GrainDispatched("render", (0,), 0)])
+    slot = key_slot(keys.lease.encode())
+    source = own_cluster.master_of(keys.lease)
+    target = next(i for i, n in enumerate(own_cluster.nodes)
+                  if n.port in own_cluster.master_ports() and i != source)
+    src_id, dst_id = _node_id(own_cluster, source), _node_id(own_cluster, target)
+    own_cluster.cli_call(target, "cluster", "setslot", str(slot), "importing", src_id)
+    own_cluster.cli_call(source, "cluster", "setslot", str(slot), "migrating", dst_id)
+    moving = own_cluster.cli_call(source, "cluster", "getkeysinslot", str(slot), "100").split()
+    assert keys.lease in moving and keys.grains in moving
+    port = str(own_cluster.nodes[target].port)
+    own_cluster.cli_call(source, "migrate", "127.0.0.1", port, "", "0", "5000", "KEYS",
+                         keys.grains)
+    with pytest.raises(StoreUnavailableError, match="cluster"):
+        store.append("asked", 0, epoch, [GrainRetried("render", (0,), 1, "crash")])
+    rest = [k for k in moving if k != keys.grains]
+    own_cluster.cli_call(source, "migrate", "127.0.0.1", port, "", "0", "5000", "KEYS", *rest)
+    store.append("asked", 0, epoch, [GrainRetried("render", (0,), 1, "crash")])  # ASK
+    for node in (target, source):  # the migration ends: the target owns the slot
+        own_cluster.cli_call(node, "cluster", "setslot", str(slot), "node", dst_id)
+    assert own_cluster.master_of(keys.lease) == target
+    facts = [type(s.fact).__name__ for s in store.read_run("asked")[0]]
+    assert facts == ["LeaseAcquired", "SourceAdmitted", "GrainDispatched", "GrainRetried"]
