@@ -3,6 +3,7 @@
     python bench/store.py                      # a private redis-server, then the memory store
     python bench/store.py --url redis://host:6379/0 --grains 50000
     python bench/store.py --results bench/RESULTS.md   # append the table there
+    python bench/store.py --scaling --results bench/RESULTS.md   # shards x servers (below)
 
 One shard. Commit: N child Grains are dispatched first (untimed), then their reports
 are committed in batches of 1, 16 and 64 (one store round trip per batch) by one
@@ -12,6 +13,12 @@ once, each committing its own slice, as several actors commit to one shard in a 
 the median of ``--repeat`` runs. Rebuild: every fact of the shard is read back in
 order and decoded, then also folded through the kernel. Targets: >= 30k Grains/s per
 shard with batching, rebuild >= 1M facts/min.
+
+``--scaling``: commit Grains/s of one run with 1, 3 and 6 shards, on one private
+redis-server and on a private 3-master + 3-replica Redis Cluster (``redis+cluster://``,
+with and without the replica ``WAIT`` after every commit), ``--clients`` processes
+committing batches of 64 at once; the masters' CPU time per committed Grain (``INFO
+cpu``), their memory per fact (``INFO memory``), and the rebuild rate of each shard.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ from rayorch.core.facts import (
 )
 from rayorch.core.plan import Plan
 from rayorch.store import LineageStore, open_store
+from rayorch.store.base import shard_of
 from rayorch.store.scripted_run import scripted_plan
-from rayorch.testing import RedisServer, redis_server_path
+from rayorch.testing import RedisClusterNodes, RedisServer, redis_server_path
 
 PAGES_PER_SOURCE = 100
 
@@ -85,6 +93,23 @@ def commit_client(url: str, run: str, todo: list[tuple[int, int]], batch: int,
     store.close()
 
 
+def concurrent_commits(url: str, run: str, slices: list[list[tuple[int, int]]],
+                       batch: int) -> float:
+    """One client process per slice, all committing at once; seconds from first start to
+    last finish."""
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Barrier(len(slices)), ctx.Queue()
+    procs = [ctx.Process(target=commit_client, args=(url, run, part, batch, ready, done))
+             for part in slices]
+    for proc in procs:
+        proc.start()
+    clocks = [done.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0, f"a commit client failed (exit code {proc.exitcode})"
+    return max(end for _, end in clocks) - min(start for start, _ in clocks)
+
+
 def bench_commits(store: LineageStore, grains: int, batch: int, clients: int = 1) -> float:
     """Committed Grains per second on one shard with ``batch`` reports per commit call."""
     run = f"bench-commit-{batch}-{time.time_ns()}"
@@ -100,20 +125,9 @@ def bench_commits(store: LineageStore, grains: int, batch: int, clients: int = 1
         commit_all(store, run, reports, batch)
         elapsed = time.perf_counter() - started
     else:
-        ctx = multiprocessing.get_context("fork")
-        ready, done = ctx.Barrier(clients), ctx.Queue()
         share = -(-grains // clients)
-        procs = [ctx.Process(target=commit_client,
-                             args=(store.url, run, todo[k * share:(k + 1) * share], batch,
-                                   ready, done))
-                 for k in range(clients)]
-        for proc in procs:
-            proc.start()
-        clocks = [done.get(timeout=600) for _ in procs]
-        for proc in procs:
-            proc.join(60)
-            assert proc.exitcode == 0, f"a commit client failed (exit code {proc.exitcode})"
-        elapsed = max(end for _, end in clocks) - min(start for start, _ in clocks)
+        elapsed = concurrent_commits(store.url, run, [todo[k * share:(k + 1) * share]
+                                                      for k in range(clients)], batch)
     store.delete_run(run)
     return grains / elapsed
 
@@ -162,6 +176,182 @@ def bench_rebuild(store: LineageStore, facts: int) -> tuple[int, float, float | 
     return total, read_rate, fold_rate
 
 
+# -- scaling: shards x servers ------------------------------------------------------------------
+def server_stats(ports: list[int]) -> tuple[list[float], int]:
+    """(CPU seconds of each redis-server on ``ports``, their used memory in bytes, summed)."""
+    import redis
+
+    cpu, memory = [], 0
+    for port in ports:
+        client = redis.Redis(port=port)
+        info = client.info()
+        cpu.append(float(info["used_cpu_user"]) + float(info["used_cpu_sys"]))
+        memory += int(info["used_memory"])
+        client.close()
+    return cpu, memory
+
+
+def shard_homes(url: str, run: str, shards: int, ports: list[int]) -> str:
+    """How many of the run's shards each master serves, e.g. ``"2/2/2"``."""
+    if len(ports) == 1:
+        return str(shards)
+    from redis.cluster import RedisCluster
+
+    from rayorch.store.keys import ShardKeys
+
+    client = RedisCluster(host="127.0.0.1", port=ports[0])
+    served = [client.get_node_from_key(ShardKeys(run, k).lease).port for k in range(shards)]
+    client.close()
+    return "/".join(str(n) for n in sorted((served.count(p) for p in ports), reverse=True))
+
+
+def bench_sharded_commits(url: str, ports: list[int], shards: int, grains: int, clients: int,
+                          batch: int = 64) -> dict[str, float]:
+    """Grains/s of ``clients`` committers over one run of ``shards`` shards, and server cost."""
+    store = open_store(url)
+    run = f"bench-scale-{shards}-{time.time_ns()}"
+    store.open_run(run, scripted_plan(), shards=shards, micro_batch=1)
+    epochs = {k: store.acquire_lease(run, k, "bench", ttl_s=3600) for k in range(shards)}
+    todo = paths(grains)
+    for k in range(shards):
+        mine = [p for p in todo if shard_of(p[0], 1, shards) == k]
+        for start in range(0, len(mine), 1000):
+            store.append(run, k, epochs[k],
+                         [GrainDispatched("ocr", p, 0) for p in mine[start:start + 1000]])
+    homes = shard_homes(url, run, shards, ports)
+    cpu_before, _ = server_stats(ports)
+    # client k commits sources k, k + clients, ...
+    elapsed = concurrent_commits(url, run, [[p for p in todo if p[0] % clients == k]
+                                            for k in range(clients)], batch)
+    cpu_after, _ = server_stats(ports)
+    store.delete_run(run)
+    store.close()
+    spent = [after - before for before, after in zip(cpu_before, cpu_after)]
+    return {"per_s": grains / elapsed, "server_us": sum(spent) * 1e6 / grains,
+            "ceiling": grains / max(spent), "homes": homes}
+
+
+def bench_memory_and_rebuild(url: str, ports: list[int], shards: int, sources: int,
+                             text_bytes: int) -> dict[str, float]:
+    """Server bytes per fact (pages carrying ``text_bytes`` of text) and per-shard rebuild."""
+    store = open_store(url)
+    run = f"bench-mem-{time.time_ns()}"
+    store.open_run(run, scripted_plan(), shards=shards, micro_batch=1)
+    epochs = {k: store.acquire_lease(run, k, "bench", ttl_s=3600) for k in range(shards)}
+    _, memory_before = server_stats(ports)
+    text = "x" * text_bytes
+    for index in range(sources):
+        k = shard_of(index, 1, shards)
+        src = (index,)
+        children = [(index, o) for o in range(PAGES_PER_SOURCE)]
+        store.append(run, k, epochs[k], [SourceAdmitted(index, (f"doc{index}",)),
+                                         GrainDispatched("render", src, 0)])
+        store.commit(run, [GrainCommitted("render", src, 0, REPORT_PRESENT,
+                                          ([f"p{o}" for o in range(PAGES_PER_SOURCE)],))])
+        store.append(run, k, epochs[k],
+                     [ExpansionClosed("root/0", src, "succeeded", PAGES_PER_SOURCE)]
+                     + [GrainDispatched("ocr", p, 0) for p in children])
+        for start in range(0, PAGES_PER_SOURCE, 64):
+            store.commit(run, [GrainCommitted("ocr", p, 0, REPORT_PRESENT, (text,))
+                               for p in children[start:start + 64]])
+        store.append(run, k, epochs[k], [GrainDispatched("assemble", src, 0)])
+        store.commit(run, [GrainCommitted("assemble", src, 0, REPORT_PRESENT, ("doc",))])
+        store.append(run, k, epochs[k], [OutputEmitted(index, "present")])
+    _, memory_after = server_stats(ports)
+    from rayorch.core.state import Kernel
+
+    plan = Plan.from_description(store.run_info(run).plan)
+    facts, read_s, fold_s = 0, 0.0, 0.0
+    for k in range(shards):  # a new holder's rebuild: read the shard, fold it into a kernel
+        started = time.perf_counter()
+        stored = list(store.iter_facts(run, k))
+        read_s += time.perf_counter() - started
+        started = time.perf_counter()
+        kernel = Kernel(plan)
+        for item in stored:
+            kernel.apply(item.fact)
+        assert kernel.finished
+        fold_s += time.perf_counter() - started
+        facts += len(stored)
+    store.delete_run(run)
+    store.close()
+    return {"facts": facts, "bytes_per_fact": (memory_after - memory_before) / facts,
+            "rebuild_per_min": facts / read_s * 60,
+            "fold_per_min": facts / (read_s + fold_s) * 60}
+
+
+@contextmanager
+def topologies(workdir: Path) -> Iterator[list[tuple[str, str, list[int]]]]:
+    """(name, URL, master ports): one redis-server; a 3+3 cluster with and without WAIT."""
+    (workdir / "single").mkdir()
+    with RedisServer(workdir / "single") as single, \
+            RedisClusterNodes(workdir / "cluster") as cluster:
+        masters = cluster.master_ports()
+        yield [
+            ("1 server", single.url, [single.port]),
+            ("cluster 3+3", cluster.url, masters),
+            ("cluster 3+3, no WAIT", f"{cluster.url}?wait_replicas=0", masters),
+        ]
+
+
+def scaling(args: argparse.Namespace) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as workdir, topologies(Path(workdir)) as tops:
+        for name, url, ports in tops:
+            for shards in (1, 3, 6):
+                runs = [bench_sharded_commits(url, ports, shards, args.grains, args.clients)
+                        for _ in range(args.repeat)]
+                best = sorted(runs, key=lambda r: r["per_s"])[len(runs) // 2]
+                rows.append({"store": name, "shards": shards, "clients": args.clients,
+                             "per_s": round(best["per_s"]),
+                             "server_us": round(best["server_us"], 1),
+                             "ceiling": round(best["ceiling"], -3), "homes": best["homes"]})
+                print(f"{name}, {shards} shards ({best['homes']}), {args.clients} clients: "
+                      f"{best['per_s']:,.0f} Grains/s, masters' CPU {best['server_us']:.1f} "
+                      f"µs/Grain, ceiling {best['ceiling']:,.0f} Grains/s", flush=True)
+            if "no WAIT" in name:
+                continue
+            for text_bytes in (16, 2048):
+                got = bench_memory_and_rebuild(url, ports, 6, args.facts // 207, text_bytes)
+                rows.append({"store": name, "shards": 6, "text_bytes": text_bytes,
+                             "facts": got["facts"],
+                             "bytes_per_fact": round(got["bytes_per_fact"]),
+                             "rebuild_per_min": round(got["rebuild_per_min"]),
+                             "fold_per_min": round(got["fold_per_min"])})
+                print(f"{name}, 6 shards, page text {text_bytes} B: "
+                      f"{got['bytes_per_fact']:,.0f} B/fact in Redis, rebuild "
+                      f"{got['rebuild_per_min'] / 1e6:.2f}M facts/min per shard (read + "
+                      f"decode), {got['fold_per_min'] / 1e6:.2f}M with the kernel fold",
+                      flush=True)
+    return rows
+
+
+def write_scaling(path: Path, rows: list[dict[str, object]], command: str) -> None:
+    lines = [
+        "",
+        f"## Lineage store scaling (`bench/store.py --scaling`), {time.strftime('%Y-%m-%d %H:%M')}",
+        "",
+        f"Command: `python {command}` on {platform.node()} ({os.cpu_count()} CPUs, shared; "
+        f"load average {os.getloadavg()[0]:.1f} at the end). Servers are private, without "
+        "persistence, on this machine; the cluster is 3 masters + 3 replicas.",
+        "",
+        "| store | shards | shards per master | clients | commit Grains/s (batch 64) | "
+        "masters' CPU µs/Grain | ceiling Grains/s (busiest master at one core) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [f"| {r['store']} | {r['shards']} | {r['homes']} | {r['clients']} | "
+              f"{r['per_s']:,} | {r['server_us']} | {r['ceiling']:,.0f} |"
+              for r in rows if "per_s" in r]
+    lines += ["", "| store | shards | page text | facts | Redis bytes/fact | rebuild facts/min "
+              "per shard: read + decode | + kernel fold |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['store']} | {r['shards']} | {r['text_bytes']} B | {r['facts']:,} | "
+              f"{r['bytes_per_fact']:,} | {r['rebuild_per_min']:,} | {r['fold_per_min']:,} |"
+              for r in rows if "bytes_per_fact" in r]
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a Redis URL (default: start a private redis-server)")
@@ -172,7 +362,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs per commit figure (the median is reported)")
     parser.add_argument("--results", type=Path, help="append the table to this markdown file")
+    parser.add_argument("--scaling", action="store_true",
+                        help="shards x servers instead (one server, a 3+3 Redis Cluster)")
     args = parser.parse_args()
+    if args.scaling:
+        scale_rows = scaling(args)
+        print(json.dumps(scale_rows))
+        if args.results:
+            write_scaling(args.results, scale_rows, " ".join(sys.argv))
+        return
 
     rows: list[dict[str, object]] = []
 

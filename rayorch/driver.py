@@ -34,11 +34,9 @@ from rayorch.runtime.session import (
     with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver, log_to_stderr
+from rayorch.store.base import SHARED_STORE_SCHEMES
 
 __all__ = ["DriverError", "ReplicaHandle", "RunHandle", "create_run", "join_run", "run_pipeline"]
-
-SHARED_STORE_SCHEMES = ("redis://", "rediss://")
-
 
 class DriverError(RayorchError):
     """The driver was given inputs or options it cannot run."""
@@ -250,8 +248,8 @@ def run_pipeline(
       actor; ``lease_ttl_s``: the shard leases' TTL (how soon ``rayorch resume`` can
       take over).
 
-    On a shared store (``redis://``, ``rediss://``) the run records a manifest (the
-    pipeline's import path and constructor arguments, every source), so that
+    On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
+    a manifest (the pipeline's import path and constructor arguments, every source), so that
     ``rayorch resume RUN --store URL --out-dir DIR`` delivers what this caller did not
     receive if this process dies; when it cannot (a class in ``__main__``, generator
     inputs, un-msgpack-able values) one line on stderr says why, and the run goes on.

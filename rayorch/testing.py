@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -66,6 +67,11 @@ class RedisServer:
         self.start_timeout_s = start_timeout_s
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_args: list[str] = []  # more redis-server options (e.g. cluster mode)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     @property
     def url(self) -> str:
@@ -84,6 +90,7 @@ class RedisServer:
             args += ["--appendonly", "no"]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra_args
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -105,6 +112,7 @@ class RedisServer:
     def stop(self) -> None:
         """Stop the server cleanly (SIGTERM, SIGKILL if it lingers)."""
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server could not stop
             self.proc.terminate()
             try:
                 self.proc.wait(10)
@@ -272,3 +280,213 @@ def shared_share(expected: Counter[str], got: Counter[str]) -> tuple[float, floa
     """(recall, precision) of ``got``'s words against ``expected``'s, as multisets."""
     common = sum((expected & got).values())
     return common / max(sum(expected.values()), 1), common / max(sum(got.values()), 1)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A test CA and a certificate for 127.0.0.1 signed by it (PEM files)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def make(cls, workdir: Path) -> TlsFiles:
+        """Generate them with the ``openssl`` command (valid for one day)."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise RedisServerError("openssl is not installed (apt-get install openssl)")
+        workdir.mkdir(parents=True, exist_ok=True)
+        files = cls(workdir / "ca.crt", workdir / "server.crt", workdir / "server.key")
+        ca_key, csr, ext = workdir / "ca.key", workdir / "server.csr", workdir / "san.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        for args in (
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
+             str(files.ca), "-days", "1", "-subj", "/CN=rayorch test CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(files.key), "-out",
+             str(csr), "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", str(csr), "-CA", str(files.ca), "-CAkey", str(ca_key),
+             "-CAcreateserial", "-out", str(files.cert), "-days", "1", "-extfile", str(ext)],
+        ):
+            subprocess.run([openssl, *args], capture_output=True, check=True, timeout=60)
+        return files
+
+
+class RedisClusterNodes:
+    """A local Redis Cluster: ``masters`` masters with ``replicas`` replicas each, on free ports.
+
+    Every node is a ``redis-server --cluster-enabled yes`` in its own directory under
+    ``workdir``; :meth:`start` joins them with ``redis-cli --cluster create``. The node
+    timeout is short (``node_timeout_ms``) so a killed master fails over in seconds, and
+    a replica that lagged may still be promoted (``cluster-replica-validity-factor 0``):
+    the worst case for a lineage store, on purpose.
+    """
+
+    def __init__(self, workdir: Path, *, masters: int = 3, replicas: int = 1,
+                 password: str | None = None, tls: TlsFiles | None = None,
+                 node_timeout_ms: int = 1000, start_timeout_s: float = 30.0) -> None:
+        cli = shutil.which("redis-cli")
+        if redis_server_path() is None or cli is None:
+            raise RedisServerError(
+                "redis-server and redis-cli are not installed (apt-get install redis-server)"
+            )
+        self.cli = cli
+        self.workdir = workdir
+        self.masters, self.replicas = masters, replicas
+        self.password = password
+        self.tls = tls
+        self.node_timeout_ms = node_timeout_ms
+        self.start_timeout_s = start_timeout_s
+        self.nodes: list[RedisServer] = []
+        for i in range(masters * (1 + replicas)):
+            node_dir = workdir / f"node{i}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            node = RedisServer(node_dir, password=password, start_timeout_s=start_timeout_s)
+            node.extra_args = [
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-port", str(free_port()),
+                "--cluster-node-timeout", str(node_timeout_ms),
+                "--cluster-replica-validity-factor", "0",
+            ] + (["--masterauth", password] if password else [])
+            if tls is not None:  # the node's port speaks TLS only, to clients and peers
+                node.extra_args += [
+                    "--port", "0", "--tls-port", str(node.port), "--tls-cluster", "yes",
+                    "--tls-replication", "yes", "--tls-auth-clients", "no",
+                    "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
+                    "--tls-ca-cert-file", str(tls.ca),
+                ]
+            self.nodes.append(node)
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{n.port}" for n in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://[:password@]host:port,...`` (every node); ``rediss+`` with TLS."""
+        auth = f":{self.password}@" if self.password else ""
+        if self.tls is None:
+            return f"redis+cluster://{auth}{','.join(self.addresses)}"
+        return f"rediss+cluster://{auth}{','.join(self.addresses)}?ssl_ca_certs={self.tls.ca}"
+
+    def _cli_options(self) -> list[str]:
+        options = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        if self.tls is not None:
+            options += ["--tls", "--cacert", str(self.tls.ca)]
+        return options
+
+    def cli_call(self, node: int, *args: str, timeout_s: float = 10.0) -> str:
+        """Run one ``redis-cli`` command against node ``node`` and return its output."""
+        done = subprocess.run(
+            [self.cli, "-h", "127.0.0.1", "-p", str(self.nodes[node].port), *self._cli_options(),
+             *args],
+            capture_output=True, timeout=timeout_s, check=False,
+        )
+        return done.stdout.decode(errors="replace")
+
+    def start(self) -> None:
+        """Start every node, create the cluster and wait until every slot is served."""
+        for node in self.nodes:
+            node.start()
+        done = subprocess.run(
+            [self.cli, *self._cli_options(), "--cluster", "create", *self.addresses,
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            capture_output=True, timeout=self.start_timeout_s, check=False,
+        )
+        if done.returncode != 0:
+            self.stop()
+            raise RedisServerError(f"redis-cli --cluster create failed: {done.stdout[-500:]!r}")
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Wait until every live node reports ``cluster_state:ok`` with ``masters`` masters."""
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        while time.monotonic() < deadline:
+            live = [i for i, n in enumerate(self.nodes) if n.alive]
+            if live and all(self._healthy(i) for i in live):
+                return
+            time.sleep(0.1)
+        raise RedisServerError("the Redis Cluster did not become healthy in time")
+
+    def _healthy(self, node: int) -> bool:
+        info = self.cli_call(node, "cluster", "info")
+        if "cluster_state:ok" not in info:
+            return False
+        replication = self.cli_call(node, "info", "replication")
+        if "role:slave" in replication and "master_link_status:up" not in replication:
+            return False  # a replica still syncing: a WAIT for it would time out
+        return len(self.master_ports(node)) == self.masters
+
+    def master_ports(self, via: int | None = None) -> list[int]:
+        """Ports of the live masters that serve slots, as node ``via`` sees them."""
+        via = via if via is not None else next(i for i, n in enumerate(self.nodes) if n.alive)
+        ports = []
+        for line in self.cli_call(via, "cluster", "nodes").splitlines():
+            fields = line.split()
+            if len(fields) > 8 and "master" in fields[2] and "fail" not in fields[2]:
+                ports.append(int(fields[1].split("@")[0].rsplit(":", 1)[1]))
+        return sorted(ports)
+
+    def master_of(self, key: str) -> int:
+        """The index in :attr:`nodes` of the master that serves ``key`` now."""
+        via = next(i for i, n in enumerate(self.nodes) if n.alive)
+        slot = int(self.cli_call(via, "cluster", "keyslot", key).strip())
+        for line in self.cli_call(via, "cluster", "nodes").splitlines():
+            fields = line.split()
+            if len(fields) <= 8 or "master" not in fields[2] or "fail" in fields[2]:
+                continue
+            for span in fields[8:]:
+                low, _, high = span.partition("-")
+                if low.isdigit() and int(low) <= slot <= int(high or low):
+                    port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                    return next(i for i, n in enumerate(self.nodes) if n.port == port)
+        raise RedisServerError(f"no live master serves the slot of {key!r}")
+
+    def replica_of(self, master: int) -> int:
+        """The index in :attr:`nodes` of a live replica of node ``master``."""
+        via = next(i for i, n in enumerate(self.nodes) if n.alive)
+        lines = [line.split() for line in self.cli_call(via, "cluster", "nodes").splitlines()]
+        port_of = {f[0]: int(f[1].split("@")[0].rsplit(":", 1)[1]) for f in lines if len(f) > 3}
+        master_port = self.nodes[master].port
+        for f in lines:
+            if len(f) > 3 and "slave" in f[2] and port_of.get(f[3]) == master_port:
+                return next(i for i, n in enumerate(self.nodes) if n.port == port_of[f[0]])
+        raise RedisServerError(f"node {master} has no replica")
+
+    def kill(self, node: int) -> None:
+        """SIGKILL one node (a crashed machine)."""
+        self.nodes[node].kill()
+
+    def pause(self, node: int) -> None:
+        """SIGSTOP one node: it neither answers nor replicates until :meth:`resume`."""
+        proc = self.nodes[node].proc
+        if proc is not None:
+            proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, node: int) -> None:
+        proc = self.nodes[node].proc
+        if proc is not None:
+            proc.send_signal(signal.SIGCONT)
+
+    def wait_promoted(self, dead_port: int, timeout_s: float = 30.0) -> None:
+        """Wait until the slots of the dead master at ``dead_port`` are served by another node."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ports = self.master_ports()
+            if dead_port not in ports and len(ports) == self.masters:
+                self.wait_healthy(max(1.0, deadline - time.monotonic()))
+                return
+            time.sleep(0.1)
+        raise RedisServerError(f"no replica took over the master on port {dead_port} in time")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisClusterNodes:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

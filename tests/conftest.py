@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from rayorch.testing import RedisServer, redis_server_path
+from rayorch.testing import RedisClusterNodes, RedisServer, redis_server_path
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -54,6 +55,22 @@ def redis_aof_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """A private Redis Cluster (3 masters, 1 replica each) shared by the tests of a session.
+
+    Tests that kill or pause nodes start their own :class:`RedisClusterNodes` instead.
+    """
+    if redis_server_path() is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server/redis-cli are not installed (apt-get install redis-server)")
+    cluster = RedisClusterNodes(tmp_path_factory.mktemp("redis-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import os
 import socket
 import uuid
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import ray
 
@@ -15,20 +14,13 @@ from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.runtime.ray_cluster import ensure_ray
+from rayorch.store.base import SHARED_STORE_SCHEMES
+from rayorch.store.redis_store import redact_url
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run
 
 
-def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
 def check_resources(modules: list[ModuleSpec]) -> None:
@@ -99,7 +91,7 @@ def with_quick_retries(url: str, retries: int = 3) -> str:
     A driver's store outage then surfaces within about a second, is reported once, and
     the driver backs off and rebuilds from the store (docs/ARCHITECTURE.md, "Store outages").
     """
-    if not url.lower().startswith(("redis://", "rediss://")) or "retries=" in url:
+    if not url.lower().startswith(SHARED_STORE_SCHEMES) or "retries=" in url:
         return url
     return f"{url}{'&' if '?' in url else '?'}retries={retries}"
 

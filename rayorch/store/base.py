@@ -57,6 +57,10 @@ REPORT_OUTCOMES = frozenset({REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP
 KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
 
 
+# Stores that several processes share (a run on them can be resumed, joined and audited).
+SHARED_STORE_SCHEMES = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
+
+
 def shard_of(index: int, micro_batch: int, shards: int) -> int:
     """The shard of source item ``index``: ``(index // micro_batch) % shards``."""
     return (index // micro_batch) % shards
@@ -493,7 +497,8 @@ def check_reopen(info: RunInfo, fingerprint: str, shards: int, micro_batch: int)
 
 
 def open_store(url: str = "memory://") -> LineageStore:
-    """Open a lineage store by URL: ``memory://[name]``, ``redis://...`` or ``rediss://...``.
+    """Open a lineage store by URL: ``memory://[name]``, ``redis://...``, ``rediss://...``,
+    or a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``).
 
     ``redis://user:password@host:6379/0?payload_dir=/data/payloads&payload_threshold=65536``
     """
@@ -506,4 +511,8 @@ def open_store(url: str = "memory://") -> LineageStore:
         from rayorch.store.redis_store import RedisStore
 
         return RedisStore(url)
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        from rayorch.store.redis_cluster import RedisClusterStore
+
+        return RedisClusterStore(url)
     raise StoreURLError(url, f"unknown scheme {scheme or '(none)'!r}")

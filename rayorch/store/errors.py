@@ -36,7 +36,8 @@ class StoreURLError(_StoreErrorWithArgs):
     def message(self) -> str:
         return (
             f"cannot open lineage store {self.url!r}: {self.reason}. "
-            "Use memory://, memory://NAME, redis://[user:password@]host:port/db or rediss://..."
+            "Use memory://, memory://NAME, redis://[user:password@]host:port/db, rediss://... "
+            "or redis+cluster://host:port[,host:port...]"
         )
 
 

@@ -113,14 +113,13 @@ class ReconnectRetry(Retry):
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password (for messages and logs)."""
+    """The URL without its password (for messages and logs); also with several hosts."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not at or not colon:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -164,10 +163,13 @@ def _seq_of(entry_id: bytes) -> int:
 class RedisStore(LineageStore):
     """Lineage facts in Redis Streams; cheap to open (connects on first use), pickles as its URL."""
 
+    SCHEMES: tuple[str, ...] = ("redis", "rediss")
+
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss"):
-            raise StoreURLError(url, "a Redis store URL starts with redis:// or rediss://")
+        if parts.scheme not in self.SCHEMES:
+            starts = " or ".join(f"{s}://" for s in self.SCHEMES)
+            raise StoreURLError(url, f"a {type(self).__name__} URL starts with {starts}")
         query = parse_qsl(parts.query, keep_blank_values=True)
         options = {k: v for k, v in query if k in _STORE_OPTIONS}
         passthrough = [(k, v) for k, v in query if k not in _STORE_OPTIONS]
@@ -188,7 +190,7 @@ class RedisStore(LineageStore):
         self._holder_tokens: dict[tuple[str, int, str, int], str] = {}
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (RedisStore, (self.url,))
+        return (type(self), (self.url,))
 
     # -- connection ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -213,23 +215,30 @@ class RedisStore(LineageStore):
 
     def _client(self) -> redis.Redis:
         if self._redis is None:
-            retry = ReconnectRetry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), self.retries)
-            try:
-                client = redis.Redis.from_url(
-                    self._redis_url,
-                    retry=retry,
-                    socket_connect_timeout=2.0,
-                    socket_timeout=MAX_BLOCK_S + 10.0,
-                )
-            except ValueError as exc:
-                raise StoreURLError(self.safe_url, str(exc)) from exc
+            client = self._connect()
             with self._errors():
-                version = str(client.info("server").get("redis_version", "0"))
+                version = self._server_version(client)
             if parse_version(version) < MIN_REDIS_VERSION:
                 client.close()
                 raise StoreVersionError(self.safe_url, version)
             self._redis = client
         return self._redis
+
+    def _connect(self) -> redis.Redis:
+        """A new client for the URL (the Redis Cluster store returns a cluster client)."""
+        retry = ReconnectRetry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), self.retries)
+        try:
+            return redis.Redis.from_url(
+                self._redis_url,
+                retry=retry,
+                socket_connect_timeout=2.0,
+                socket_timeout=MAX_BLOCK_S + 10.0,
+            )
+        except ValueError as exc:
+            raise StoreURLError(self.safe_url, str(exc)) from exc
+
+    def _server_version(self, client: redis.Redis) -> str:
+        return str(client.info("server").get("redis_version", "0"))
 
     def close(self) -> None:
         if self._redis is not None:
@@ -241,9 +250,8 @@ class RedisStore(LineageStore):
         with self._errors():
             try:
                 return client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                client.script_load(script.source)
-                return client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # EVAL caches it on the node that owns the keys
+                return client.eval(script.source, len(keys), *keys, *args)
 
     def _eval_many(self, calls: list[tuple[LuaScript, list[str], list[Any]]]) -> list[Any]:
         """Run several script calls in one round trip (pipelined, not a transaction)."""
@@ -322,10 +330,12 @@ class RedisStore(LineageStore):
         client = self._client()
         with self._errors():
             pipe = client.pipeline(transaction=False)
+            run_keys = [meta_key(run_id), manifest_key(run_id), drivers_key(run_id),
+                        done_key(run_id)]
             for shard in range(layout.info.shards):
-                pipe.delete(*ShardKeys(run_id, shard).all_keys(layout.domains))
-            pipe.delete(meta_key(run_id), manifest_key(run_id), drivers_key(run_id),
-                        done_key(run_id))
+                run_keys += ShardKeys(run_id, shard).all_keys(layout.domains)
+            for key in run_keys:  # one key per command: the keys span Redis Cluster slots
+                pipe.delete(key)
             pipe.srem(RUNS_KEY, run_id)
             pipe.execute()
         self._layouts.pop(run_id, None)
@@ -363,11 +373,11 @@ class RedisStore(LineageStore):
         epoch = int(result[1])
         self._holder_tokens[(run_id, shard, driver, epoch)] = token
         if code == 1:
-            self._sync_to_disk()
+            self._sync_to_disk(keys.lease)
         return epoch
 
-    def _sync_to_disk(self) -> None:
-        """Wait for the AOF fsync of a new epoch where the server supports it (Redis >= 7.2)."""
+    def _sync_to_disk(self, key: str) -> None:
+        """Wait for the AOF fsync of a new epoch (of ``key``) where the server supports it."""
         if not self._waitaof:
             return
         try:

@@ -56,10 +56,12 @@ def emitted_counts(store: LineageStore, run_id: str) -> Counter[int]:
 
 
 # -- store registry (both stores, no Ray) ------------------------------------------------------
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 def any_store(request: pytest.FixtureRequest) -> LineageStore:
     if request.param == "memory":
         return open_store(f"memory://failover-{time.monotonic_ns()}")
+    if request.param == "redis-cluster":
+        return open_store(request.getfixturevalue("redis_cluster").url)
     return open_store(request.getfixturevalue("redis_url"))
 
 

@@ -1,4 +1,5 @@
-"""One contract for every lineage store: the memory store and a real redis-server."""
+"""One contract for every lineage store: the memory store, a real redis-server and a real
+Redis Cluster (3 masters, 3 replicas)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from rayorch.store import (
     open_store,
 )
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
+from rayorch.testing import RedisClusterNodes
 
 pytestmark = pytest.mark.integration
 
@@ -398,5 +400,14 @@ class TestRedisStore(StoreContract):
     @pytest.fixture
     def store(self, redis_url: str, tmp_path: Path) -> Iterator[LineageStore]:
         store = open_store(f"{redis_url}?payload_dir={tmp_path / 'payloads'}")
+        yield store
+        store.close()
+
+
+class TestRedisClusterStore(StoreContract):
+    @pytest.fixture
+    def store(self, redis_cluster: RedisClusterNodes, tmp_path: Path
+              ) -> Iterator[LineageStore]:
+        store = open_store(f"{redis_cluster.url}?payload_dir={tmp_path / 'payloads'}")
         yield store
         store.close()
