@@ -300,6 +300,17 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
     group.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
+                   input_help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+    """Register ``rayorch run <job>`` with the options every job takes; returns the
+    argument group for the job's own options."""
+    parser = jobs.add_parser(job.job, help=help, description=description,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_job_options(parser, job, input_help=input_help)
+    parser.set_defaults(func=func)
+    return parser.add_argument_group(f"{job.job} job")
+
+
 def require_positive(args: argparse.Namespace, *names: str) -> None:
     """A ``UsageError`` naming the first option of ``names`` that is given and not > 0."""
     for name in names:
@@ -382,6 +393,7 @@ def run_job(
 __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
     "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
-    "add_job_options", "format_seconds", "iter_with_ids", "plural", "require_positive",
-    "run_job", "slug", "start_ray_for", "summary_dict", "summary_text", "write_rows",
+    "add_job_options", "add_job_parser", "format_seconds", "iter_with_ids", "plural",
+    "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
+    "write_rows",
 ]

@@ -319,21 +319,33 @@ def _remove_outputs(path: Path, layout: JobLayout, keep: set[str]) -> None:
 
 def write_rows(
     results: Iterable[tuple[int, Any]],
-    out: OutputDir,
+    out_dir: str | Path | OutputDir,
     *,
-    sources: list[str],
-    summary: JobSummary,
-    write_ok: Callable[[int, Any], dict[str, Any] | None],
+    job: JobLayout,
+    sources: list[str] | None,
+    summary: JobSummary | None,
+    write_ok: Callable[[OutputDir, JobSummary, int, Any], dict[str, Any] | None],
 ) -> JobSummary:
-    """One row per result: ``write_ok(id, value)`` writes a finished source's outputs and
-    returns its row fields (or ``None`` when ``value`` is not a finished source); anything
-    else is a failed source, with its cause in the row and in ``summary``."""
+    """One row per ``(id, value)`` result, written as it comes; returns the counts.
+
+    ``write_ok(out, summary, id, value)`` writes a finished source's outputs, counts it
+    and returns its row fields, or returns ``None`` when ``value`` is not a finished
+    source (a :class:`~rayorch.FailedResult` or a ``RecordFailure``): that source is
+    failed, with the same cause in its row and in ``summary``. A plain path is (re)made
+    as an output directory whose earlier outputs are replaced.
+    """
+    from rayorch.pipelines.job_cli import JobSummary
+
+    sources = sources or []
+    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
+        out_dir, job=job, sources=sources, options={}, overwrite=True)
+    summary = summary or JobSummary(job, total=len(sources))
     try:
         for index, value in results:
             source = sources[index] if 0 <= index < len(sources) else None
             row: dict[str, Any] = {"id": index, "source": source, "status": "ok",
-                                   "cause": None, **out.layout.row_defaults}
-            fields = write_ok(index, value)
+                                   "cause": None, **job.row_defaults}
+            fields = write_ok(out, summary, index, value)
             if fields is not None:
                 row.update(fields)
             else:

@@ -59,23 +59,21 @@ def write_outputs(
     not make it; ``sources`` name the source of failed documents. A plain path is
     (re)made as an output directory whose earlier documents are replaced.
     """
-    sources = sources or []
-    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
-        out_dir, job=PDF_JOB, sources=sources, options={}, overwrite=True)
-    summary = summary or JobSummary(PDF_JOB, total=len(sources))
+    return write_rows(results, out_dir, job=PDF_JOB, sources=sources, summary=summary,
+                      write_ok=_write_document)
 
-    def write_ok(index: int, value: Any) -> dict[str, Any] | None:
-        if not (isinstance(value, dict) and "markdown" in value):
-            return None
-        name = out.write_document(index, Path(value["path"]).stem, ".md", value["markdown"])
-        summary.add_ok(int(value["pages"]))
-        summary.engines.update(value.get("page_engines") or ())
-        summary.warnings.extend(document_warnings(str(value["path"]), value))
-        return {"source": value["path"], "pages": value["pages"], "markdown": name,
-                "page_engines": value.get("page_engines"),
-                "empty_pages": value.get("empty_pages", [])}
 
-    return write_rows(results, out, sources=sources, summary=summary, write_ok=write_ok)
+def _write_document(out: OutputDir, summary: JobSummary, index: int, value: Any
+                    ) -> dict[str, Any] | None:
+    if not (isinstance(value, dict) and "markdown" in value):
+        return None
+    name = out.write_document(index, Path(value["path"]).stem, ".md", value["markdown"])
+    summary.add_ok(int(value["pages"]))
+    summary.engines.update(value.get("page_engines") or ())
+    summary.warnings.extend(document_warnings(str(value["path"]), value))
+    return {"source": value["path"], "pages": value["pages"], "markdown": name,
+            "page_engines": value.get("page_engines"),
+            "empty_pages": value.get("empty_pages", [])}
 
 
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:

@@ -28,7 +28,13 @@ import argparse
 import os
 from typing import Any
 
-from rayorch.pipelines.job_cli import PDF_JOB, add_job_options, require_positive, run_job
+from rayorch.pipelines.job_cli import (
+    PDF_JOB,
+    UsageError,
+    add_job_parser,
+    require_positive,
+    run_job,
+)
 
 
 def add_run_parser(sub: Any) -> None:
@@ -51,12 +57,9 @@ def add_pdf_parser(jobs: Any) -> None:
     """Register ``rayorch run pdf``: its own options, then the ones every job takes."""
     from rayorch.pipelines.pdf import OCR_MODES
 
-    parser = jobs.add_parser(
-        "pdf", help="PDFs -> per-page text (OCR where needed) -> Markdown",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_job_options(parser, PDF_JOB, input_help="a PDF file or a directory of PDFs")
-    group = parser.add_argument_group("pdf job")
+    group = add_job_parser(
+        jobs, PDF_JOB, help="PDFs -> per-page text (OCR where needed) -> Markdown",
+        description=__doc__, input_help="a PDF file or a directory of PDFs", func=cmd_run_pdf)
     group.add_argument("--ocr", default="auto", choices=OCR_MODES,
                        help="OCR engine (default: auto; see above)")
     group.add_argument("--model", default=None, help="model name for --ocr vllm")
@@ -67,7 +70,6 @@ def add_pdf_parser(jobs: Any) -> None:
                        help="render actors (default: one per CPU core, at most 8)")
     group.add_argument("--batch-size", type=int, default=16, help="pages per OCR batch")
     group.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
-    parser.set_defaults(func=cmd_run_pdf)
 
 
 def _pipeline(args: argparse.Namespace) -> Any:
@@ -86,7 +88,6 @@ def _pipeline(args: argparse.Namespace) -> Any:
 
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
-    from rayorch.pipelines.job_cli import UsageError
     from rayorch.pipelines.pdf import find_pdfs
     from rayorch.pipelines.pdf_outputs import outputs_text, write_outputs
 

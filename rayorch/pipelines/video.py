@@ -266,27 +266,26 @@ def write_outputs(
     ``results`` are ``(id, value)`` pairs as a run yields them (in source order, so the
     clip lines are in per-video order); ``value`` is an ``AssembleVideo`` dict or a
     failed result. A plain path is (re)made as an output directory whose earlier
-    outputs are replaced. A clip file under the directory is named relative to it.
+    outputs are replaced.
     """
-    sources = sources or []
-    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
-        out_dir, job=VIDEO_JOB, sources=sources, options={}, overwrite=True)
-    summary = summary or JobSummary(VIDEO_JOB, total=len(sources))
+    return write_rows(results, out_dir, job=VIDEO_JOB, sources=sources, summary=summary,
+                      write_ok=_write_clips)
+
+
+def _write_clips(out: OutputDir, summary: JobSummary, index: int, value: Any
+                 ) -> dict[str, Any] | None:
+    """A video's clip lines (a clip file under ``--output`` named relative to it)."""
+    if not (isinstance(value, dict) and "clips" in value):
+        return None
     root = out.path.resolve()
-
-    def write_ok(index: int, value: Any) -> dict[str, Any] | None:
-        if not (isinstance(value, dict) and "clips" in value):
-            return None
-        lines = []
-        for clip in value["clips"]:
-            line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}
-            if "file" in line and Path(line["file"]).is_relative_to(root):
-                line["file"] = str(Path(line["file"]).relative_to(root))
-            lines.append(line)
-        out.add_lines(lines)
-        summary.add_ok(len(lines))
-        return {"source": value["path"], "clips": len(lines),
-                "duration_s": value["duration_s"], "fps": value["fps"],
-                "width": value["width"], "height": value["height"], "cuts": value["cuts"]}
-
-    return write_rows(results, out, sources=sources, summary=summary, write_ok=write_ok)
+    lines = []
+    for clip in value["clips"]:
+        line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}
+        if "file" in line and Path(line["file"]).is_relative_to(root):
+            line["file"] = str(Path(line["file"]).relative_to(root))
+        lines.append(line)
+    out.add_lines(lines)
+    summary.add_ok(len(lines))
+    return {"source": value["path"], "clips": len(lines), "duration_s": value["duration_s"],
+            "fps": value["fps"], "width": value["width"], "height": value["height"],
+            "cuts": value["cuts"]}

@@ -33,7 +33,7 @@ from rayorch.pipelines.job_cli import (
     JobSummary,
     OutputDir,
     UsageError,
-    add_job_options,
+    add_job_parser,
     plural,
     require_positive,
     run_job,
@@ -44,12 +44,10 @@ def add_video_parser(jobs: Any) -> None:
     """Register ``rayorch run video``: its own options, then the ones every job takes."""
     from rayorch.pipelines.video_annotate import ANNOTATORS
 
-    parser = jobs.add_parser(
-        "video", help="videos -> scene clips -> keyframes, signals, annotations",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_job_options(parser, VIDEO_JOB, input_help="a video file or a directory of videos")
-    group = parser.add_argument_group("video job")
+    group = add_job_parser(
+        jobs, VIDEO_JOB, help="videos -> scene clips -> keyframes, signals, annotations",
+        description=__doc__, input_help="a video file or a directory of videos",
+        func=cmd_run_video)
     group.add_argument("--annotate", default="stats", choices=sorted(ANNOTATORS),
                        help="clip annotation engine (default: stats; see above)")
     group.add_argument("--model", default=None, help="model name for --annotate vllm")
@@ -71,7 +69,6 @@ def add_video_parser(jobs: Any) -> None:
     group.add_argument("--decode-replicas", type=int, default=1,
                        help="clip decoding actors (default 1)")
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
-    parser.set_defaults(func=cmd_run_video)
 
 
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:
