@@ -241,7 +241,8 @@ class StartupClock:
 
 
 class ProgressLines:
-    """One progress line every ``every_s`` seconds on stderr (a background thread)."""
+    """One progress line every ``every_s`` seconds on stderr (a background thread), and
+    one when the run ends."""
 
     def __init__(self, summary: JobSummary, *, enabled: bool, every_s: float = 5.0,
                  stream: TextIO | None = None) -> None:
@@ -268,6 +269,8 @@ class ProgressLines:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            if exc_type is None:  # the last line says where the run ended (n/n)
+                print(self.summary.progress_line(), file=self.stream, flush=True)
 
 
 # -- the command --------------------------------------------------------------------------
