@@ -54,7 +54,7 @@ def add_run_parser(sub: Any) -> None:
 
 
 def add_pdf_parser(jobs: Any) -> None:
-    """Register ``rayorch run pdf``: its own options, then the ones every job takes."""
+    """Register ``rayorch run pdf``: the options every job takes, then its own."""
     from rayorch.pipelines.pdf import OCR_MODES
 
     group = add_job_parser(

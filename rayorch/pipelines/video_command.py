@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from rayorch.pipelines.job_cli import (
@@ -41,7 +42,7 @@ from rayorch.pipelines.job_cli import (
 
 
 def add_video_parser(jobs: Any) -> None:
-    """Register ``rayorch run video``: its own options, then the ones every job takes."""
+    """Register ``rayorch run video``: the options every job takes, then its own."""
     from rayorch.pipelines.video_annotate import ANNOTATORS
 
     group = add_job_parser(
@@ -77,7 +78,7 @@ def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     written = [f"{out.path}/videos.jsonl (one line per video)",
                f"{out.path}/clips.jsonl " + (f"({plural(clips, 'line')}, one per clip)" if clips
                                              else "(empty: no clip was made)")]
-    folder = out.path / "clips"
+    folder = out.path / str(VIDEO_JOB.folder)
     if folder.is_dir():
         files = sum(1 for p in folder.rglob("*") if p.is_file())
         written.append(f"{folder}/ ({plural(files, 'clip file')})")
@@ -86,8 +87,6 @@ def outputs_text(out: OutputDir, summary: JobSummary) -> str:
 
 def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
-    from pathlib import Path
-
     from rayorch.pipelines.video import VideoPipeline, find_videos, write_outputs
 
     sources = find_videos(args.input)
@@ -95,7 +94,7 @@ def cmd_run_video(args: argparse.Namespace) -> int:
         raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
                          ".webm, .mov, .avi, .ogv, ...)")
     require_positive(args, "max_clip_s", "replicas", "batch_size", "decode_replicas")
-    clips_dir = Path(args.output).resolve() / "clips"
+    clips_dir = Path(args.output).resolve() / str(VIDEO_JOB.folder)
     options: dict[str, Any] = {
         "max_clip_s": args.max_clip_s, "min_clip_s": args.min_clip_s,
         "threshold": args.threshold, "keyframes": args.keyframes,
