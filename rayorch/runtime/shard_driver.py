@@ -102,6 +102,7 @@ class DriverConfig:
     max_active_sources: int | None
     progress: bool | None = False
     log: Callable[[str], None] = log_to_stderr
+    sleep: Callable[[float], None] = time.sleep  # idle waits and outage backoff
 
 
 class ShardDriver:
@@ -177,7 +178,8 @@ class ShardDriver:
                         self._collect()
                         self._enforce_timeouts()
                     elif self.config.mode is LeaseMode.SHARE:
-                        time.sleep(IDLE_SLEEP_S if self.shards else self.config.lease_ttl_s / 8)
+                        self.config.sleep(IDLE_SLEEP_S if self.shards
+                                          else self.config.lease_ttl_s / 8)
                     elif not self._moved:
                         self._stuck()
                     self._flush_all()
@@ -485,7 +487,14 @@ class ShardDriver:
         if not planned:
             return
         self._moved = True
-        self._flush_all()  # the store must know the dispatches before a worker commits
+        try:
+            self._flush_all()  # the store must know the dispatches before a worker commits
+        except BaseException:
+            # Nothing was sent: give the slots back (a store outage rebuilds the shards,
+            # so the Grains are dispatched again, or retried, from what the store holds).
+            for pool, slot, _, _ in planned:
+                pool.unreserve(slot)
+            raise
         for pool, slot, spec, parts in planned:
             kept = [(st, send) for st, send in parts if self.shards.get(st.shard) is st]
             if not kept:
@@ -698,7 +707,7 @@ class ShardDriver:
             self.counters.store_outages += 1
             self._log(f"driver {self.driver_id}: {exc}; retrying with backoff, then "
                       "rebuilding its shards from the store")
-        time.sleep(self._backoff)
+        self.config.sleep(self._backoff)
         self._backoff = min(self._backoff * 2, 2.0)
         lost = dict(self.shards)
         self.shards.clear()

@@ -138,7 +138,8 @@ def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Harness, *
         call_module[node.call.id] = node.call.module
         if node.call.module not in pools:
             pools[node.call.module] = InlinePool(plan.module(node.call.module), None)
-    config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None)
+    config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None,
+                          sleep=lambda _: None)
     return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
                        pools=pools, call_module=call_module, feed=feed, sink=sink,
                        config=config, wait=harness.wait)
