@@ -152,6 +152,7 @@ class ReplyDroppingProxy:
         self._lock = threading.Lock()
         self._match: bytes | None = None
         self.dropped = 0
+        self.dropped_by_match: Counter[bytes] = Counter()  # what each lost reply answered
         self._sockets: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, name="reply-dropping-proxy", daemon=True).start()
@@ -160,6 +161,12 @@ class ReplyDroppingProxy:
         """Arm: lose the reply to the next request whose bytes contain ``match``."""
         with self._lock:
             self._match = match
+
+    @property
+    def armed(self) -> bool:
+        """True until the armed request has gone through (its reply then is lost)."""
+        with self._lock:
+            return self._match is not None
 
     def _accept(self) -> None:
         while not self._closed:
@@ -175,32 +182,33 @@ class ReplyDroppingProxy:
             server.settimeout(None)
             with self._lock:
                 self._sockets += [client, server]
-            doomed = threading.Event()  # the reply to a forwarded request is to be lost
+            doomed: list[bytes] = []  # set: the reply to a forwarded request is to be lost
             threading.Thread(target=self._requests, args=(client, server, doomed),
                              daemon=True).start()
             threading.Thread(target=self._replies, args=(server, client, doomed),
                              daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket,
-                  doomed: threading.Event) -> None:
+                  doomed: list[bytes]) -> None:
         try:
             while chunk := client.recv(65536):
                 with self._lock:
                     if self._match is not None and self._match in chunk:
+                        doomed.append(self._match)
                         self._match = None
-                        doomed.set()
                 server.sendall(chunk)
         except OSError:
             pass
         _close(client, server)
 
     def _replies(self, server: socket.socket, client: socket.socket,
-                 doomed: threading.Event) -> None:
+                 doomed: list[bytes]) -> None:
         try:
             while chunk := server.recv(65536):
-                if doomed.is_set():
+                if doomed:
                     with self._lock:
                         self.dropped += 1
+                        self.dropped_by_match[doomed[0]] += 1
                     break
                 client.sendall(chunk)
         except OSError:
