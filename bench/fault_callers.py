@@ -41,7 +41,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW_S = 3.0  # item 0 of a --slow-first caller: the ordered caller buffers behind it
-EACH_S = 0.15
+EACH_S = 0.3
 START_TIMEOUT_S = 180.0
 
 
@@ -170,7 +170,7 @@ class CallerPaths:
         try:
             if not self._wait_point(ep, caller, point):
                 return
-            time.sleep(self.rng.uniform(0.0, 1.5))
+            time.sleep(self.rng.uniform(0.0, 0.6))
             if ep.kind == "kill":
                 self._kill(ep, caller, log_out)
             else:

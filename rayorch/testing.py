@@ -153,6 +153,10 @@ class ReplyDroppingProxy:
         self._match: bytes | None = None
         self.dropped = 0
         self.dropped_by_match: Counter[bytes] = Counter()  # what each lost reply answered
+        self._swallow: bytes | None = None
+        self._refuse_s = 0.0
+        self._refuse_until = 0.0
+        self.swallowed = 0
         self._sockets: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, name="reply-dropping-proxy", daemon=True).start()
@@ -161,6 +165,14 @@ class ReplyDroppingProxy:
         """Arm: lose the reply to the next request whose bytes contain ``match``."""
         with self._lock:
             self._match = match
+
+    def drop_next_request(self, match: bytes, refuse_s: float = 0.0) -> None:
+        """Arm: the next request containing ``match`` never reaches the server (its client's
+        connection is closed) and new connections are refused for ``refuse_s`` seconds — a
+        network partition that starts just before that request."""
+        with self._lock:
+            self._swallow = match
+            self._refuse_s = refuse_s
 
     @property
     def armed(self) -> bool:
@@ -174,6 +186,9 @@ class ReplyDroppingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if time.monotonic() < self._refuse_until:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -193,6 +208,11 @@ class ReplyDroppingProxy:
         try:
             while chunk := client.recv(65536):
                 with self._lock:
+                    if self._swallow is not None and self._swallow in chunk:
+                        self._swallow = None
+                        self.swallowed += 1
+                        self._refuse_until = time.monotonic() + self._refuse_s
+                        break
                     if self._match is not None and self._match in chunk:
                         doomed.append(self._match)
                         self._match = None

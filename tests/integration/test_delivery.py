@@ -217,3 +217,50 @@ def test_caller_rides_out_a_redis_restart_longer_than_its_quick_retries(
     assert caller.proc.stderr is not None
     assert caller.proc.returncode == 0, caller.proc.stderr.read()
     check_exactly_once(url, run_id, caller.received, {}, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_an_acknowledgement_lost_in_an_outage_is_recorded_not_delivered_again(
+    ray_local: None, redis_url: str, redis_server: Any
+) -> None:
+    """The caller asks for the next item; the ``OutputEmitted`` of the one it had never
+    reaches Redis and the store is unreachable for 3 s. The driver rebuilds its shard
+    from the store (which shows that source finished, not emitted): it must write the
+    fact, not hand the caller the same output a second time."""
+    from rayorch.testing import ReplyDroppingProxy
+
+    run_id = f"ackloss-{uuid.uuid4().hex[:6]}"
+    with ReplyDroppingProxy(redis_server.port) as proxy:
+        caller = Caller(f"redis://127.0.0.1:{proxy.port}/0", run_id, "--unordered",
+                        "--each-s", "0.25")
+        caller.wait_received(3)
+        proxy.drop_next_request(b"caller", refuse_s=3.0)  # the sink of a caller's fact
+        caller.proc.wait(120)
+        assert proxy.swallowed == 1
+    time.sleep(0.2)
+    caller.drain()
+    assert caller.proc.stderr is not None
+    assert caller.proc.returncode == 0, caller.proc.stderr.read()
+    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_caller_rides_out_an_outage_while_it_takes_its_leases(
+    ray_local: None, redis_url: str, redis_server: Any
+) -> None:
+    """The store becomes unreachable (3 s) just as the caller's driver takes its first
+    lease: it backs off and takes it then, instead of stopping the caller."""
+    from rayorch.store.scripts import ACQUIRE_LEASE
+    from rayorch.testing import ReplyDroppingProxy
+
+    run_id = f"takeall-{uuid.uuid4().hex[:6]}"
+    with ReplyDroppingProxy(redis_server.port) as proxy:
+        proxy.drop_next_request(ACQUIRE_LEASE.sha.encode(), refuse_s=3.0)
+        caller = Caller(f"redis://127.0.0.1:{proxy.port}/0", run_id, "--unordered")
+        caller.proc.wait(120)
+        assert proxy.swallowed == 1
+    time.sleep(0.2)
+    caller.drain()
+    assert caller.proc.stderr is not None
+    assert caller.proc.returncode == 0, caller.proc.stderr.read()
+    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
