@@ -102,6 +102,9 @@ class DriverConfig:
     max_active_sources: int | None
     progress: bool | None = False
     log: Callable[[str], None] = log_to_stderr
+    # HOLD_ALL on a run this driver created: nobody may have held a shard before its first
+    # lease (a driver stopped between creating the run and taking its leases is deposed).
+    new_run: bool = False
 
 
 class ShardDriver:
@@ -214,15 +217,25 @@ class ShardDriver:
     # == leases =============================================================================
     def _take_all(self) -> None:
         for k in range(self.info.shards):
+            after: int | None = 0 if self.config.new_run else None
             while k not in self.shards:
                 try:
                     epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                                     self.config.lease_ttl_s)
+                                                     self.config.lease_ttl_s,
+                                                     after_epoch=after)
                     self._take(k, epoch)
                 except LeaseHeldError as exc:
                     raise LeaseLostStop(
                         f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
                         "start a fresh run, or join this one with `rayorch driver`") from None
+                except FencedError as exc:
+                    if after is not None and exc.holder == self.driver_id:
+                        after = None  # granted to this driver by a call whose reply was lost
+                        continue
+                    raise LeaseLostStop(
+                        f"lease lost: run {self.run_id} shard {k}: {exc}; this driver "
+                        "stopped and emits nothing (another driver continues the run)"
+                    ) from None
                 except StoreUnavailableError as exc:
                     # Shards taken so far are re-taken; a lease granted by a call whose
                     # reply was lost is this driver's: the same driver id re-acquires it.

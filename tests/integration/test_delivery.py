@@ -8,6 +8,7 @@ the real CLI. Every test counts what the caller printed plus what the resume wro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -264,3 +265,43 @@ def test_caller_rides_out_an_outage_while_it_takes_its_leases(
     assert caller.proc.stderr is not None
     assert caller.proc.returncode == 0, caller.proc.stderr.read()
     check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_caller_stopped_before_its_first_lease_wakes_deposed(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """The caller is SIGSTOPped after it created its run but before it took a lease; a
+    resume runs the whole run; SIGCONT: the woken caller must stop with 'lease lost', not
+    take the free lease and end its iterator normally with nothing (found by the soak)."""
+    from rayorch.core.facts import LeaseAcquired
+    from rayorch.store.errors import RunNotFoundError
+
+    run_id = f"prestart-{uuid.uuid4().hex[:6]}"
+    caller = Caller(redis_url, run_id, "--unordered", "--slow-first", "--slow-s", "0.5")
+    store = open_store(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the manifest is saved right after the run is opened
+            with contextlib.suppress(RunNotFoundError):
+                if store.load_manifest(run_id) is not None:
+                    break
+            assert time.monotonic() < deadline and caller.proc.poll() is None
+            time.sleep(0.01)
+        caller.proc.send_signal(signal.SIGSTOP)
+        leases = [s.fact for facts in store.read_run(run_id).values() for s in facts
+                  if isinstance(s.fact, LeaseAcquired)]
+    finally:
+        store.close()
+    try:
+        assert leases == [], "the caller took its lease before the stop (pools were ready)"
+        written = resume(redis_url, run_id, tmp_path / "out")
+    finally:
+        caller.proc.send_signal(signal.SIGCONT)
+    caller.proc.wait(60)
+    time.sleep(0.2)
+    assert caller.proc.stderr is not None
+    err = caller.proc.stderr.read()
+    assert caller.drain() == []
+    assert caller.proc.returncode == 3 and "lease lost" in err, err
+    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=0)
