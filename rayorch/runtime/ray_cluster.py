@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -72,20 +71,10 @@ def _loopback_node_ip() -> Iterator[None]:
         ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
-def _listens_on_loopback(address: str) -> bool:
-    """True for ``127.0.0.1:PORT`` / ``localhost:PORT`` where something accepts connections.
-
-    >>> _listens_on_loopback("10.0.0.5:6379") or _listens_on_loopback("ray://head:10001")
-    False
-    """
-    host, _, port = address.rpartition(":")
-    if host not in (LOOPBACK, "localhost") or not port.isdigit():
-        return False
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except OSError:
-        return False
+def _is_loopback(address: str) -> bool:
+    """``127.x.x.x:port`` or ``localhost:port`` (Ray would rewrite it to the routable IP)."""
+    host = address.rsplit(":", 1)[0]
+    return host == "localhost" or host.startswith("127.")
 
 
 def _stderr_note(line: str) -> None:
@@ -116,9 +105,11 @@ def ensure_ray(
         where, source = target
         if note is not None:
             note(f"rayorch: attaching to the Ray cluster at {where} (from {source})")
-        # A private Ray of another process listens on loopback only: keep the address as
-        # given, or Ray rewrites 127.0.0.1 to the routable IP, where nothing listens.
-        with _loopback_node_ip() if _listens_on_loopback(where) else contextlib.nullcontext():
+        if _is_loopback(where):  # a loopback-only cluster (one rayorch started): stay there
+            with _loopback_node_ip():
+                ray.init(address=where, log_to_driver=log_to_driver,
+                         _node_ip_address=LOOPBACK)
+        else:
             ray.init(address=where, log_to_driver=log_to_driver)
         return "attached"
     options: dict[str, Any] = {
