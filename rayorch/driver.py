@@ -276,8 +276,10 @@ def run_pipeline(
     ensure_ray(address)
     lineage = open_store(with_quick_retries(store))
     try:
+        created = fresh
         if not fresh:
             _refuse_finished_run(lineage, run_id, store)
+            created = not _run_exists(lineage, run_id)
         info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
                                 config={"max_active_sources": max_active_sources})
         if store.lower().startswith(SHARED_STORE_SCHEMES):
@@ -296,7 +298,7 @@ def run_pipeline(
         lineage.close()
 
     config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
-                          progress=progress)
+                          progress=progress, new_run=created)
     driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
                          driver_id=new_driver_id(), pools=pools, call_module=call_module,
                          feed=IteratorFeed(rows, info, total), sink=CallerSink(ordered),
@@ -342,6 +344,16 @@ def _refuse_finished_run(lineage: Any, run_id: str, store_url: str) -> None:
     from rayorch.runtime.status import refuse_finished_run
 
     refuse_finished_run(lineage, run_id, redact_url(store_url))
+
+
+def _run_exists(lineage: Any, run_id: str) -> bool:
+    from rayorch.store.errors import RunNotFoundError
+
+    try:
+        lineage.run_info(run_id)
+    except RunNotFoundError:
+        return False
+    return True
 
 
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],

@@ -260,7 +260,8 @@ def test_join_run_on_the_memory_store(ray_local: None) -> None:
 # -- the fault-injection harness, short -----------------------------------------------------------
 @pytest.mark.timeout(240)
 def test_fault_harness_short(tmp_path: Path) -> None:
-    """2 drivers under SIGKILL of a driver and of actors, SIGSTOP/SIGCONT, a Redis restart."""
+    """2 drivers under SIGKILL of a driver and of actors, SIGSTOP/SIGCONT, a Redis restart,
+    lost replies; a Pipeline.run caller killed and one stopped, both resumed."""
     result_file = tmp_path / "result.json"
     env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled",
                RAY_USAGE_STATS_ENABLED="0")
@@ -277,6 +278,9 @@ def test_fault_harness_short(tmp_path: Path) -> None:
     assert result["outputs_wrong"] == 0
     assert result["audit_ok"], result["audit_violations"]
     assert sum(result["faults"].values()) >= 3, result["faults"]
+    # the caller path (one caller killed, one stopped, each resumed) and lost replies
+    assert result["caller_runs"] == 2 and result["resumes"] >= 1, result
+    assert result["lost_replies"] >= 1, result["faults"]
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
