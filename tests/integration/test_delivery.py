@@ -119,7 +119,7 @@ def check_exactly_once(redis_url: str, run_id: str, caller: list[int],
                           for s in facts if isinstance(s.fact, OutputEmitted))
         assert sorted(emitted) == list(range(ITEMS)) and set(emitted.values()) == {1}
         report = audit_run(store, run_id)
-        assert report.ok, report.problems
+        assert report.ok, report.violations
     finally:
         store.close()
 

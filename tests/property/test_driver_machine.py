@@ -216,4 +216,4 @@ def test_killed_and_resumed_driver_delivers_every_source_once(
         else:
             assert record["value"] == (list(value) if isinstance(value, tuple) else value)
     report = audit_run(store, run_id)
-    assert report.ok, report.problems
+    assert report.ok, report.violations
