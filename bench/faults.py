@@ -234,7 +234,7 @@ class Harness:
 
         from bench.faults import FaultPipeline as Importable
         from rayorch.core.reference import evaluate
-        from rayorch.driver import create_run
+        from rayorch.replicas import create_run
         from rayorch.store import open_store
 
         rng = random.Random(self.seed)

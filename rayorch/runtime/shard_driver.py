@@ -527,7 +527,8 @@ class ShardDriver:
                 continue
             tags = tuple(tag for _, send in kept for tag in send.tags)
             rows = tuple(row for _, send in kept for row in send.rows)
-            batch = pool.submit(slot, BatchTask(spec, tags, rows, next(self._batch_ids)))
+            task = BatchTask(spec, tags, rows, next(self._batch_ids), self.run_id)
+            batch = pool.submit(slot, task)
             touched = list({id(st): st for st, _ in kept}.values())
             for st in touched:
                 st.in_flight += 1
