@@ -1,12 +1,12 @@
 """A discrete-event simulator that drives the real kernel under a virtual clock.
 
-The loop is the driver's (``rayorch/runtime/loop.py``) with Ray replaced by an event heap:
-admit sources while ``Kernel.admissible()`` allows -> for every Call with ready Grains and
-every idle actor of its pool, ``Kernel.take_batch`` (the Call's own policy and batch size)
--> ``GrainDispatched`` per Grain -> the UDF runs at once (time is virtual) and the batch's
-completion is scheduled at ``now + cost(call, rows)`` -> at that virtual time the reports go
-through the commit gate (``Kernel.verdict``) and are folded as ``GrainCommitted`` (plus
-``BarrierInstalled`` for a group failure) -> finished sources are emitted. All completions
+It performs the same ``ShardMachine`` instructions as the Ray driver
+(``rayorch/runtime/shard_driver.py``) with Ray replaced by an event heap: admit sources
+while the machine has room -> for every Call with ready Grains and every idle actor of its
+pool, ``SlotFree`` (the Call's own policy and batch size) -> the UDF of each ``SendBatch``
+runs at once (time is virtual) and the batch's completion is scheduled at
+``now + cost(call, rows)`` -> at that virtual time the reports go through the commit gate
+and back as ``BatchCommitted`` -> finished sources (``OutputReady``) are delivered. All completions
 that share one virtual instant are folded before the next dispatch, as a driver that sees
 them in one ``ray.wait`` would. Actors are never idle while their Call has a ready Grain.
 
@@ -26,14 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rayorch.core.errors import KernelError
-from rayorch.core.facts import (
-    REPORT_GROUP_FAILURE,
-    BarrierInstalled,
-    GrainDispatched,
-    OutputEmitted,
-    SourceAdmitted,
+from rayorch.core.ids import CallId, Path
+from rayorch.core.machine import (
+    BatchCommitted,
+    BatchFailed,
+    InputClosed,
+    Instruction,
+    OutputDelivered,
+    OutputReady,
+    SendBatch,
+    ShardMachine,
+    SlotFree,
+    SourcesArrived,
 )
-from rayorch.core.ids import CallId, GrainKey
 from rayorch.core.outcome import Item
 from rayorch.core.plan import CallSpec, ModuleSpec, Plan
 from rayorch.core.state import Kernel
@@ -104,7 +109,7 @@ class _Pending:
     call: CallId = field(compare=False)
     actor: int = field(compare=False)
     start_s: float = field(compare=False)
-    tags: list[tuple[GrainKey, int]] = field(compare=False)
+    tags: list[tuple[Path, int]] = field(compare=False)
     results: list[RowResult] | None = field(compare=False)
     error: str | None = field(compare=False)
 
@@ -134,9 +139,9 @@ class Simulator:
         """Simulate every source (a tuple of forward arguments) to completion."""
         started = time.perf_counter()
         total = len(sources)
-        kernel = Kernel(self.plan, max_active_sources=self.max_active_sources,
-                        total_sources=total)
-        apply = kernel.apply
+        machine = ShardMachine(self.plan, max_active_sources=self.max_active_sources,
+                               total_sources=total)
+        kernel = machine.kernel
         actors = {call: module.options.replicas for call, module in self._modules.items()}
         idle: dict[CallId, deque[int]] = {c: deque(range(n)) for c, n in actors.items()}
         functions: dict[tuple[CallId, int], Callable[..., Any]] = {}
@@ -148,44 +153,53 @@ class Simulator:
         seq = 0
         retries = 0
         next_source = 0
+
+        def perform(instructions: list[Instruction]) -> list[SendBatch]:
+            """Outputs are delivered at once (virtual time); facts need no store here."""
+            sends = []
+            for ins in instructions:
+                if isinstance(ins, SendBatch):
+                    sends.append(ins)
+                elif isinstance(ins, OutputReady):
+                    outputs[ins.index] = ins.items
+                    completion[ins.index] = now
+                    perform(machine.handle(OutputDelivered(ins.index, ins.outcome, "caller")))
+            return sends
+
         if total == 0:
-            kernel.close_input()
+            perform(machine.handle(InputClosed()))
         for _ in range(self.max_events):
             # admit -> dispatch onto every idle actor
             if next_source < total:
-                for _ in range(kernel.admissible()):
-                    apply(SourceAdmitted(next_source, tuple(sources[next_source])))
-                    next_source += 1
+                take = min(machine.room(), total - next_source)
+                rows = tuple((i, tuple(sources[i])) for i in range(next_source, next_source + take))
+                perform(machine.handle(SourcesArrived(rows)))
+                next_source += take
                 if next_source == total:
-                    kernel.close_input()
-            for call in kernel.ready_calls():
+                    perform(machine.handle(InputClosed()))
+            for call in machine.ready_calls():
                 free = idle[call]
                 module = self._modules[call]
                 while free:
-                    tags = kernel.take_batch(call, module.options.batch_size)
-                    if not tags:
+                    sends = perform(machine.handle(SlotFree(call, module.options.batch_size)))
+                    if not sends:
                         break
+                    (send,) = sends
                     actor = free.popleft()
-                    for (c, path), generation in tags:
-                        apply(GrainDispatched(c, path, generation))
-                    rows = [kernel.inputs_of(grain) for grain, _ in tags]
                     fn = functions.get((call, actor))
                     if fn is None:
                         fn = functions[(call, actor)] = instantiate(module)
                     results: list[RowResult] | None = None
                     error = None
                     try:
-                        results = invoke_batch(fn, module.options, self._specs[call], rows)
+                        results = invoke_batch(fn, module.options, self._specs[call],
+                                               list(send.rows))
                     except UdfError as exc:
                         error = exc.cause
-                    end = now + float(self.cost(call, rows))
-                    heapq.heappush(heap, _Pending(end, seq, call, actor, now, tags, results,
-                                                  error))
+                    end = now + float(self.cost(call, send.rows))
+                    heapq.heappush(heap, _Pending(end, seq, call, actor, now, list(send.tags),
+                                                  results, error))
                     seq += 1
-            for index, items in kernel.pop_completed():
-                outputs[index] = items
-                completion[index] = now
-                apply(OutputEmitted(index, items[0].outcome.value if items else "present"))
             if not heap:
                 if kernel.run_completed:
                     break
@@ -198,17 +212,12 @@ class Simulator:
                 idle[job.call].append(job.actor)
                 batches.append(BatchRecord(job.call, job.actor, job.start_s, now, len(job.tags)))
                 if job.error is not None:
-                    for fact in kernel.physical_failure(job.tags, job.error):
-                        apply(fact)
-                        retries += 1
+                    retries += len(job.tags)
+                    perform(machine.handle(BatchFailed(job.call, tuple(job.tags), job.error)))
                     continue
-                path_tags = [(path, gen) for (_, path), gen in job.tags]
-                for report in reports_for(job.call, path_tags, job.results or []):
-                    if not kernel.verdict(report).accepted:
-                        continue  # suppressed by a barrier after dispatch: rejected
-                    apply(report)
-                    if report.outcome == REPORT_GROUP_FAILURE and len(report.path) > 1:
-                        apply(BarrierInstalled(report.call, report.path[:-1], report.cause or ""))
+                reports = tuple(reports_for(job.call, job.tags, job.results or []))
+                verdicts = tuple(int(kernel.verdict(r)) for r in reports)  # the commit gate
+                perform(machine.handle(BatchCommitted(reports, verdicts)))
         else:
             raise KernelError(f"the simulation did not finish in {self.max_events} events")
         return SimResult(now, outputs, completion, batches, actors,
