@@ -17,12 +17,9 @@ rejected report, a store outage), the shard is rebuilt from the store.
 from __future__ import annotations
 
 import contextlib
-import enum
 import itertools
-import sys
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -31,7 +28,6 @@ from rayorch.actors.pool import ActorPool, BatchOutcome, InFlightBatch
 from rayorch.actors.worker import BatchTask
 from rayorch.core.errors import NoProgressError, RayorchError
 from rayorch.core.facts import (
-    Fact,
     GrainCommitted,
     GrainDispatched,
     GrainFailed,
@@ -59,11 +55,18 @@ from rayorch.core.plan import CallSpec, Plan, Policy
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
+from rayorch.runtime.shard_leases import (
+    DriverConfig,
+    LeaseLostStop,
+    LeaseMode,
+    LeaseSide,
+    UnstorableValueError,
+    log_to_stderr,
+)
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import (
     FencedError,
     GrainSealedError,
-    LeaseHeldError,
     LeaseLostError,
     StoreUnavailableError,
 )
@@ -73,42 +76,7 @@ IDLE_SLEEP_S = 0.05
 COLLECT_WAIT_S = 0.5
 
 
-class LeaseMode(enum.Enum):
-    HOLD_ALL = "hold-all"  # Pipeline.run: this driver holds every shard, or stops
-    SHARE = "share"  # driver replicas: balance shards with the run's other drivers
-
-
-class LeaseLostStop(RayorchError):
-    """This driver lost a shard's lease to another driver; it stopped and emits nothing more."""
-
-
-class UnstorableValueError(RayorchError):
-    """A source value or output cannot be encoded for the lineage store."""
-
-
-def log_to_stderr(line: str) -> None:
-    from rayorch.core.sanitize import sanitize  # ids and causes come from the store
-
-    print(sanitize(line), file=sys.stderr, flush=True)
-
-
-@dataclass
-class DriverConfig:
-    """How one driver runs (see :class:`ShardDriver`)."""
-
-    mode: LeaseMode
-    lease_ttl_s: float
-    micro_batch: int
-    max_active_sources: int | None
-    progress: bool | None = False
-    log: Callable[[str], None] = log_to_stderr
-    sleep: Callable[[float], None] = time.sleep  # idle waits and outage backoff
-    # HOLD_ALL on a run this driver created: nobody may have held a shard before its first
-    # lease (a driver stopped between creating the run and taking its leases is deposed).
-    new_run: bool = False
-
-
-class ShardDriver:
+class ShardDriver(LeaseSide):
     """Drives the shards of one run on Ray; iterate :meth:`results` to run it."""
 
     def __init__(self, *, store: LineageStore, run_id: str, info: RunInfo, plan: Plan,
@@ -216,141 +184,9 @@ class ShardDriver:
         if self._on_close is not None:
             self._on_close(self._run_done)
 
-    # == leases =============================================================================
-    def _take_all(self) -> None:
-        for k in range(self.info.shards):
-            after: int | None = 0 if self.config.new_run else None
-            while k not in self.shards:
-                try:
-                    epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                                     self.config.lease_ttl_s,
-                                                     after_epoch=after)
-                    self._take(k, epoch)
-                except LeaseHeldError as exc:
-                    raise LeaseLostStop(
-                        f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
-                        "start a fresh run, or join this one with `rayorch driver`") from None
-                except FencedError as exc:
-                    if after is not None and exc.holder == self.driver_id:
-                        after = None  # granted to this driver by a call whose reply was lost
-                        continue
-                    raise LeaseLostStop(
-                        f"lease lost: run {self.run_id} shard {k}: {exc}; this driver "
-                        "stopped and emits nothing (another driver continues the run)"
-                    ) from None
-                except StoreUnavailableError as exc:
-                    # Shards taken so far are re-taken; a lease granted by a call whose
-                    # reply was lost is this driver's: the same driver id re-acquires it.
-                    self._store_outage(exc)
-
-    def _leases(self) -> None:
-        """Renew the held leases (every quarter TTL); share shards when replicas do."""
-        now = time.monotonic()
-        if now - self._last_balance < self.config.lease_ttl_s / 4:
-            return
-        self._last_balance = now
-        if self.config.mode is LeaseMode.HOLD_ALL:
-            for k in list(self.shards):
-                self._renew(k)
-            if not self.shards:
-                self._run_done = True
-            return
-        self._balance(now)
-
-    def _renew(self, k: int) -> None:
-        st = self.shards[k]
-        try:
-            self.store.renew_lease(self.run_id, k, self.driver_id, st.epoch,
-                                   self.config.lease_ttl_s)
-        except FencedError as exc:
-            self._lost(k, str(exc))
-            return
-        except LeaseLostError:
-            # It lapsed (the caller was slow to ask for the next item): take it again only
-            # if nobody held it since; a new epoch fences anything written before.
-            try:
-                st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                                    self.config.lease_ttl_s,
-                                                    after_epoch=st.epoch)
-            except (LeaseLostError, LeaseHeldError, FencedError) as exc:
-                self._lost(k, str(exc))
-                return
-        st.renewed = time.monotonic()
-
-    def _lost(self, k: int, reason: str) -> None:
-        """This driver no longer holds shard ``k``: stop touching it (or stop, holding all)."""
-        st = self.shards.pop(k, None)
-        if st is None:
-            return
-        self.counters.shards_lost += 1
+    def _forget_outputs(self, k: int) -> None:
         if isinstance(self.sink, CallerSink):
             self.sink.drop_shard(k)
-        if self.config.mode is LeaseMode.HOLD_ALL:
-            raise LeaseLostStop(f"lease lost: run {self.run_id} shard {k}: {reason}; this "
-                                "driver stopped and emits nothing more (another driver "
-                                "continues the run)")
-        self._log(f"driver {self.driver_id}: lost shard {k} ({reason}); it stops touching "
-                  "the shard")
-
-    @contextlib.contextmanager
-    def _guard(self, k: int) -> Iterator[None]:
-        """Run a write to shard ``k``; a fenced write drops the shard."""
-        try:
-            yield
-        except (LeaseLostError, FencedError) as exc:
-            self._lost(k, str(exc))
-
-    def _balance(self, now: float) -> None:
-        store, run, me, ttl = self.store, self.run_id, self.driver_id, self.config.lease_ttl_s
-        store.heartbeat(run, me, ttl)
-        for k in list(self.shards):
-            self._renew(k)
-        done = store.done_shards(run)
-        open_shards = [k for k in range(self.info.shards) if k not in done]
-        if not open_shards:
-            if not self.shards:
-                self._run_done = True
-            return
-        live = store.live_drivers(run)
-        if me not in live:
-            live = sorted([*live, me])
-        fair = -(-len(open_shards) // len(live))
-        active = [k for k, st in self.shards.items() if not st.draining]
-        if len(active) > fair:
-            for k in sorted(active, reverse=True)[: len(active) - fair]:
-                self.shards[k].draining = True
-                self._log(f"driver {me}: releasing shard {k} to rebalance "
-                          f"({len(live)} drivers, {fair} shards each)")
-            return
-        start = (live.index(me) * fair) % len(open_shards)
-        order = open_shards[start:] + open_shards[:start]
-        free = [k for k in order if k not in self.shards
-                and now - self._released_at.get(k, -1e9) > 2 * ttl
-                and self._free_for_me(k)]
-        owned = len(active)
-        for k in free:
-            if (owned < fair or k in self._seen_free) and self._acquire_and_take(k):
-                owned += 1
-        self._seen_free = set(free) - set(self.shards)
-
-    def _free_for_me(self, k: int) -> bool:
-        """Nobody holds shard ``k``, or this driver does (it forgot it in a store outage)."""
-        holder = self.store.lease_holder(self.run_id, k)
-        return holder is None or holder.driver == self.driver_id
-
-    def _acquire_and_take(self, k: int) -> bool:
-        try:
-            epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                             self.config.lease_ttl_s)
-        except LeaseHeldError:
-            return False
-        try:
-            self._take(k, epoch)
-        except (LeaseLostError, FencedError) as exc:
-            self._log(f"driver {self.driver_id}: lost shard {k} while taking it over ({exc})")
-            self.shards.pop(k, None)
-            return False
-        return True
 
     # == take-over and rebuild ================================================================
     def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
@@ -732,53 +568,6 @@ class ShardDriver:
             "can be admitted; this is a bug in rayorch, please report it with the run id "
             f"{self.run_id}")
 
-    # == store outages ==========================================================================
-    def _store_outage(self, exc: StoreUnavailableError) -> None:
-        """Back off until the store answers and the held shards are rebuilt from it."""
-        if self._outage_since is None:
-            self._outage_since = time.monotonic()
-            self.counters.store_outages += 1
-            self._log(f"driver {self.driver_id}: {exc}; retrying with backoff, then "
-                      "rebuilding its shards from the store")
-        while True:
-            self.config.sleep(self._backoff)
-            self._backoff = min(self._backoff * 2, 2.0)
-            try:
-                self._retake_after_outage()
-                return
-            except StoreUnavailableError:
-                continue  # still down (an outage longer than the client's quick retries)
-
-    def _retake_after_outage(self) -> None:
-        lost = dict(self.shards)
-        self.shards.clear()
-        self._last_balance = -1e9
-        if self.config.mode is LeaseMode.SHARE:
-            return  # the next balance tick takes shards again
-        # Re-take what this driver held: the same epoch while its lease lives, a new one
-        # if it lapsed and nobody held it since; otherwise it stops.
-        for k, st in sorted(lost.items()):
-            try:
-                st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                                    self.config.lease_ttl_s,
-                                                    after_epoch=st.epoch)
-                self._take(k, st.epoch)
-            except (LeaseLostError, LeaseHeldError, FencedError) as lost_exc:
-                self.shards[k] = st
-                self._lost(k, str(lost_exc))
-                return
-            except StoreUnavailableError:
-                # Keep every shard not rebuilt yet (with its newest epoch) for the next try.
-                self.shards.update({j: lost[j] for j in lost if j >= k})
-                raise
-
-    def _store_back(self) -> None:
-        if self._outage_since is not None:
-            down = time.monotonic() - self._outage_since
-            self._log(f"driver {self.driver_id}: lineage store reachable again after {down:.1f}s")
-            self._outage_since = None
-            self._backoff = 0.2
-
     # == progress ================================================================================
     def _show(self) -> None:
         if self._progress is None:
@@ -795,11 +584,6 @@ class ShardDriver:
         if self._progress is not None:
             progress, self._progress = self._progress, None
             progress.stop(self.stats)
-
-
-def unsaved_facts(driver: ShardDriver) -> list[Fact]:
-    """Facts queued and not yet written, over all held shards (for tests)."""
-    return [f for st in driver.shards.values() for f in st.unsaved]
 
 
 __all__ = ["FAILOVER_CAUSE", "DriverConfig", "LeaseLostStop", "LeaseMode", "ShardDriver",
