@@ -1,56 +1,55 @@
-"""What every ``rayorch run <job>`` shares: output directory, progress, summary, exit code.
+"""What every ``rayorch run <job>`` shares: options, output directory, progress, summary,
+exit code. A job command builds its pipeline and hands the rest to :func:`run_job`::
 
-A job command (``pdf``, ``video``, ...) does::
+    sources = find_pdfs(args.input)
+    return run_job(args, job=PDF_JOB, sources=sources, pipeline=PdfPipeline(...),
+                   options={...}, write=write_outputs, engine=("--ocr", args.ocr),
+                   outputs=lambda out, summary: "...")
 
-    out = OutputDir.prepare(args.output, job="pdf", sources=sources, options={...},
-                            overwrite=args.overwrite, resume=args.resume)
-    clock = StartupClock(tty=sys.stdout.isatty())
-    clock.starting_ray(); start_ray_for(plan, args.address); clock.starting_pools(plan)
-    handle = pipeline.run(out.remaining(sources), ...)
-    clock.running()
-    summary = JobSummary(job="pdf", total=len(sources))
-    with ProgressLines(summary, enabled=not tty):
-        for index, value in handle:
-            ... out.write_document(...) / out.add_row(...); summary.add(...)
-    out.finish(summary)
-    print(summary.text(...)); return summary.exit_code(allow_failures=...)
+which prepares ``--output`` (:class:`OutputDir`: refused, ``--overwrite`` or
+``--resume``), prints the start-up lines (:class:`StartupClock`), runs the sources
+``--resume`` left, writes each result as it arrives (piped: :class:`ProgressLines`),
+prints the summary (failed files named) and returns the exit code.
 
 Rules (docs/ARCHITECTURE.md, "The job commands"): a non-empty ``--output`` from an
-earlier run is refused unless ``--overwrite`` (its documents are removed first) or
-``--resume`` (its successful documents are kept, the rest run again); no stale
-document survives any run. Exit 0 only when every document succeeded, 1 when some
-failed (0 with ``--allow-failures``), 2 for usage errors.
+earlier run is refused unless ``--overwrite`` (its outputs are removed first) or
+``--resume`` (its finished sources are kept, the rest run again); no stale file
+survives any run. Exit 0 only when every source succeeded, 1 when some failed (0 with
+``--allow-failures``), 2 for usage errors.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import argparse
 import math
 import os
-import re
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from rayorch.core.errors import RayorchError
+import orjson
+
+from rayorch.pipelines.job_output import (
+    DOCUMENT_NAME,
+    MARKER,
+    PDF_JOB,
+    VIDEO_JOB,
+    JobLayout,
+    OutputDir,
+    UsageError,
+    job_layout,
+    slug,
+    write_rows,
+)
+from rayorch.pipelines.sources import failure_kind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-MARKER = ".rayorch-output.json"
-ROWS = "documents.jsonl"
-DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
-"""Names of the files a job writes per document: ``<index:05d>-<slug>.<ext>``."""
 MAX_NAMED_FAILURES = 10
-
-
-class UsageError(RayorchError):
-    """A command line that cannot run as given (exit code 2); the message says what to do."""
 
 
 def plural(count: int, noun: str) -> str:
@@ -62,187 +61,42 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def slug(text: str) -> str:
-    """A file-name-safe form of ``text`` (at most 80 characters)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:80] or "document"
-
-
-def _digest(sources: list[str]) -> str:
-    return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
-
-
-class OutputDir:
-    """A job's output directory: the marker, ``documents.jsonl`` and one file per document."""
-
-    def __init__(self, path: Path, marker: dict[str, Any], kept: dict[int, dict[str, Any]]
-                 ) -> None:
-        self.path = path
-        self.marker = marker
-        self.kept = kept
-        """Rows of documents an earlier run finished and ``--resume`` keeps, by id."""
-        self._rows = (path / ROWS).open("a", encoding="utf-8")
-        self.written: list[str] = []
-
-    @classmethod
-    def prepare(cls, out: str | Path, *, job: str, sources: list[str],
-                options: dict[str, Any], overwrite: bool = False, resume: bool = False
-                ) -> OutputDir:
-        """Check ``out`` against the rules above and make it ready for this run."""
-        if overwrite and resume:
-            raise UsageError("--overwrite and --resume exclude each other: choose one")
-        path = Path(out)
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"--output {path} is a file; give a directory")
-        path.mkdir(parents=True, exist_ok=True)
-        marker_path = path / MARKER
-        earlier: dict[str, Any] | None = None
-        if marker_path.exists():
-            try:
-                earlier = json.loads(marker_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                earlier = {}
-        elif (path / ROWS).exists():
-            earlier = {}  # written before the marker existed: still an earlier run
-        entries = [p.name for p in path.iterdir()]
-        marker = {"job": job, "sources": len(sources), "digest": _digest(sources),
-                  "options": options, "status": "running", "runs": []}
-        kept: dict[int, dict[str, Any]] = {}
-        if earlier is None and entries:
-            raise UsageError(
-                f"--output {path} is not empty and holds no earlier rayorch run; "
-                "choose an empty or new directory")
-        if earlier is not None:
-            if not (overwrite or resume):
-                status = earlier.get("status", "unknown")
-                raise UsageError(
-                    f"--output {path} holds an earlier run ({status}); pass --overwrite to "
-                    "replace it or --resume to continue it")
-            if resume:
-                what = {"job": "the job", "digest": "the --input files",
-                        "options": "the options"}
-                mismatch = [what[k] for k in what if earlier.get(k) != marker[k]]
-                if mismatch:
-                    raise UsageError(
-                        f"--resume needs the same job, --input files and options as the "
-                        f"earlier run in {path} ({' and '.join(mismatch)} changed); "
-                        "use --overwrite to start afresh")
-                kept = _finished_rows(path, len(sources))
-                marker["runs"] = list(earlier.get("runs", []))
-            _remove_documents(path, keep={row["markdown"] for row in kept.values()})
-        _write_json(marker_path, marker)
-        (path / ROWS).write_text(
-            "".join(json.dumps(row, ensure_ascii=False) + "\n" for _, row in sorted(kept.items())),
-            encoding="utf-8")
-        return cls(path, marker, kept)
-
-    def remaining(self, sources: list[str]) -> list[int]:
-        """Ids of the sources this run must (re)do."""
-        return [i for i in range(len(sources)) if i not in self.kept]
-
-    def note_run(self, run_id: str) -> None:
-        self.marker["runs"].append(run_id)
-        _write_json(self.path / MARKER, self.marker)
-
-    def write_document(self, index: int, stem: str, suffix: str, content: str) -> str:
-        """Write one document atomically; returns its file name."""
-        name = f"{index:05d}-{slug(stem)}{suffix}"
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(content, encoding="utf-8")
-        os.replace(tmp, self.path / name)
-        self.written.append(name)
-        return name
-
-    def add_row(self, row: dict[str, Any]) -> None:
-        """Append one row to ``documents.jsonl`` (flushed: a resume reads it back)."""
-        self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._rows.flush()
-
-    def finish(self, complete: bool) -> None:
-        """Sort ``documents.jsonl`` by id and record the run's end in the marker."""
-        self._rows.close()
-        rows: dict[int, dict[str, Any]] = {}
-        for row in _read_rows(self.path / ROWS):
-            rows[int(row["id"])] = row
-        tmp = self.path / f".{ROWS}.tmp"
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
-                               for _, r in sorted(rows.items())), encoding="utf-8")
-        os.replace(tmp, self.path / ROWS)
-        self.marker["status"] = "complete" if complete else "incomplete"
-        _write_json(self.path / MARKER, self.marker)
-
-    def close(self) -> None:
-        if not self._rows.closed:
-            self._rows.close()
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a crash: that document runs again
-        if isinstance(row, dict) and isinstance(row.get("id"), int):
-            rows.append(row)
-    return rows
-
-
-def _finished_rows(path: Path, count: int) -> dict[int, dict[str, Any]]:
-    """Rows of documents that succeeded and whose file is still there."""
-    kept = {}
-    for row in _read_rows(path / ROWS):
-        name = row.get("markdown")
-        if (row.get("status") == "ok" and 0 <= row["id"] < count and isinstance(name, str)
-                and DOCUMENT_NAME.match(name) and (path / name).is_file()):
-            kept[row["id"]] = row
-    return kept
-
-
-def _remove_documents(path: Path, keep: set[str]) -> None:
-    """Remove what an earlier run wrote (document files, rows, temp files), except ``keep``."""
-    for entry in path.iterdir():
-        name = entry.name
-        ours = DOCUMENT_NAME.match(name) or (name.startswith(".") and name.endswith(".tmp"))
-        if ours and name not in keep and entry.is_file():
-            entry.unlink()
-    (path / ROWS).unlink(missing_ok=True)
-
-
 # -- summary ------------------------------------------------------------------------------
 @dataclass
 class JobSummary:
-    """Counts of a job run, its failures and warnings, and its clock."""
+    """Counts of a job run (sources and their parts), its failures and warnings, its clock.
 
-    job: str
+    ``job`` is a :class:`JobLayout` or a shipped job's name; its words (``document``/
+    ``page``, ``video``/``clip``) and rows file name are the ones the summary uses.
+    """
+
+    job: JobLayout | str
     total: int
-    documents: int = 0
+    done: int = 0
+    """Sources this run finished, ok or failed (``kept`` ones not included)."""
     succeeded: int = 0
-    pages: int = 0
+    parts: int = 0
     kept: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
-    """``(source, cause)`` of each failed document, in the words of ``documents.jsonl``."""
+    """``(source, cause)`` of each failed source, in the words of its row."""
     warnings: list[str] = field(default_factory=list)
     engines: Counter[str] = field(default_factory=Counter)
     run_started: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    layout: JobLayout = field(init=False, repr=False)
 
-    def add_ok(self, pages: int) -> None:
+    def __post_init__(self) -> None:
+        self.layout = job_layout(self.job)
+
+    def add_ok(self, parts: int) -> None:
         with self.lock:
-            self.documents += 1
+            self.done += 1
             self.succeeded += 1
-            self.pages += pages
+            self.parts += parts
 
     def add_failed(self, source: str, cause: str) -> None:
         with self.lock:
-            self.documents += 1
+            self.done += 1
             self.failures.append((source, cause))
 
     @property
@@ -250,32 +104,86 @@ class JobSummary:
         return len(self.failures)
 
     def exit_code(self, *, allow_failures: bool = False) -> int:
-        """0 when every document succeeded (or ``allow_failures``), else 1."""
+        """0 when every source succeeded (or ``allow_failures``), else 1."""
         return EXIT_OK if not self.failures or allow_failures else EXIT_FAILED
 
     def failure_kinds(self) -> dict[str, int]:
-        from rayorch.pipelines.pdf import failure_kind
-
         return dict(sorted(Counter(failure_kind(c) for _, c in self.failures).items()))
 
     def progress_line(self) -> str:
+        unit, part = self.layout.unit, self.layout.part
         with self.lock:
             elapsed = time.monotonic() - (self.run_started or time.monotonic())
-            rate = self.pages / elapsed if elapsed > 0 else 0.0
-            done = self.documents + self.kept
-            return (f"rayorch: {done}/{self.total} documents, {plural(self.pages, 'page')}, "
-                    f"{rate:.1f} pages/s, {plural(self.failed, 'failure')}")
+            rate = self.parts / elapsed if elapsed > 0 else 0.0
+            return (f"rayorch: {self.done + self.kept}/{self.total} {unit}s, "
+                    f"{plural(self.parts, part)}, {rate:.1f} {part}s/s, "
+                    f"{plural(self.failed, 'failure')}")
 
     def failure_lines(self) -> list[str]:
         lines = [f"  {source}: {cause}" for source, cause in self.failures[:MAX_NAMED_FAILURES]]
         more = len(self.failures) - MAX_NAMED_FAILURES
         if more > 0:
-            lines.append(f"  ... and {more} more (see documents.jsonl)")
+            lines.append(f"  ... and {more} more (see {self.layout.rows})")
         return lines
 
 
 def format_seconds(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 600 else f"{seconds / 60:.1f} min"
+
+
+def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
+    """The ``--json`` form of a finished job: counts, failures, warnings, engines.
+
+    Keys are the job's words: ``documents``/``pages`` for the PDF job, ``videos``/
+    ``clips`` for the video job.
+    """
+    unit, part = summary.layout.unit, summary.layout.part
+    return {
+        f"{unit}s": summary.done + summary.kept,
+        "succeeded": summary.succeeded + summary.kept,
+        "failed": summary.failed,
+        "kept": summary.kept,
+        f"{part}s": summary.parts,
+        "failures": summary.failure_kinds(),
+        "failed_files": [{"source": s, "cause": c} for s, c in summary.failures],
+        "warnings": list(summary.warnings),
+        f"{part}_engines": dict(sorted(summary.engines.items())),
+        "out_dir": str(out.path),
+    }
+
+
+def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> str:
+    """The summary a job prints: counts, rate, start-up, failed files, warnings, outputs."""
+    unit, part = summary.layout.unit, summary.layout.part
+    done = result[f"{unit}s"]
+    if result["run_id"] is None:
+        return (f"nothing to run: all {plural(done, unit)} were done by the earlier run\n"
+                f"output: {outputs}")
+    head = (f"run {result['run_id']} done: {plural(done, unit)} "
+            f"({result['succeeded']} ok, {result['failed']} failed")
+    head += f", {result['kept']} kept from the earlier run)" if result["kept"] else ")"
+    engines = ", ".join(f"{n} {e}" for e, n in result[f"{part}_engines"].items())
+    lines = [
+        head,
+        f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} = "
+        f"{result[f'{part}s_per_s']} {part}s/s ({result['engine_option']} {result['engine']}"
+        + (f"; {part}s by engine: {engines})" if engines else ")"),
+        f"start-up {format_seconds(result['startup_s'])} (Ray "
+        f"{format_seconds(result['ray_start_s'])}, pools "
+        f"{format_seconds(result['pools_start_s'])}); wall {format_seconds(result['wall_s'])}",
+    ]
+    if summary.failures:
+        lines.append(f"failed ({plural(summary.failed, unit)}):")
+        lines.extend(summary.failure_lines())
+    else:
+        lines.append("failures: none")
+    if summary.warnings:
+        lines.append(f"warnings ({len(summary.warnings)}):")
+        lines.extend(f"  {w}" for w in summary.warnings[:MAX_NAMED_FAILURES])
+        if len(summary.warnings) > MAX_NAMED_FAILURES:
+            lines.append(f"  ... and {len(summary.warnings) - MAX_NAMED_FAILURES} more")
+    lines.append(f"output: {outputs}")
+    return "\n".join(lines)
 
 
 # -- Ray start-up and progress -----------------------------------------------------------
@@ -333,7 +241,8 @@ class StartupClock:
 
 
 class ProgressLines:
-    """One progress line every ``every_s`` seconds on stderr (a background thread)."""
+    """One progress line every ``every_s`` seconds on stderr (a background thread), and
+    one when the run ends."""
 
     def __init__(self, summary: JobSummary, *, enabled: bool, every_s: float = 5.0,
                  stream: TextIO | None = None) -> None:
@@ -360,37 +269,134 @@ class ProgressLines:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            if exc_type is None:  # the last line says where the run ended (n/n)
+                print(self.summary.progress_line(), file=self.stream, flush=True)
 
 
-def add_job_options(parser: Any) -> None:
-    """The options every job command takes (output handling, exit code, progress)."""
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the documents of an earlier run in --output")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue an earlier run in --output: keep its finished "
-                        "documents, run the rest")
-    parser.add_argument("--allow-failures", action="store_true",
-                        help="exit 0 even when some documents failed")
-    parser.add_argument("--address", default=None,
-                        help="Ray cluster to attach to (default: $RAY_ADDRESS, else a "
-                        "private local Ray on 127.0.0.1)")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no live table or progress lines")
-    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
-                        help="seconds between progress lines when stdout is not a "
-                        "terminal (default 5)")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+# -- the command --------------------------------------------------------------------------
+def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_help: str
+                    ) -> None:
+    """The options every ``rayorch run <job>`` takes: input, output, store, output handling,
+    exit code, Ray, progress."""
+    unit = job.unit
+    group = parser.add_argument_group("every job")
+    group.add_argument("--input", required=True, help=input_help)
+    group.add_argument("--output", required=True,
+                       help=f"directory for the outputs ({job.rows} and the rest)")
+    group.add_argument("--store", default="memory://",
+                       help="lineage store URL (default: memory://)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace the outputs of an earlier run in --output")
+    group.add_argument("--resume", action="store_true",
+                       help=f"continue an earlier run in --output: keep its finished "
+                       f"{unit}s, run the rest")
+    group.add_argument("--allow-failures", action="store_true",
+                       help=f"exit 0 even when some {unit}s failed")
+    group.add_argument("--address", default=None,
+                       help="Ray cluster to attach to (default: $RAY_ADDRESS, else a "
+                       "private local Ray on 127.0.0.1)")
+    group.add_argument("--no-progress", action="store_true",
+                       help="no live table or progress lines")
+    group.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
+                       help="seconds between progress lines when stdout is not a "
+                       "terminal (default 5)")
+    group.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
+                   input_help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+    """Register ``rayorch run <job>`` with the options every job takes; returns the
+    argument group for the job's own options."""
+    parser = jobs.add_parser(job.job, help=help, description=description,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_job_options(parser, job, input_help=input_help)
+    parser.set_defaults(func=func)
+    return parser.add_argument_group(f"{job.job} job")
+
+
+def require_positive(args: argparse.Namespace, *names: str) -> None:
+    """A ``UsageError`` naming the first option of ``names`` that is given and not > 0."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
 def iter_with_ids(results: Iterable[tuple[int, Any]], ids: list[int]
                   ) -> Iterable[tuple[int, Any]]:
-    """Map a run's source positions back to the job's document ids (after ``--resume``)."""
+    """Map a run's source positions back to the job's source ids (after ``--resume``)."""
     for position, value in results:
         yield ids[position], value
 
 
+Writer = Callable[..., JobSummary]
+"""``write(results, out, *, sources, summary)``: writes each ``(id, value)`` as it comes."""
+
+
+def run_job(
+    args: argparse.Namespace,
+    *,
+    job: JobLayout,
+    sources: list[str],
+    pipeline: Any,
+    options: dict[str, Any],
+    write: Writer,
+    engine: tuple[str, str],
+    outputs: Callable[[OutputDir, JobSummary], str],
+) -> int:
+    """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
+
+    ``options`` are the job options a ``--resume`` must find unchanged; ``engine`` is
+    ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
+    says what the run left in ``--output``. Returns the exit code.
+    """
+    plan = pipeline.compile()
+    out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
+                            overwrite=args.overwrite, resume=args.resume)
+    ids = out.remaining(sources)
+    tty = sys.stdout.isatty()
+    clock = StartupClock(quiet=args.no_progress and not tty)
+    summary = JobSummary(job, total=len(sources), kept=len(out.kept))
+    complete = False
+    run_id = None
+    try:
+        if ids:
+            clock.starting_ray()
+            start_ray_for(plan, args.address)
+            clock.starting_pools(plan)
+            progress = False if args.no_progress or not tty else None
+            handle = pipeline.run([sources[i] for i in ids], store=args.store, ordered=True,
+                                  progress=progress, address=args.address)
+            run_id = handle.run_id
+            out.note_run(run_id)
+            summary.run_started = clock.running()
+            lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
+                                  every_s=args.progress_every)
+            with lines:
+                write(iter_with_ids(handle, ids), out, sources=sources, summary=summary)
+        else:
+            summary.run_started = clock.running()
+            out.close()
+        complete = True
+    finally:
+        clock.done()
+        out.finish(complete)
+    result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
+              "engine": engine[1], "engine_option": engine[0]}
+    run_s = result["run_s"]
+    part = job.part
+    result[f"{part}s_per_s"] = round(summary.parts / run_s, 2) if run_s > 0 else None
+    if args.json:
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(summary_text(result, summary, outputs(out, summary)))
+    return summary.exit_code(allow_failures=args.allow_failures)
+
+
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "JobSummary", "OutputDir", "ProgressLines",
-    "StartupClock", "UsageError", "add_job_options", "format_seconds", "iter_with_ids",
-    "plural", "slug", "start_ray_for",
+    "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
+    "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
+    "add_job_options", "add_job_parser", "format_seconds", "iter_with_ids", "plural",
+    "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
+    "write_rows",
 ]

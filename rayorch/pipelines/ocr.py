@@ -209,22 +209,73 @@ class VllmEngine:
         **llm_options: Any,
     ) -> None:
         require_vllm_runtime()
-        import vllm
-
         self.model = model
         self.prompt = prompt
+        self._chat = VllmChat(model, images=1, max_tokens=max_tokens,
+                              gpu_memory_utilization=gpu_memory_utilization,
+                              max_model_len=max_model_len, **llm_options)
+
+    def recognize(self, pages: list[Page]) -> list[str]:
+        return self._chat.answers([build_vlm_messages(page, self.prompt) for page in pages])
+
+
+class VllmChat:
+    """A vision-language model served in-process by vLLM, answering batches of chats.
+
+    Shared by the OCR engine and the video captioner: one ``vllm.LLM`` per actor, greedy
+    decoding, at most ``images`` images per conversation; other keyword options go to
+    ``vllm.LLM``. Check :func:`require_vllm_runtime` first for a clear error.
+    """
+
+    def __init__(self, model: str, *, images: int, max_tokens: int,
+                 gpu_memory_utilization: float, max_model_len: int, **llm_options: Any
+                 ) -> None:
+        import vllm
+
         self._llm = vllm.LLM(
             model=model,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
-            **{"limit_mm_per_prompt": {"image": 1}, **llm_options},
+            **{"limit_mm_per_prompt": {"image": images}, **llm_options},
         )
         self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
 
-    def recognize(self, pages: list[Page]) -> list[str]:
-        conversations = [build_vlm_messages(page, self.prompt) for page in pages]
+    def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
+        """One batched ``LLM.chat``; each answer as :func:`parse_vlm_output` cleans it."""
         outputs = self._llm.chat(conversations, self._sampling, use_tqdm=False)
         return [parse_vlm_output(out.outputs[0].text) for out in outputs]
+
+
+class EngineRegistry:
+    """Engines of one kind by name: build one with checked options, or ask what it reads.
+
+    >>> ENGINE_REGISTRY.build("text").needs_image
+    False
+    """
+
+    def __init__(self, kind: str, engines: dict[str, Callable[..., Any]],
+                 error: type[RayorchError]) -> None:
+        self.kind, self.engines, self.error = kind, engines, error
+
+    def engine_class(self, name: str) -> Any:
+        try:
+            return self.engines[name]
+        except KeyError:
+            valid = ", ".join(repr(n) for n in self.engines)
+            raise self.error(f"unknown {self.kind} {name!r}: choose one of {valid}") from None
+
+    def build(self, name: str, **options: Any) -> Any:
+        """The engine called ``name`` built with ``options`` (checked against its signature)."""
+        engine_class = self.engine_class(name)
+        try:
+            inspect.signature(engine_class).bind(**options)
+        except TypeError as exc:
+            raise self.error(f"bad options for {self.kind} {name!r}: {exc}") from None
+        return engine_class(**options)
+
+    def needs_image(self, name: str) -> bool:
+        """Whether engine ``name`` reads pixels (known without building the engine)."""
+        return bool(self.engine_class(name).needs_image)
 
 
 # -- choosing an engine -------------------------------------------------------------------
@@ -236,12 +287,7 @@ ENGINES: dict[str, Callable[..., OcrEngine]] = {
 }
 
 
-def _engine_class(name: str) -> Any:
-    try:
-        return ENGINES[name]
-    except KeyError:
-        valid = ", ".join(repr(n) for n in ENGINES)
-        raise OcrEngineError(f"unknown OCR engine {name!r}: choose one of {valid}") from None
+ENGINE_REGISTRY = EngineRegistry("OCR engine", ENGINES, OcrEngineError)
 
 
 def get_engine(name: str, **options: Any) -> OcrEngine:
@@ -250,14 +296,10 @@ def get_engine(name: str, **options: Any) -> OcrEngine:
     >>> get_engine("text").needs_image
     False
     """
-    engine_class = _engine_class(name)
-    try:
-        inspect.signature(engine_class).bind(**options)
-    except TypeError as exc:
-        raise OcrEngineError(f"bad options for OCR engine {name!r}: {exc}") from None
-    return engine_class(**options)  # type: ignore[no-any-return]
+    engine: OcrEngine = ENGINE_REGISTRY.build(name, **options)
+    return engine
 
 
 def engine_needs_image(name: str) -> bool:
     """Whether engine ``name`` reads the page image (known without building the engine)."""
-    return bool(_engine_class(name).needs_image)
+    return ENGINE_REGISTRY.needs_image(name)

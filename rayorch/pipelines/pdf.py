@@ -48,6 +48,8 @@ from rayorch.pipelines.pdf_markdown import (
     page_tables,
     text_layer_quality,
 )
+from rayorch.pipelines.sources import check_file, failure_kind, find_files
+from rayorch.pipelines.sources import refuse as _refuse
 
 DEFAULT_DPI = 110
 MAX_PAGE_SIDE_PT = 14_400.0
@@ -71,27 +73,6 @@ DocumentMeta = dict[str, Any]
 ``{"page", "engine", "layer", "markdown"}`` with ``engine`` ``"text"`` (done by the
 renderer), ``"blank"`` (no ink at all) or ``None`` (sent to OCR)."""
 RenderedDocument = tuple[list[Page], DocumentMeta]
-
-
-def _refuse(kind: str, detail: str) -> RecordFailure:
-    """A document-level failure whose cause reads ``"<kind>: <detail>"`` on one line."""
-    return RecordFailure(f"{kind}: {' '.join(detail.split())}")
-
-
-_PROPAGATED = re.compile(r"^[\w.@]+\[[\d.]+\] failed: ")
-
-
-def failure_kind(cause: str | None) -> str:
-    """The stable part of a cause, for counting failures by kind.
-
-    ``"encrypted: x.pdf needs ..."`` -> ``"encrypted"``; a cause propagated by the
-    runtime (``"render[3] failed: encrypted: ..."``) counts as its origin's kind.
-    """
-    if not cause:
-        return "unknown"
-    while _PROPAGATED.match(cause):
-        cause = _PROPAGATED.sub("", cause, count=1)
-    return cause.split(":", 1)[0].strip()[:60]
 
 
 _DAMAGE_WARNINGS = ("syntax error", "format error", "zlib error", "cannot load object",
@@ -221,18 +202,9 @@ class RenderPdf:
                     "page_count": doc.page_count, "pages": records}
         return pages, meta
 
-    def _check_file(self, source: Any) -> Path:
-        if not isinstance(source, (str, Path)):
-            raise _refuse("bad input", f"expected a PDF path (str), got {type(source).__name__}")
-        path = Path(source)
-        if not path.exists():
-            raise _refuse("missing", f"{path} does not exist")
-        if not path.is_file():
-            raise _refuse("not a file", f"{path} is a directory or special file")
-        with path.open("rb") as fh:
-            head = fh.read(1024)
-        if not head:
-            raise _refuse("empty", f"{path} is an empty file (0 bytes)")
+    @staticmethod
+    def _check_file(source: Any) -> Path:
+        path, head = check_file(source, "PDF", 1024)
         if b"%PDF-" not in head:
             raise _refuse("not a PDF", f"{path} has no %PDF- header in its first 1024 bytes")
         return path
@@ -512,12 +484,7 @@ class PdfPipeline(ro.Pipeline):
 
 def find_pdfs(source: str | Path) -> list[str]:
     """The PDF paths under a directory (recursive, sorted), or the file itself."""
-    root = Path(source)
-    if root.is_dir():
-        return [str(p) for p in sorted(root.rglob("*")) if p.suffix.lower() == ".pdf"]
-    if root.exists():
-        return [str(root)]
-    raise ro.RayorchError(f"input {root} does not exist: pass a PDF file or a directory of PDFs")
+    return find_files(source, {".pdf"}, "PDF")
 
 
 from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's public API)

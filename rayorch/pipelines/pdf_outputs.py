@@ -10,7 +10,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rayorch.pipelines.job_cli import JobSummary, OutputDir, plural
+from rayorch.pipelines.job_cli import (
+    PDF_JOB,
+    JobSummary,
+    OutputDir,
+    plural,
+    summary_dict,
+    write_rows,
+)
 
 
 def _page_list(numbers: list[int]) -> str:
@@ -52,45 +59,29 @@ def write_outputs(
     not make it; ``sources`` name the source of failed documents. A plain path is
     (re)made as an output directory whose earlier documents are replaced.
     """
-    sources = sources or []
-    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
-        out_dir, job="pdf", sources=sources, options={}, overwrite=True)
-    summary = summary or JobSummary(job="pdf", total=len(sources))
-    try:
-        for index, value in results:
-            source = sources[index] if index < len(sources) else None
-            row: dict[str, Any] = {"id": index, "source": source, "status": "ok",
-                                   "cause": None, "pages": 0, "markdown": None}
-            if isinstance(value, dict) and "markdown" in value:
-                name = out.write_document(index, Path(value["path"]).stem, ".md",
-                                          value["markdown"])
-                row.update(source=value["path"], pages=value["pages"], markdown=name,
-                           page_engines=value.get("page_engines"),
-                           empty_pages=value.get("empty_pages", []))
-                summary.add_ok(int(value["pages"]))
-                summary.engines.update(value.get("page_engines") or ())
-                summary.warnings.extend(document_warnings(str(value["path"]), value))
-            else:
-                cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
-                row.update(status="failed", cause=cause)
-                summary.add_failed(str(source), cause)
-            out.add_row(row)
-    finally:
-        out.close()
-    return summary
+    return write_rows(results, out_dir, job=PDF_JOB, sources=sources, summary=summary,
+                      write_ok=_write_document)
 
 
-def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
-    """The ``--json`` form of a finished job: counts, failures, warnings, engines."""
-    return {
-        "documents": summary.documents + summary.kept,
-        "succeeded": summary.succeeded + summary.kept,
-        "failed": summary.failed,
-        "kept": summary.kept,
-        "pages": summary.pages,
-        "failures": summary.failure_kinds(),
-        "failed_documents": [{"source": s, "cause": c} for s, c in summary.failures],
-        "warnings": list(summary.warnings),
-        "page_engines": dict(sorted(summary.engines.items())),
-        "out_dir": str(out.path),
-    }
+def _write_document(out: OutputDir, summary: JobSummary, index: int, value: Any
+                    ) -> dict[str, Any] | None:
+    if not (isinstance(value, dict) and "markdown" in value):
+        return None
+    name = out.write_document(index, Path(value["path"]).stem, ".md", value["markdown"])
+    summary.add_ok(int(value["pages"]))
+    summary.engines.update(value.get("page_engines") or ())
+    summary.warnings.extend(document_warnings(str(value["path"]), value))
+    return {"source": value["path"], "pages": value["pages"], "markdown": name,
+            "page_engines": value.get("page_engines"),
+            "empty_pages": value.get("empty_pages", [])}
+
+
+def outputs_text(out: OutputDir, summary: JobSummary) -> str:
+    """What a PDF run left in ``--output``, for the summary."""
+    files = len(out.written) + summary.kept
+    what = f"documents.jsonl and {plural(files, '.md file')}" if files else (
+        "documents.jsonl (no .md written)")
+    return f"{out.path}/{what}"
+
+
+__all__ = ["document_warnings", "outputs_text", "summary_dict", "write_outputs"]

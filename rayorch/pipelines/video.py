@@ -24,16 +24,14 @@ See docs/ARCHITECTURE.md, "Video pipeline".
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import rayorch as ro
-from rayorch import F, FailedResult, RecordFailure
-from rayorch.pipelines.pdf import failure_kind
+from rayorch import F, RecordFailure
+from rayorch.pipelines.job_cli import VIDEO_JOB, JobSummary, OutputDir, slug, write_rows
+from rayorch.pipelines.sources import find_files, refuse
 from rayorch.pipelines.video_annotate import (
     AnnotatorError,
     ClipAnnotator,
@@ -50,7 +48,6 @@ from rayorch.pipelines.video_decode import (
     plan_clips,
     probe_video,
     read_clip,
-    refuse,
 )
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ogv", ".mpg",
@@ -117,7 +114,7 @@ class ProbeVideo:
                               "end_s": stop, "fps": info["fps"], "origin_s": info["start_s"]}
             if self.clips_dir is not None:
                 digest = hashlib.sha1(info["path"].encode()).hexdigest()[:8]
-                folder = f"{_slug(Path(info['path']).stem)}-{digest}"
+                folder = f"{slug(Path(info['path']).stem)[:60]}-{digest}"
                 clip["file"] = str(Path(self.clips_dir) / folder / f"{index:04d}{suffix}")
             clips.append(clip)
         meta: VideoMeta = {**{k: v for k, v in info.items() if k != "start_s"},
@@ -254,65 +251,41 @@ class VideoPipeline(ro.Pipeline):
 
 def find_videos(source: str | Path) -> list[str]:
     """The video paths under a directory (recursive, sorted, by suffix), or the file itself."""
-    root = Path(source)
-    if root.is_dir():
-        return [str(p) for p in sorted(root.rglob("*"))
-                if p.suffix.lower() in VIDEO_SUFFIXES and not p.is_dir()]
-    if root.exists():
-        return [str(root)]
-    raise ro.RayorchError(f"input {root} does not exist: pass a video file or a directory")
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "video"
+    return find_files(source, VIDEO_SUFFIXES, "video")
 
 
 def write_outputs(
     results: Iterable[tuple[int, Any]],
-    out_dir: str | Path,
+    out_dir: str | Path | OutputDir,
     *,
     sources: list[str] | None = None,
-    on_video: Any = None,
-) -> dict[str, Any]:
-    """Write ``clips.jsonl`` (one line per clip) and ``videos.jsonl``; return a summary.
+    summary: JobSummary | None = None,
+) -> JobSummary:
+    """Write ``clips.jsonl`` (one line per clip) and ``videos.jsonl`` (one row per video).
 
-    ``results`` are ``(index, value)`` pairs as a run yields them (in source order, so
-    the clip lines are in per-video order); ``value`` is an ``AssembleVideo`` dict or a
-    failed result. ``on_video(summary)`` is called after each video (progress lines).
+    ``results`` are ``(id, value)`` pairs as a run yields them (in source order, so the
+    clip lines are in per-video order); ``value`` is an ``AssembleVideo`` dict or a
+    failed result. A plain path is (re)made as an output directory whose earlier
+    outputs are replaced.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    videos = succeeded = clips = 0
-    failures: Counter[str] = Counter()
-    failed: list[tuple[str, str]] = []
-    with (out / "clips.jsonl").open("w", encoding="utf-8") as clip_lines, \
-            (out / "videos.jsonl").open("w", encoding="utf-8") as video_lines:
-        for index, value in results:
-            videos += 1
-            source = sources[index] if sources is not None and index < len(sources) else None
-            row: dict[str, Any] = {"id": index, "source": source, "status": "ok", "clips": 0,
-                                   "duration_s": None, "cause": None}
-            if isinstance(value, dict) and "clips" in value:
-                for clip in value["clips"]:
-                    line = {"video": value["path"], **{k: v for k, v in clip.items()
-                                                       if k != "video"}}
-                    if "file" in line and Path(line["file"]).is_relative_to(out.resolve()):
-                        line["file"] = str(Path(line["file"]).relative_to(out.resolve()))
-                    clip_lines.write(json.dumps(line, ensure_ascii=False) + "\n")
-                row.update(source=value["path"], clips=len(value["clips"]),
-                           duration_s=value["duration_s"], fps=value["fps"],
-                           width=value["width"], height=value["height"], cuts=value["cuts"])
-                succeeded += 1
-                clips += len(value["clips"])
-            else:
-                cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
-                status = value.outcome.value if isinstance(value, FailedResult) else "failed"
-                row.update(status="failed", outcome=status, cause=cause)
-                failures[failure_kind(cause)] += 1
-                failed.append((str(source), cause))
-            video_lines.write(json.dumps(row, ensure_ascii=False) + "\n")
-            if on_video is not None:
-                on_video({"videos": videos, "clips": clips, "failed": videos - succeeded})
-    return {"videos": videos, "succeeded": succeeded, "failed": videos - succeeded,
-            "clips": clips, "failures": dict(sorted(failures.items())),
-            "failed_files": [{"source": s, "cause": c} for s, c in failed], "out_dir": str(out)}
+    return write_rows(results, out_dir, job=VIDEO_JOB, sources=sources, summary=summary,
+                      write_ok=_write_clips)
+
+
+def _write_clips(out: OutputDir, summary: JobSummary, index: int, value: Any
+                 ) -> dict[str, Any] | None:
+    """A video's clip lines (a clip file under ``--output`` named relative to it)."""
+    if not (isinstance(value, dict) and "clips" in value):
+        return None
+    root = out.path.resolve()
+    lines = []
+    for clip in value["clips"]:
+        line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}
+        if "file" in line and Path(line["file"]).is_relative_to(root):
+            line["file"] = str(Path(line["file"]).relative_to(root))
+        lines.append(line)
+    out.add_lines(lines)
+    summary.add_ok(len(lines))
+    return {"source": value["path"], "clips": len(lines), "duration_s": value["duration_s"],
+            "fps": value["fps"], "width": value["width"], "height": value["height"],
+            "cuts": value["cuts"]}

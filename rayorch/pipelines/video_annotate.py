@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import inspect
 import io
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from rayorch import RayorchError
 from rayorch.pipelines import ocr
-from rayorch.pipelines.ocr import join_in_reading_order, parse_vlm_output
+from rayorch.pipelines.ocr import join_in_reading_order
 
 ClipFrames = dict[str, Any]
 """``{"video", "clip", "start_s", "end_s", "frames", "signals", "keyframes": [{"t", "jpeg"?}]}``."""
@@ -160,22 +159,16 @@ class VllmCaptioner:
                  max_images: int = 3, gpu_memory_utilization: float = 0.85,
                  max_model_len: int = 8192, **llm_options: Any) -> None:
         require_vllm_runtime()
-        import vllm
-
         self.model, self.prompt, self.max_images = model, prompt, max_images
-        self._llm = vllm.LLM(
-            model=model, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            **{"limit_mm_per_prompt": {"image": max_images}, **llm_options},
-        )
-        self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        self._chat = ocr.VllmChat(model, images=max_images, max_tokens=max_tokens,
+                                  gpu_memory_utilization=gpu_memory_utilization,
+                                  max_model_len=max_model_len, **llm_options)
 
     def annotate(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:
-        conversations = [build_caption_messages(limit_keyframes(c, self.max_images),
-                                                self.prompt) for c in clips]
-        outputs = self._llm.chat(conversations, self._sampling, use_tqdm=False)
-        return [{"caption": parse_vlm_output(out.outputs[0].text), "model": self.model}
-                for out in outputs]
+        captions = self._chat.answers([
+            build_caption_messages(limit_keyframes(c, self.max_images), self.prompt)
+            for c in clips])
+        return [{"caption": caption, "model": self.model} for caption in captions]
 
 
 def limit_keyframes(clip: ClipFrames, most: int) -> ClipFrames:
@@ -196,25 +189,15 @@ ANNOTATORS: dict[str, Callable[..., ClipAnnotator]] = {
 }
 
 
-def _annotator_class(name: str) -> Any:
-    try:
-        return ANNOTATORS[name]
-    except KeyError:
-        valid = ", ".join(repr(n) for n in ANNOTATORS)
-        raise AnnotatorError(f"unknown annotation engine {name!r}: choose one of {valid}"
-                             ) from None
+ANNOTATOR_REGISTRY = ocr.EngineRegistry("annotation engine", ANNOTATORS, AnnotatorError)
 
 
 def get_annotator(name: str, **options: Any) -> ClipAnnotator:
     """Build the annotation engine called ``name`` with its ``options``."""
-    annotator_class = _annotator_class(name)
-    try:
-        inspect.signature(annotator_class).bind(**options)
-    except TypeError as exc:
-        raise AnnotatorError(f"bad options for annotation engine {name!r}: {exc}") from None
-    return annotator_class(**options)  # type: ignore[no-any-return]
+    annotator: ClipAnnotator = ANNOTATOR_REGISTRY.build(name, **options)
+    return annotator
 
 
 def annotator_needs_image(name: str) -> bool:
     """Whether engine ``name`` reads keyframe pixels (known without building the engine)."""
-    return bool(_annotator_class(name).needs_image)
+    return ANNOTATOR_REGISTRY.needs_image(name)

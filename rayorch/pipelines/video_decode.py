@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rayorch import RecordFailure
+from rayorch.pipelines.sources import check_file, refuse
 
 MAX_FRAME_PIXELS = 36_000_000
 """Frames above this many pixels are refused (8K UHD, 7680 x 4320 = 33.2 MP, passes)."""
@@ -39,11 +39,6 @@ VideoInfo = dict[str, Any]
 _MAGIC = ((4, b"ftyp", "MP4/MOV"), (0, b"\x1a\x45\xdf\xa3", "Matroska/WebM"),
           (0, b"OggS", "Ogg"), (0, b"RIFF", "AVI"), (0, b"FLV", "FLV"),
           (0, b"\x00\x00\x01\xba", "MPEG-PS"))
-
-
-def refuse(kind: str, detail: str) -> RecordFailure:
-    """A per-video failure whose cause reads ``"<kind>: <detail>"`` on one line."""
-    return RecordFailure(f"{kind}: {' '.join(detail.split())}")
 
 
 def _container_kind(head: bytes) -> str | None:
@@ -72,21 +67,6 @@ def _mp4_is_cut_short(path: Path) -> bool:
         return at > size
 
 
-def _check_file(source: Any) -> tuple[Path, bytes]:
-    if not isinstance(source, (str, Path)):
-        raise refuse("bad input", f"expected a video path (str), got {type(source).__name__}")
-    path = Path(source)
-    if not path.exists():
-        raise refuse("missing", f"{path} does not exist")
-    if not path.is_file():
-        raise refuse("not a file", f"{path} is a directory or special file")
-    with path.open("rb") as fh:
-        head = fh.read(64)
-    if not head:
-        raise refuse("empty", f"{path} is an empty file (0 bytes)")
-    return path, head
-
-
 def _open(path: Path, head: bytes) -> Any:
     import av
 
@@ -107,7 +87,7 @@ def _open(path: Path, head: bytes) -> Any:
 
 def probe_video(source: Any, *, max_frame_pixels: int = MAX_FRAME_PIXELS) -> VideoInfo:
     """Duration, fps, size and streams of one video; ``RecordFailure`` for a bad file."""
-    path, head = _check_file(source)
+    path, head = check_file(source, "video", 64)
     with _open(path, head) as container:
         streams = [{"index": s.index, "type": s.type,
                     "codec": s.codec_context.name if s.codec_context is not None else None}

@@ -71,6 +71,12 @@ def _loopback_node_ip() -> Iterator[None]:
         ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
+def _is_loopback(address: str) -> bool:
+    """``127.x.x.x:port`` or ``localhost:port`` (Ray would rewrite it to the routable IP)."""
+    host = address.rsplit(":", 1)[0]
+    return host == "localhost" or host.startswith("127.")
+
+
 def _stderr_note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -99,7 +105,12 @@ def ensure_ray(
         where, source = target
         if note is not None:
             note(f"rayorch: attaching to the Ray cluster at {where} (from {source})")
-        ray.init(address=where, log_to_driver=log_to_driver)
+        if _is_loopback(where):  # a loopback-only cluster (one rayorch started): stay there
+            with _loopback_node_ip():
+                ray.init(address=where, log_to_driver=log_to_driver,
+                         _node_ip_address=LOOPBACK)
+        else:
+            ray.init(address=where, log_to_driver=log_to_driver)
         return "attached"
     options: dict[str, Any] = {
         "include_dashboard": False,

@@ -303,12 +303,17 @@ class ShardDriver:
         order = open_shards[start:] + open_shards[:start]
         free = [k for k in order if k not in self.shards
                 and now - self._released_at.get(k, -1e9) > 2 * ttl
-                and store.lease_holder(run, k) is None]
+                and self._free_for_me(k)]
         owned = len(active)
         for k in free:
             if (owned < fair or k in self._seen_free) and self._acquire_and_take(k):
                 owned += 1
         self._seen_free = set(free) - set(self.shards)
+
+    def _free_for_me(self, k: int) -> bool:
+        """Nobody holds shard ``k``, or this driver does (it forgot it in a store outage)."""
+        holder = self.store.lease_holder(self.run_id, k)
+        return holder is None or holder.driver == self.driver_id
 
     def _acquire_and_take(self, k: int) -> bool:
         try:

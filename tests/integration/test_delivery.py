@@ -86,10 +86,14 @@ def committed(redis_url: str, run_id: str) -> int:
         store.close()
 
 
-def wait_committed(redis_url: str, run_id: str, count: int, timeout: float = 60) -> None:
+def wait_committed(caller: Caller, redis_url: str, run_id: str, count: int,
+                   timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while committed(redis_url, run_id) < count:
-        assert time.monotonic() < deadline, "the caller's run did not progress"
+        if caller.proc.poll() is not None or time.monotonic() > deadline:
+            caller.proc.kill()
+            _, err = caller.proc.communicate(timeout=10)
+            raise AssertionError(f"the caller's run did not progress: {err[-2000:]}")
         time.sleep(0.1)
 
 
@@ -126,7 +130,7 @@ def test_ordered_caller_killed_while_source_0_is_slow_loses_nothing(
     ``rayorch resume --out-dir`` writes all 20 (buffered for order is not delivered)."""
     run_id = f"ordered-{uuid.uuid4().hex[:6]}"
     caller = Caller(redis_url, run_id, "--slow-first", "--slow-s", "6")
-    wait_committed(redis_url, run_id, ITEMS - 2)  # item 1 may queue behind item 0
+    wait_committed(caller, redis_url, run_id, ITEMS - 2)  # item 1 may queue behind item 0
     caller.kill()
     assert caller.received == []
     written = resume(redis_url, run_id, tmp_path / "out")

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from rayorch.cli import main as cli_main
-from rayorch.pipelines.pdf import failure_kind
+from rayorch.pipelines.job_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from rayorch.pipelines.sources import failure_kind
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 pytest.importorskip("av")  # the [video] extra
 pytest.importorskip("scenedetect")
 
-from rayorch.pipelines import video_command  # noqa: E402
 from rayorch.pipelines.video_synth import write_bad_videos, write_scenes_video  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_run_video_cuts_at_true_scene_changes_and_names_bad_files(
     code, stdout, _ = run_cli(["--input", str(root), "--output", str(out), "--no-progress",
                                "--json", "--max-clip-s", str(MAX_CLIP_S), "--write-clips"],
                               capsys)
-    assert code == video_command.EXIT_SOME_FAILED
+    assert code == EXIT_FAILED
     summary = json.loads(stdout)
     assert summary["videos"] == len(truth) + len(bad)
     assert summary["succeeded"] == len(truth) and summary["failed"] == len(bad)
@@ -122,7 +122,6 @@ def test_run_video_cuts_at_true_scene_changes_and_names_bad_files(
 
 def test_output_directory_rules_and_exit_codes(
     ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -131,27 +130,75 @@ def test_output_directory_rules_and_exit_codes(
     out = tmp_path / "out"
     base = ["--input", str(inputs), "--output", str(out)]
 
-    monkeypatch.setattr(video_command, "PROGRESS_EVERY_S", 0.0)  # a line per video
-    code, stdout, stderr = run_cli([*base, "--write-clips", "--allow-failures"], capsys)
-    assert code == 0  # one failed, but --allow-failures
-    assert "1/2 videos" in stderr and "2/2 videos" in stderr  # piped: progress lines
+    code, stdout, stderr = run_cli([*base, "--write-clips", "--allow-failures",
+                                    "--progress-every", "0.2"], capsys)
+    assert code == EXIT_OK  # one failed, but --allow-failures
+    assert "rayorch: starting Ray..." in stderr and "rayorch: starting 4 pools" in stderr
+    progress = [line for line in stderr.splitlines() if "/2 videos" in line]  # piped
+    assert all("clips/s" in line and "failure" in line for line in progress)
+    assert progress[-1].startswith("rayorch: 2/2 videos, 2 clips"), progress
     assert "2 videos (1 ok, 1 failed)" in stdout
     assert f"{inputs / 'broken.mp4'}: probe[0] failed: empty:" in stdout
     assert (out / "clips").is_dir()
 
     code, _, stderr = run_cli(base, capsys)
-    assert code == 2 and "holds the outputs of an earlier run" in stderr
-    assert "--overwrite" in stderr
+    assert code == EXIT_USAGE and "holds an earlier run" in stderr
+    assert "--overwrite" in stderr and "--resume" in stderr
 
     (inputs / "broken.mp4").unlink()
-    code, stdout, _ = run_cli([*base, "--overwrite"], capsys)
-    assert code == 0 and "1 video (1 ok, 0 failed), 2 clips" in stdout
-    assert sorted(p.name for p in out.iterdir()) == ["clips.jsonl", "videos.jsonl"]  # no stale
-
     (out / "notes.txt").write_text("mine")
-    code, _, stderr = run_cli([*base, "--overwrite"], capsys)
-    assert code == 2 and "files this job did not write (notes.txt)" in stderr
-    assert (out / "notes.txt").exists()
+    code, stdout, _ = run_cli([*base, "--overwrite"], capsys)
+    assert code == EXIT_OK and "1 video (1 ok, 0 failed)" in stdout and "2 clips in" in stdout
+    assert sorted(p.name for p in out.iterdir()) == [  # no stale clips/, the user's file kept
+        ".rayorch-output.json", "clips.jsonl", "notes.txt", "videos.jsonl"]
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    code, _, stderr = run_cli(["--input", str(inputs), "--output", str(foreign),
+                               "--overwrite"], capsys)
+    assert code == EXIT_USAGE and "holds no earlier rayorch run" in stderr
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_resume_keeps_finished_videos_and_reruns_the_rest(
+    ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_scenes_video(inputs / "a.mp4", [1.0, 1.5], fps=8, size=(64, 48))
+    (inputs / "b.mp4").write_bytes(b"")  # fails now; a good video by the resume
+    out = tmp_path / "out"
+    base = ["--input", str(inputs), "--output", str(out), "--no-progress", "--json",
+            "--write-clips"]
+    code, stdout, _ = run_cli(base, capsys)
+    assert code == EXIT_FAILED and json.loads(stdout)["failed"] == 1
+    a_clips = read_jsonl(out / "clips.jsonl")
+    a_files = {c["file"]: (out / c["file"]).stat().st_mtime_ns for c in a_clips}
+    assert len(a_files) == 2
+
+    code, _, stderr = run_cli([*base, "--resume", "--max-clip-s", "3"], capsys)
+    assert code == EXIT_USAGE and "the options changed" in stderr
+
+    write_scenes_video(inputs / "b.mp4", [0.75, 1.0, 1.25], fps=8, size=(64, 48))
+    code, stdout, _ = run_cli([*base, "--resume"], capsys)
+    summary = json.loads(stdout)
+    assert code == EXIT_OK, summary
+    assert (summary["videos"], summary["kept"], summary["succeeded"], summary["failed"]) == (
+        2, 1, 2, 0)
+    assert summary["clips"] == 3  # only b ran: a was kept
+    videos = read_jsonl(out / "videos.jsonl")
+    assert [(v["id"], v["status"], v["clips"]) for v in videos] == [(0, "ok", 2), (1, "ok", 3)]
+    clips = read_jsonl(out / "clips.jsonl")
+    assert clips[:2] == a_clips  # a's lines kept as they were, first
+    assert [(Path(c["video"]).name, c["clip"]) for c in clips[2:]] == [
+        ("b.mp4", 0), ("b.mp4", 1), ("b.mp4", 2)]
+    assert {f: (out / f).stat().st_mtime_ns for f in a_files} == a_files  # not written again
+    on_disk = sorted(str(p.relative_to(out)) for p in (out / "clips").rglob("*") if p.is_file())
+    assert on_disk == sorted(c["file"] for c in clips)
+
+    code, stdout, _ = run_cli([*base, "--resume"], capsys)  # nothing left to do
+    assert code == EXIT_OK and json.loads(stdout)["run_id"] is None
 
 
 def test_all_failed_exits_1_and_says_no_clip_was_made(
@@ -163,8 +210,8 @@ def test_all_failed_exits_1_and_says_no_clip_was_made(
     (inputs / "b.webm").write_bytes(b"")
     code, stdout, _ = run_cli(["--input", str(inputs), "--output", str(tmp_path / "out"),
                                "--no-progress"], capsys)
-    assert code == 1
-    assert "2 videos (0 ok, 2 failed), 0 clips" in stdout
+    assert code == EXIT_FAILED
+    assert "2 videos (0 ok, 2 failed)" in stdout and "0 clips in" in stdout
     assert "not a video:" in stdout and "empty:" in stdout
     assert "clips.jsonl (empty: no clip was made)" in stdout
 

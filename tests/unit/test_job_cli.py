@@ -6,12 +6,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rayorch.cli import main as cli_main
 from rayorch.pipelines.job_cli import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
+    VIDEO_JOB,
     JobSummary,
     OutputDir,
     UsageError,
@@ -143,3 +147,122 @@ def test_a_compile_error_in_a_script_prints_the_line_and_fix_not_a_traceback(
     assert first.startswith(f"SymbolicValueError: {script}:14: in forward: bool() of Port")
     assert "fix: " in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) <= 5, done.stderr
+
+
+# -- the video job's layout: videos.jsonl rows, clips.jsonl lines, clips/ files -----------
+VIDEOS = ["in/a.mp4", "in/b.mkv", "in/c.webm"]
+
+
+def video_run(out: Path, clips: dict[int, int], *, resume: bool = False) -> OutputDir:
+    """A run of the video job writing ``clips[id]`` clips (with files) per ok video."""
+    target = OutputDir.prepare(out, job=VIDEO_JOB, sources=VIDEOS, options={"annotate": "stats"},
+                               resume=resume)
+    for index in target.remaining(VIDEOS):
+        source = VIDEOS[index]
+        if index not in clips:
+            target.add_row({"id": index, "source": source, "status": "failed", "clips": 0,
+                            "cause": f"empty: {source} is an empty file (0 bytes)"})
+            continue
+        folder = out / "clips" / Path(source).stem
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for n in range(clips[index]):
+            (folder / f"{n:04d}.mp4").write_bytes(b"clip")
+            lines.append({"video": source, "clip": n, "file": f"clips/{Path(source).stem}/"
+                          f"{n:04d}.mp4"})
+        target.add_lines(lines)
+        target.add_row({"id": index, "source": source, "status": "ok", "clips": clips[index]})
+    return target
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_video_resume_keeps_finished_videos_with_their_clips_and_redoes_the_rest(
+    tmp_path: Path,
+) -> None:
+    video_run(tmp_path, {1: 1, 2: 3}).finish(complete=True)
+    (tmp_path / "clips" / "c" / "0001.mp4").unlink()  # lost since: c runs again
+    with pytest.raises(UsageError, match="--resume to continue it"):
+        OutputDir.prepare(tmp_path, job=VIDEO_JOB, sources=VIDEOS,
+                          options={"annotate": "stats"})
+    with pytest.raises(UsageError, match="the options changed"):
+        OutputDir.prepare(tmp_path, job=VIDEO_JOB, sources=VIDEOS,
+                          options={"annotate": "ocr"}, resume=True)
+    kept_file = tmp_path / "clips" / "b" / "0000.mp4"
+    stamp = kept_file.stat().st_mtime_ns
+    out = video_run(tmp_path, {0: 2, 2: 2}, resume=True)
+    assert sorted(out.kept) == [1]
+    assert kept_file.stat().st_mtime_ns == stamp  # b's clip file is not written again
+    out.finish(complete=True)
+    rows = lines_of(tmp_path / "videos.jsonl")
+    assert [(r["id"], r["status"], r["clips"]) for r in rows] == [
+        (0, "ok", 2), (1, "ok", 1), (2, "ok", 2)]
+    lines = lines_of(tmp_path / "clips.jsonl")  # per-video order, no line of the lost run
+    assert [(line["video"], line["clip"]) for line in lines] == [
+        ("in/a.mp4", 0), ("in/a.mp4", 1), ("in/b.mkv", 0), ("in/c.webm", 0), ("in/c.webm", 1)]
+    files = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "clips").rglob("*.mp4"))
+    assert files == sorted(line["file"] for line in lines)  # c's third clip file is gone
+
+
+def test_video_resume_redoes_a_video_whose_lines_were_cut_short(tmp_path: Path) -> None:
+    video_run(tmp_path, {0: 2, 1: 1}).finish(complete=False)
+    with (tmp_path / "clips.jsonl").open("a") as lines:  # a crash after c's lines, before its row
+        lines.write(json.dumps({"video": "in/c.webm", "clip": 0}) + "\n{\"video\": \"in/c")
+    text = (tmp_path / "clips.jsonl").read_text()
+    (tmp_path / "clips.jsonl").write_text(text.replace(
+        json.dumps({"video": "in/b.mkv", "clip": 0, "file": "clips/b/0000.mp4"}) + "\n", ""))
+    out = OutputDir.prepare(tmp_path, job=VIDEO_JOB, sources=VIDEOS,
+                            options={"annotate": "stats"}, resume=True)
+    assert sorted(out.kept) == [0] and out.remaining(VIDEOS) == [1, 2]
+    assert [line["video"] for line in lines_of(tmp_path / "clips.jsonl")] == ["in/a.mp4"] * 2
+    assert not (tmp_path / "clips" / "b").exists()  # b's clip file is no longer named: removed
+    out.finish(complete=True)
+
+
+def test_video_overwrite_removes_every_output_but_keeps_the_users_files(tmp_path: Path) -> None:
+    video_run(tmp_path, {0: 2, 1: 1}).finish(complete=True)
+    (tmp_path / "notes.txt").write_text("the user's own file")
+    out = OutputDir.prepare(tmp_path, job=VIDEO_JOB, sources=VIDEOS[:1], options={},
+                            overwrite=True)
+    out.finish(complete=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".rayorch-output.json", "clips.jsonl", "notes.txt", "videos.jsonl"]
+    assert (tmp_path / "clips.jsonl").read_text() == ""
+
+
+def test_video_summary_words_and_exit_codes() -> None:
+    summary = JobSummary(VIDEO_JOB, total=12, kept=1)
+    summary.add_ok(4)
+    assert summary.exit_code() == EXIT_OK
+    for i in range(11):
+        summary.add_failed(f"v{i}.mp4", f"not a video: v{i}.mp4")
+    assert summary.exit_code() == EXIT_FAILED
+    assert summary.exit_code(allow_failures=True) == EXIT_OK
+    assert summary.failure_lines()[-1] == "  ... and 1 more (see videos.jsonl)"
+    line = summary.progress_line()
+    assert "13/12 videos, 4 clips" in line and "clips/s" in line and "11 failures" in line
+
+
+@pytest.mark.parametrize(("job", "own", "other"), [
+    ("video", ["--annotate", "--max-clip-s", "--write-clips", "--keyframes"],
+     ["--ocr", "--dpi", "--tables", "--render-replicas"]),
+    ("pdf", ["--ocr", "--dpi", "--tables", "--render-replicas"],
+     ["--annotate", "--max-clip-s", "--write-clips", "--keyframes", "--decode-replicas"]),
+])
+def test_each_job_help_shows_its_own_options_and_the_shared_ones(
+    job: str, own: list[str], other: list[str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli_main(["run", job, "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    shared = ["--input", "--output", "--store", "--overwrite", "--resume", "--allow-failures",
+              "--address", "--no-progress", "--progress-every", "--json"]
+    assert all(f"{option} " in text for option in [*own, *shared]), text
+    assert not [option for option in other if option in text], text
+    with pytest.raises(SystemExit) as refused:  # the other job's option is a usage error
+        cli_main(["run", job, "--input", "x", "--output", "y", other[0], "1"])
+    assert refused.value.code == EXIT_USAGE
+    assert "unrecognized arguments" in capsys.readouterr().err

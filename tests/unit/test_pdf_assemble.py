@@ -113,7 +113,7 @@ def test_write_outputs_files_rows_and_summary(tmp_path: Path) -> None:
     (tmp_path / "out" / "documents.jsonl").write_text("")
     summary = write_outputs(results, tmp_path / "out", sources=sources)
 
-    assert (summary.documents, summary.succeeded, summary.failed, summary.pages) == (3, 1, 2, 4)
+    assert (summary.done, summary.succeeded, summary.failed, summary.parts) == (3, 1, 2, 4)
     assert summary.failure_kinds() == {"encrypted": 1, "missing": 1}
     rows = [json.loads(line) for line in (tmp_path / "out" / "documents.jsonl").read_text()
             .splitlines()]
