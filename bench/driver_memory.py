@@ -1,4 +1,4 @@
-"""Driver RSS against the number of completed sources (docs/ARCHITECTURE.md, "Bounded driver memory").
+"""Driver RSS against completed sources (docs/ARCHITECTURE.md, "Bounded driver memory").
 
 A tiny pipeline (one Call doubling an int, no sleeps) runs N sources on the in-process
 memory store through ``Pipeline.run``; the caller drops every result as it arrives.
