@@ -1,21 +1,35 @@
-"""Fault-injection harness: driver replicas under SIGKILL, SIGSTOP and Redis restarts.
+"""Fault-injection harness: drivers and callers under SIGKILL, SIGSTOP, lost replies and
+Redis restarts.
 
-A real nested fan-out pipeline (doc -> long-tailed pages -> regions -> sleep-modelled
-"GPU" OCR -> reduce -> reduce) runs on a local Ray cluster (``ray.init`` here; the
-drivers join it with ``--address``) by 2-3 ``rayorch driver`` processes sharing a run
-in a private redis-server with AOF. Meanwhile the harness SIGKILLs drivers (and starts
-replacements), SIGKILLs pool actors, SIGSTOPs a driver past its lease TTL and then
-SIGCONTs it, and kills and restarts Redis. At the end it checks the outputs against the
-reference interpreter and the run against ``rayorch audit``, and prints faults by kind,
-outputs lost and duplicated (both must be 0), Grains re-run and recovery per failover.
+Two kinds of run share one local Ray cluster (``ray.init`` here; every process joins it
+with ``--address``) and one private redis-server with AOF:
 
-    python -m bench.faults                          # a short run (about a minute)
-    python -m bench.faults --soak        # 2000 docs, 3 drivers, 50 + 50 kills (~10 min)
+* **replicas**: a real nested fan-out pipeline (doc -> long-tailed pages -> regions ->
+  sleep-modelled "GPU" OCR -> reduce -> reduce) run by 2-3 ``rayorch driver`` processes
+  with a file sink. The harness SIGKILLs drivers (and starts replacements), SIGKILLs
+  pool actors, SIGSTOPs a driver past its lease TTL and SIGCONTs it (a *deposed wake-up*
+  when another driver took one of its shards meanwhile) and kills and restarts Redis.
+* **callers** (``bench/fault_callers.py``, in a thread): ``Pipeline.run`` callers
+  (``bench/caller_run.py``), ordered and unordered, SIGKILLed at random points or
+  SIGSTOPped past their lease TTL, continued by ``rayorch resume RUN --out-dir D``
+  (itself sometimes SIGKILLed and resumed again).
+
+Half of the processes reach Redis through a :class:`rayorch.testing.ReplyDroppingProxy`
+that keeps losing replies to commits (workers) and fenced appends (drivers). At the end
+the outputs (sink files plus what the callers printed) are checked against the reference
+interpreter, every run against ``rayorch audit`` (with the file-sink delivery checks),
+and it prints the faults by kind, outputs lost and outputs duplicated beyond the one
+re-delivery a killed caller may cause (both must be 0), Grains re-run and recovery per
+failover.
+
+    python -m bench.faults               # a short run (a minute or two)
+    python -m bench.faults --soak        # 2000 docs + 15 caller runs, >= 50 driver kills
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -32,9 +46,11 @@ from typing import Any
 
 import rayorch as ro
 from rayorch import F
-from rayorch.testing import RedisServer
+from rayorch.testing import RedisServer, ReplyDroppingProxy
 
 REPO = Path(__file__).resolve().parents[1]
+DRIVER_KILLS = ("driver SIGKILL", "caller SIGKILL", "resume SIGKILL")
+DEPOSED = ("deposed wake-up (driver)", "deposed wake-up (caller)")
 
 
 # -- the pipeline (module level: drivers import it as bench.faults:FaultPipeline) ---------
@@ -178,22 +194,31 @@ class Harness:
     interval: float = 3.0
     timeout: float = 600.0
     seed: int = 0
+    caller_kills: int = 1
+    caller_stops: int = 1
+    caller_items: int = 24
+    resume_kill_p: float = 0.3
+    reply_interval: float = 1.0  # seconds between lost replies (0: no proxy)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rofaults-")))
     verbose: bool = False
     faults: Counter[str] = field(default_factory=Counter)
     kills: list[tuple[float, str, list[int]]] = field(default_factory=list)
     procs: list[DriverProc] = field(default_factory=list)
     _n: int = 0
+    _proxy_url: str | None = None
 
     def log(self, line: str) -> None:
         print(f"[faults {time.strftime('%H:%M:%S')}] {line}", flush=True)
 
     # -- drivers -------------------------------------------------------------------------
     def spawn_driver(self, run_id: str, url: str, address: str) -> None:
+        from bench.fault_callers import child_env
+
         self._n += 1
         driver_id = f"d{self._n}"
-        env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}",
-                   RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        if self._proxy_url and self._n % 2 == 1:  # d1 (which makes the shared pools), d3, ...
+            url = self._proxy_url
+        env = child_env()
         out = open(self.workdir / f"{driver_id}.log", "wb")  # noqa: SIM115 - owned by Popen
         proc = subprocess.Popen(
             [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
@@ -209,9 +234,8 @@ class Harness:
 
         from bench.faults import FaultPipeline as Importable
         from rayorch.core.reference import evaluate
-        from rayorch.driver import create_run
+        from rayorch.replicas import create_run
         from rayorch.store import open_store
-        from rayorch.store.audit import audit_run
 
         rng = random.Random(self.seed)
         redis = RedisServer(self.workdir, aof=True, start_timeout_s=20.0)
@@ -226,6 +250,17 @@ class Harness:
                  runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
         address = ray.get_runtime_context().gcs_address
         docs = make_docs(self.docs)
+        from bench.fault_callers import CallerPaths, ReplyDropper
+
+        dropper: ReplyDropper | None = None
+        if self.reply_interval > 0:
+            dropper = ReplyDropper(ReplyDroppingProxy(redis.port), self.reply_interval, self.seed)
+            self._proxy_url = f"redis://127.0.0.1:{dropper.proxy.port}/0"
+        callers = CallerPaths(direct_url=redis.url, proxy_url=self._proxy_url, address=address,
+                              workdir=self.workdir, seed=self.seed, items=self.caller_items,
+                              kills=self.caller_kills, stops=self.caller_stops,
+                              resume_kill_p=self.resume_kill_p, lease_ttl=2.0, log=self.log)
+        caller_thread = threading.Thread(target=callers.run, name="callers", daemon=True)
         try:
             run_id = create_run(Importable, [docs], store=redis.url,
                                 kwargs={"gpu_ms": self.gpu_ms, "pid_dir": str(pid_dir)},
@@ -235,12 +270,22 @@ class Harness:
             self.log(f"run {run_id}: {self.docs} docs, {self.shards} shards, "
                      f"{self.drivers} drivers, logs in {self.workdir}")
             started = time.monotonic()
+            if dropper is not None:
+                dropper.start()
             for _ in range(self.drivers):
                 self.spawn_driver(run_id, redis.url, address)
-            plan = self._inject(rng, store, run_id, redis, pid_dir, out_dir, address, started)
+            caller_thread.start()
+            plan = self._inject(rng, store, run_id, redis, pid_dir, out_dir, address, started,
+                                caller_thread)
             elapsed = time.monotonic() - started
-            return self._check(store, run_id, out_dir, docs, plan, elapsed, evaluate, audit_run)
+            if dropper is not None:
+                dropper.close()
+                self.faults.update(dropper.counts())
+            self.faults.update(callers.faults)
+            return self._check(store, run_id, out_dir, docs, plan, elapsed, evaluate, callers)
         finally:
+            if dropper is not None:
+                dropper.close()
             for p in self.procs:
                 if p.proc.poll() is None:
                     if p.stopped:
@@ -252,7 +297,10 @@ class Harness:
 
     # -- faults ----------------------------------------------------------------------------
     def _inject(self, rng: random.Random, store: Any, run_id: str, redis: RedisServer,
-                pid_dir: Path, out_dir: Path, address: str, started: float) -> Any:
+                pid_dir: Path, out_dir: Path, address: str, started: float,
+                callers: threading.Thread) -> Any:
+        """Inject the replica faults until the replica run is done (Redis restarts until
+        the caller episodes are done too)."""
         from rayorch.store.errors import StoreUnavailableError
 
         todo = (["driver"] * self.driver_kills + ["actor"] * self.actor_kills
@@ -260,13 +308,15 @@ class Harness:
         rng.shuffle(todo)
         shards = store.run_info(run_id).shards
         next_fault = time.monotonic() + self.interval
+        replicas_done = False
         while time.monotonic() - started < self.timeout:
-            try:
-                if len(store.done_shards(run_id)) == shards:
+            with contextlib.suppress(StoreUnavailableError):
+                replicas_done = replicas_done or len(store.done_shards(run_id)) == shards
+            if replicas_done:
+                todo = [kind for kind in todo if kind == "redis"]
+                if not callers.is_alive():
                     break
-            except StoreUnavailableError:
-                pass
-            if not self.live() or all(p.stopped for p in self.live()):
+            elif not self.live() or all(p.stopped for p in self.live()):
                 self.spawn_driver(run_id, redis.url, address)
             if todo and time.monotonic() >= next_fault:
                 kind = todo.pop()
@@ -275,7 +325,7 @@ class Harness:
                 next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * max(0.3, gap)
             time.sleep(0.1)
         else:
-            raise SystemExit(f"the run did not complete within {self.timeout:.0f}s "
+            raise SystemExit(f"the runs did not complete within {self.timeout:.0f}s "
                              f"(logs in {self.workdir})")
         if todo:
             self.log(f"run completed before {len(todo)} faults could be injected")
@@ -327,13 +377,24 @@ class Harness:
             holders = {h.driver for k in range(store.run_info(run_id).shards)
                        if (h := store.lease_holder(run_id, k)) is not None}
             victim = rng.choice([p for p in live if p.driver_id in holders] or live)
+            held = [k for k in range(store.run_info(run_id).shards)
+                    if (h := store.lease_holder(run_id, k)) is not None
+                    and h.driver == victim.driver_id]
             victim.proc.send_signal(signal.SIGSTOP)
             victim.stopped = True
             self.faults["driver SIGSTOP/SIGCONT"] += 1
             pause = 2.5 * self.lease_ttl
-            self.log(f"SIGSTOP driver {victim.driver_id} for {pause:.1f}s")
+            self.log(f"SIGSTOP driver {victim.driver_id} for {pause:.1f}s (held shards {held})")
 
             def resume() -> None:
+                # Deposed: another driver holds (or finished) a shard it held when stopped.
+                with contextlib.suppress(Exception):
+                    done = store.done_shards(run_id)
+                    taken = [k for k in held if k in done or (
+                        (h := store.lease_holder(run_id, k)) is not None
+                        and h.driver != victim.driver_id)]
+                    if taken and victim.proc.poll() is None:
+                        self.faults["deposed wake-up (driver)"] += 1
                 if victim.proc.poll() is None:
                     victim.proc.send_signal(signal.SIGCONT)
                 victim.stopped = False
@@ -350,12 +411,18 @@ class Harness:
 
     # -- checks ------------------------------------------------------------------------------
     def _check(self, store: Any, run_id: str, out_dir: Path, docs: list[str], plan: Any,
-               elapsed: float, evaluate: Any, audit_run: Any) -> dict[str, Any]:
+               elapsed: float, evaluate: Any, callers: Any) -> dict[str, Any]:
+        from bench.fault_callers import cli_audit
         from rayorch.core.facts import GrainRetried, LeaseAcquired, OutputEmitted
-        from rayorch.runtime.sinks import check_delivery, read_outputs
+        from rayorch.runtime.sinks import read_outputs
 
         reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
-        files = {record["index"]: record for record in read_outputs(out_dir)}
+        problems: list[str] = []
+        try:
+            files = {record["index"]: record for record in read_outputs(out_dir)}
+        except Exception as exc:
+            files = {}
+            problems.append(f"read_outputs refused {out_dir}: {exc}")
         emitted: Counter[int] = Counter()
         retried: Counter[str] = Counter()
         leases: list[tuple[float, int, str]] = []
@@ -388,17 +455,33 @@ class Harness:
                          default=float("nan")) - t_kill for shard in held]
             if waits:
                 recovery.append(round(max(waits), 2))
-        audit = audit_run(store, run_id)
-        delivery = check_delivery(out_dir, [s.fact for facts in store.read_run(run_id).values()
-                                            for s in facts if isinstance(s.fact, OutputEmitted)],
-                                  complete=True)
+        problems += cli_audit(store.url, run_id, None)  # `rayorch audit RUN` (+ its sink)
+        episodes = callers.episodes
+        for ep in episodes:
+            problems += ep.problems + callers.audit(ep)
+        if callers.error:
+            problems.append(f"caller episodes: {callers.error}")
+        if len(episodes) < self.caller_kills + self.caller_stops:
+            problems.append(f"only {len(episodes)} caller episodes ran")
+        faults = self.faults
         result = {
             "run": run_id, "docs": len(docs), "elapsed_s": round(elapsed, 1),
-            "faults": dict(self.faults), "outputs_lost": len(lost),
-            "outputs_duplicated": len(duplicated), "outputs_wrong": len(wrong),
+            "faults": dict(faults),
+            "driver_kills": sum(faults[k] for k in DRIVER_KILLS),
+            "deposed_wakeups": sum(faults[k] for k in DEPOSED),
+            "lost_replies": sum(n for k, n in faults.items() if k.endswith("reply lost")),
+            "redis_restarts": faults["redis kill+restart"],
+            "caller_runs": len(episodes),
+            "caller_sources": sum(self.caller_items for _ in episodes),
+            "caller_printed": sum(len(ep.printed) for ep in episodes),
+            "caller_redelivered": sum(len(ep.redelivered) for ep in episodes),
+            "resumes": sum(ep.resumes for ep in episodes),
+            "outputs_lost": len(lost) + sum(len(ep.lost) for ep in episodes),
+            "outputs_duplicated": len(duplicated) + sum(ep.excess for ep in episodes),
+            "outputs_wrong": len(wrong) + sum(len(ep.wrong) for ep in episodes),
             "grains_rerun": dict(retried), "recovery_s": recovery,
-            "audit_ok": audit.ok and not delivery,
-            "audit_violations": [str(v) for v in audit.violations[:5]] + delivery[:5],
+            "audit_ok": not problems,
+            "audit_violations": problems[:20],
             "drivers_started": self._n, "workdir": str(self.workdir),
         }
         return result
@@ -416,12 +499,20 @@ def report(result: dict[str, Any]) -> str:
     rec = result["recovery_s"]
     finite = [r for r in rec if r == r]
     lines = [
-        f"run {result['run']}: {result['docs']} docs in {result['elapsed_s']}s "
-        f"({result['drivers_started']} driver processes started)",
+        f"replica run {result['run']}: {result['docs']} docs; {result['caller_runs']} caller "
+        f"runs of {result['caller_sources'] // max(result['caller_runs'], 1)} sources; "
+        f"{result['elapsed_s']}s ({result['drivers_started']} replica drivers and "
+        f"{result['resumes']} resumes started)",
         "faults injected: " + (", ".join(f"{k} {n}" for k, n in sorted(result["faults"].items()))
                                or "none"),
+        f"driver kills: {result['driver_kills']} (replica drivers, callers and resumes)",
+        f"deposed wake-ups: {result['deposed_wakeups']}",
+        f"lost replies: {result['lost_replies']}",
+        f"redis restarts: {result['redis_restarts']}",
         f"outputs lost: {result['outputs_lost']}",
-        f"outputs duplicated: {result['outputs_duplicated']}",
+        f"outputs duplicated beyond one re-delivery per interrupted caller: "
+        f"{result['outputs_duplicated']} (re-delivered, allowed: "
+        f"{result['caller_redelivered']}; callers printed {result['caller_printed']})",
         f"outputs different from the reference: {result['outputs_wrong']}",
         "grains re-run: " + (", ".join(f"{k} {n}" for k, n in sorted(
             result["grains_rerun"].items())) or "none"),
@@ -437,7 +528,7 @@ def report(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--soak", action="store_true",
-                        help="long soak defaults: 2000 docs, 3 drivers, 50+50 kills")
+                        help="long soak defaults: 2000 docs, 3 drivers, 15 caller runs")
     parser.add_argument("--docs", type=int)
     parser.add_argument("--drivers", type=int)
     parser.add_argument("--shards", type=int)
@@ -445,6 +536,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--actor-kills", type=int)
     parser.add_argument("--stops", type=int)
     parser.add_argument("--redis-restarts", type=int)
+    parser.add_argument("--caller-kills", type=int, help="caller runs SIGKILLed, then resumed")
+    parser.add_argument("--caller-stops", type=int,
+                        help="caller runs SIGSTOPped past their lease, resumed, SIGCONTed")
+    parser.add_argument("--caller-items", type=int, help="sources per caller run")
+    parser.add_argument("--resume-kill-p", type=float,
+                        help="chance that a resume is SIGKILLed (and resumed again)")
+    parser.add_argument("--reply-interval", type=float,
+                        help="seconds between lost replies (0: no reply-dropping proxy)")
     parser.add_argument("--interval", type=float, help="seconds between faults (mean)")
     parser.add_argument("--lease-ttl", type=float)
     parser.add_argument("--gpu-ms", type=float)
@@ -457,9 +556,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.soak:
         base = {"docs": 2000, "drivers": 3, "shards": 12, "driver_kills": 50,
                 "actor_kills": 50, "stops": 5, "redis_restarts": 3, "interval": 2.5,
-                "gpu_ms": 120.0, "timeout": 1500.0}
+                "gpu_ms": 120.0, "timeout": 1500.0, "caller_kills": 9, "caller_stops": 6}
     for name in ("docs", "drivers", "shards", "driver_kills", "actor_kills", "stops",
-                 "redis_restarts", "interval", "lease_ttl", "gpu_ms", "timeout"):
+                 "redis_restarts", "caller_kills", "caller_stops", "caller_items",
+                 "resume_kill_p", "reply_interval", "interval", "lease_ttl", "gpu_ms",
+                 "timeout"):
         if getattr(args, name) is not None:
             base[name] = getattr(args, name)
     harness = Harness(seed=args.seed, verbose=args.verbose, **base)

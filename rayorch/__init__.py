@@ -40,8 +40,12 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    """``ro.RunResult`` (upstream's name of what ``run`` returns), imported on first use:
-    it lives with the driver, which imports Ray."""
+    """``ro.Executor`` and ``ro.RunResult`` (upstream's name of what ``run`` returns),
+    imported on first use: they live with the driver, which imports Ray."""
+    if name == "Executor":
+        from rayorch.driver import Executor
+
+        return Executor
     if name == "RunResult":
         from rayorch.driver import RunHandle
 
@@ -72,6 +76,7 @@ __all__ = [
     "RecordFailure",
     "RecoveryPolicy",
     "RunResult",
+    "Executor",
     "StoreError",
     "TraceError",
     "function",

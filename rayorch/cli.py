@@ -394,7 +394,7 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
-    from rayorch.driver import join_run
+    from rayorch.replicas import join_run
 
     url = args.store or os.environ.get("RAYORCH_STORE")
     if not url:

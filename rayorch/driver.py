@@ -22,10 +22,9 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
-from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
+from rayorch.runtime.delivery import CallerSink, IteratorFeed
 from rayorch.runtime.session import (
     LEASE_TTL_S,
-    REPLICA_LEASE_TTL_S,
     build_pools,
     commits_in_actor,
     ensure_ray,
@@ -33,10 +32,10 @@ from rayorch.runtime.session import (
     redact_url,
     with_quick_retries,
 )
-from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver, log_to_stderr
+from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.store.base import SHARED_STORE_SCHEMES
 
-__all__ = ["DriverError", "ReplicaHandle", "RunHandle", "create_run", "join_run", "run_pipeline"]
+__all__ = ["DriverError", "Executor", "RunHandle", "run_pipeline"]
 
 class DriverError(RayorchError):
     """The driver was given inputs or options it cannot run."""
@@ -261,53 +260,148 @@ def run_pipeline(
     one batch, so the number of active sources is not bounded). ``ray_init_kwargs`` go to
     ``ray.init`` when this call starts Ray (as upstream's).
     """
-    from rayorch.store.base import open_store
-
-    micro_batch, max_active_sources = _upstream_admission(
-        micro_batch, max_active_sources, input_batch_size, max_active_input_batches)
-    if micro_batch < 1 or shards < 1:
-        raise DriverError("micro_batch and shards must be >= 1")
-    plan = pipeline.compile()
-    rows, total = _zip_inputs(plan, inputs)
-    fresh = run_id is None
-    run_id = run_id or _new_run_id(plan)
-    if ray_init_kwargs:
-        _init_ray(address, ray_init_kwargs)
-    ensure_ray(address)
-    lineage = open_store(with_quick_retries(store))
+    executor = Executor(pipeline, address=address, store=store, depth=depth,
+                        ray_init_kwargs=ray_init_kwargs)
     try:
-        if not fresh:
-            _refuse_finished_run(lineage, run_id, store)
-        info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
-                                config={"max_active_sources": max_active_sources})
-        if store.lower().startswith(SHARED_STORE_SCHEMES):
-            _record_manifest(lineage, run_id, pipeline, inputs, depth=depth,
-                             max_active_sources=max_active_sources)
-        # Pools first: actor start-up can outlast a short lease TTL; the leases are
-        # taken when the driver starts.
-        pools, call_module = build_pools(plan, store, run_id, depth=depth)
+        return executor.iterate(*inputs, ordered=ordered, progress=progress, run_id=run_id,
+                                micro_batch=micro_batch, shards=shards,
+                                max_active_sources=max_active_sources, quiet=quiet,
+                                lease_ttl_s=lease_ttl_s, input_batch_size=input_batch_size,
+                                max_active_input_batches=max_active_input_batches,
+                                _one_shot=True)
     except BaseException:
-        lineage.close()
+        executor.close()
         raise
 
-    def release(run_done: bool) -> None:
-        for pool in pools.values():
-            pool.shutdown()
-        lineage.close()
 
-    config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
-                          progress=progress)
-    driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
-                         driver_id=new_driver_id(), pools=pools, call_module=call_module,
-                         feed=IteratorFeed(rows, info, total), sink=CallerSink(ordered),
-                         config=config, on_close=release)
-    if not quiet:
-        if commits_in_actor(store):
-            hint = f"audit with: rayorch audit {run_id} --store {redact_url(store)}"
-        else:
-            hint = "in-memory lineage: run with store='redis://...' to audit it later"
-        print(f"rayorch: run {run_id} ({hint})", file=sys.stderr)
-    return RunHandle(driver, store)
+class Executor:
+    """Keeps a pipeline's actor pools (and the models loaded in them) warm across runs.
+
+    Each :meth:`run` is a separate lineage run in the store; the actors start once (at
+    the first run) and serve every run until :meth:`close`. ``Pipeline.run`` is a
+    one-shot Executor. ``address``, ``store``, ``depth`` and ``ray_init_kwargs`` are as
+    for :func:`run_pipeline`; the other options go to each run.
+
+    >>> with ro.Executor(MyPipeline()) as executor:    # doctest: +SKIP
+    ...     first = executor.run([1, 2, 3])             # starts the actors
+    ...     second = executor.run([4, 5, 6])            # reuses them
+    >>> first.outputs, second.outputs                   # doctest: +SKIP
+    """
+
+    def __init__(self, pipeline: Any, *, address: str | None = None, store: str = "memory://",
+                 depth: int | None = None, ray_init_kwargs: dict[str, Any] | None = None) -> None:
+        self.pipeline = pipeline
+        self.plan: Plan = pipeline.compile()
+        self.store_url = store
+        self._address, self._depth, self._ray_init_kwargs = address, depth, ray_init_kwargs
+        self._pools: dict[str, Any] | None = None
+        self._call_module: dict[Any, str] = {}
+        self._name = f"executor-{uuid.uuid4().hex[:8]}"
+        self._active: RunHandle | None = None
+        self._closed = False
+        self.runs = 0
+
+    def run(self, *inputs: Any, **options: Any) -> RunHandle:
+        """Run to the end (one lineage run); the finished handle (``.outputs``, ``.collect()``)."""
+        handle = self.iterate(*inputs, **options)
+        handle.collect()
+        return handle
+
+    def iterate(self, *inputs: Any, ordered: bool = True, progress: bool | None = None,
+                run_id: str | None = None, micro_batch: int = 16, shards: int = 1,
+                max_active_sources: int | None = 256, quiet: bool = False,
+                lease_ttl_s: float = LEASE_TTL_S, input_batch_size: int | None = None,
+                max_active_input_batches: int | None = None,
+                _one_shot: bool = False) -> RunHandle:
+        """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
+        from rayorch.store.base import open_store
+
+        if self._closed:
+            raise DriverError("this Executor is closed: make a new one")
+        if self._active is not None and not self._active._closed:
+            raise DriverError("the previous run of this Executor is still open: iterate it "
+                              "to the end or close() it before starting another")
+        micro_batch, max_active_sources = _upstream_admission(
+            micro_batch, max_active_sources, input_batch_size, max_active_input_batches)
+        if micro_batch < 1 or shards < 1:
+            raise DriverError("micro_batch and shards must be >= 1")
+        plan, store = self.plan, self.store_url
+        rows, total = _zip_inputs(plan, inputs)
+        fresh = run_id is None
+        run_id = run_id or _new_run_id(plan)
+        if self._ray_init_kwargs:
+            _init_ray(self._address, self._ray_init_kwargs)
+        ensure_ray(self._address)
+        lineage = open_store(with_quick_retries(store))
+        try:
+            created = fresh
+            if not fresh:
+                _refuse_finished_run(lineage, run_id, store)
+                created = not _run_exists(lineage, run_id)
+            info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
+                                    config={"max_active_sources": max_active_sources})
+            if store.lower().startswith(SHARED_STORE_SCHEMES):
+                _record_manifest(lineage, run_id, self.pipeline, inputs, depth=self._depth,
+                                 max_active_sources=max_active_sources)
+            # Pools before the leases: actor start-up can outlast a short lease TTL.
+            pools = self._warm_pools()
+        except BaseException:
+            lineage.close()
+            raise
+
+        def release(run_done: bool) -> None:
+            lineage.close()
+            if _one_shot:
+                self.close()
+            else:
+                for pool in pools.values():
+                    pool.settle()
+
+        config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
+                              progress=progress, new_run=created)
+        driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
+                             driver_id=new_driver_id(), pools=pools,
+                             call_module=self._call_module,
+                             feed=IteratorFeed(rows, info, total), sink=CallerSink(ordered),
+                             config=config, on_close=release)
+        if not quiet:
+            if commits_in_actor(store):
+                hint = f"audit with: rayorch audit {run_id} --store {redact_url(store)}"
+            else:
+                hint = "in-memory lineage: run with store='redis://...' to audit it later"
+            print(f"rayorch: run {run_id} ({hint})", file=sys.stderr)
+        self.runs += 1
+        self._active = RunHandle(driver, store)
+        return self._active
+
+    def _warm_pools(self) -> dict[str, Any]:
+        if self._pools is None:
+            self._pools, self._call_module = build_pools(
+                self.plan, self.store_url, self._name, depth=self._depth)
+        return self._pools
+
+    @property
+    def actors_started(self) -> int:
+        """Actors started so far (the first run's, plus replacements of crashed ones)."""
+        pools = self._pools or {}
+        return sum(len(p.slots) + p.replaced for p in pools.values())
+
+    def close(self) -> None:
+        """Stop the open run (if any) and the actors (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._active is not None and not self._active._closed:
+            self._active.close()
+        for pool in (self._pools or {}).values():
+            pool.shutdown()
+        self._pools = None
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _init_ray(address: str | None, kwargs: dict[str, Any]) -> None:
@@ -344,6 +438,16 @@ def _refuse_finished_run(lineage: Any, run_id: str, store_url: str) -> None:
     refuse_finished_run(lineage, run_id, redact_url(store_url))
 
 
+def _run_exists(lineage: Any, run_id: str) -> bool:
+    from rayorch.store.errors import RunNotFoundError
+
+    try:
+        lineage.run_info(run_id)
+    except RunNotFoundError:
+        return False
+    return True
+
+
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],
                      *, depth: int | None, max_active_sources: int | None) -> None:
     """Make a ``Pipeline.run`` resumable; one line on stderr (never a failure) when it cannot."""
@@ -360,193 +464,4 @@ def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[
 
 
 # -- driver replicas ------------------------------------------------------------------------
-def create_run(
-    pipeline: type | str,
-    inputs: Sequence[Iterable[Any]],
-    *,
-    store: str,
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    run_id: str | None = None,
-    out_dir: str | None = None,
-    out_format: str = "jsonl",
-    micro_batch: int = 16,
-    shards: int = 4,
-    max_active_sources: int | None = 256,
-    depth: int | None = None,
-) -> str:
-    """Create a run that any number of drivers can run (:func:`join_run`, ``rayorch driver``).
 
-    ``pipeline`` is an importable ``ro.Pipeline`` class (or ``"pkg.module:Class"``) built
-    with ``args``/``kwargs`` by every driver; ``inputs`` (one iterable per ``forward``
-    argument) are recorded in full with the run; finished sources are written to
-    ``out_dir`` as ``out_format`` (``"jsonl"`` or ``"parquet"``) part files, read back with
-    :func:`rayorch.runtime.sinks.read_outputs`. Returns the run id. Nothing runs until a
-    driver joins.
-    """
-    from rayorch.runtime.manifest import (
-        RunManifest,
-        check_storable,
-        import_path,
-        pipeline_path,
-    )
-    from rayorch.runtime.sinks import FileSink
-    from rayorch.store.base import open_store
-
-    if micro_batch < 1 or shards < 1:
-        raise DriverError("micro_batch and shards must be >= 1")
-    path = pipeline if isinstance(pipeline, str) else pipeline_path(pipeline)
-    cls = import_path(path)
-    if isinstance(pipeline, str):
-        path = pipeline_path(cls)
-    kwargs = dict(kwargs or {})
-    plan = cls(*args, **kwargs).compile()
-    rows_iter, _ = _zip_inputs(plan, inputs)
-    rows = [tuple(row) for row in rows_iter]
-    check_storable(rows, args, kwargs)
-    run_id = run_id or _new_run_id(plan)
-    if out_dir is not None:  # refuse a foreign directory now, not in every driver later
-        FileSink(out_dir, out_format, run_id=run_id)
-    manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
-                           None if out_dir is None else str(out_dir), max_active_sources, depth,
-                           out_format)
-    lineage = open_store(store)
-    try:
-        lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
-                         config={"max_active_sources": max_active_sources,
-                                 "sources": len(rows), "replicas": True})
-        lineage.save_manifest(run_id, manifest.encode())
-    finally:
-        lineage.close()
-    return run_id
-
-
-
-class ReplicaHandle:
-    """One driver on a shared run: an iterator of the ``(index, value)`` it emitted.
-
-    Iterate it (or call :meth:`wait`) to drive; it returns when every shard of the run
-    is done, whichever driver did the work. ``.stats`` counts this driver's part.
-    """
-
-    def __init__(self, driver: ShardDriver) -> None:
-        self._driver = driver
-        self._results: Generator[tuple[int, Any], None, None] = driver.results()
-
-    @property
-    def run_id(self) -> str:
-        return self._driver.run_id
-
-    @property
-    def driver_id(self) -> str:
-        return self._driver.driver_id
-
-    @property
-    def stats(self) -> Any:
-        """:class:`rayorch.runtime.replica_state.ReplicaStats` of this driver."""
-        return self._driver.counters
-
-    def __iter__(self) -> Iterator[tuple[int, Any]]:
-        return self
-
-    def __next__(self) -> tuple[int, Any]:
-        return next(self._results)
-
-    def wait(self) -> int:
-        """Drive until the run is complete; how many outputs this driver emitted."""
-        for _ in self:
-            pass
-        return int(self._driver.counters.outputs_emitted)
-
-    def close(self) -> None:
-        """Leave the run (the other drivers, or a later one, take its shards over)."""
-        self._driver.acknowledge_held()
-        self._results.close()
-        self._driver.close()
-
-    def __enter__(self) -> ReplicaHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def join_run(
-    run_id: str,
-    *,
-    store: str,
-    address: str | None = None,
-    driver_id: str | None = None,
-    lease_ttl_s: float | None = None,
-    quiet: bool = False,
-    out_dir: str | None = None,
-    out_format: str | None = None,
-    require_sink: bool = False,
-    trust: Sequence[str] | None = None,
-) -> ReplicaHandle:
-    """Join ``run_id`` as one more driver (starting one on a run whose drivers died resumes it).
-
-    Outputs go to the run's file sink (``create_run(out_dir=, out_format=)``), else to
-    ``out_dir`` as ``out_format`` (default ``"jsonl"``; see :mod:`rayorch.runtime.sinks`),
-    else to the caller iterating the returned :class:`ReplicaHandle`.
-    ``require_sink=True`` (the CLI) refuses a run with no place for its outputs.
-    ``trust`` lists the modules the run's pipeline may be imported from (with
-    ``$RAYORCH_TRUSTED_MODULES``; docs/ARCHITECTURE.md, "Trust model").
-    """
-    from rayorch.runtime.manifest import ManifestError, RunManifest
-    from rayorch.runtime.sinks import sink_for_run
-    from rayorch.runtime.trust import trusted_modules
-    from rayorch.runtime.user_code import ship_user_code
-    from rayorch.store.base import open_store
-
-    lineage = open_store(with_quick_retries(store))
-    try:
-        info = lineage.run_info(run_id)
-        blob = lineage.load_manifest(run_id)
-        if blob is None:
-            raise ManifestError(
-                f"run {run_id} has no manifest, so no other driver can run it (its Pipeline.run "
-                "could not record one and said why on stderr when it started); make runs "
-                "resumable with rayorch.driver.create_run or a Pipeline.run that can be recorded")
-        manifest = RunManifest.decode(blob)
-        # The pipeline class is checked before anything else acts on the manifest.
-        pipeline = manifest.build_pipeline(trusted_modules(trust))
-        file_sink = sink_for_run(run_id, manifest.out_dir, manifest.out_format, out_dir,
-                                 out_format)  # the run's own sink wins
-        if file_sink is None and require_sink:
-            raise DriverError(
-                f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "
-                "needs a place for the ones nobody received: pass --out-dir DIR")
-        plan: Plan = pipeline.compile()
-        if plan.fingerprint() != info.fingerprint:
-            raise ManifestError(
-                f"the pipeline {manifest.pipeline} compiles to plan {plan.fingerprint()} but run "
-                f"{run_id} was created with plan {info.fingerprint}: the code changed since; "
-                "run the code version the run was created with")
-        ensure_ray(address)
-        ship_user_code([type(pipeline), *(m.target for m in plan.modules if m.target)])
-        pools, call_module = build_pools(plan, store, run_id, depth=manifest.depth, shared=True)
-    except BaseException:
-        lineage.close()
-        raise
-
-    def release(run_done: bool) -> None:
-        for pool in pools.values():
-            if run_done:
-                pool.kill_shared()
-            pool.shutdown()
-        with contextlib.suppress(Exception):
-            lineage.heartbeat(run_id, driver.driver_id, 0)
-        lineage.close()
-
-    log = (lambda line: None) if quiet else log_to_stderr
-    config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
-                          manifest.max_active_sources, progress=False, log=log)
-    sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
-    driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
-                         driver_id=driver_id or new_driver_id(), pools=pools,
-                         call_module=call_module, feed=ManifestFeed(manifest.sources, info),
-                         sink=sink, config=config, on_close=release)
-    if not quiet:
-        print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
-    return ReplicaHandle(driver)

@@ -152,6 +152,11 @@ class ReplyDroppingProxy:
         self._lock = threading.Lock()
         self._match: bytes | None = None
         self.dropped = 0
+        self.dropped_by_match: Counter[bytes] = Counter()  # what each lost reply answered
+        self._swallow: bytes | None = None
+        self._refuse_s = 0.0
+        self._refuse_until = 0.0
+        self.swallowed = 0
         self._sockets: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, name="reply-dropping-proxy", daemon=True).start()
@@ -161,12 +166,29 @@ class ReplyDroppingProxy:
         with self._lock:
             self._match = match
 
+    def drop_next_request(self, match: bytes, refuse_s: float = 0.0) -> None:
+        """Arm: the next request containing ``match`` never reaches the server (its client's
+        connection is closed) and new connections are refused for ``refuse_s`` seconds — a
+        network partition that starts just before that request."""
+        with self._lock:
+            self._swallow = match
+            self._refuse_s = refuse_s
+
+    @property
+    def armed(self) -> bool:
+        """True until the armed request has gone through (its reply then is lost)."""
+        with self._lock:
+            return self._match is not None
+
     def _accept(self) -> None:
         while not self._closed:
             try:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if time.monotonic() < self._refuse_until:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -175,32 +197,38 @@ class ReplyDroppingProxy:
             server.settimeout(None)
             with self._lock:
                 self._sockets += [client, server]
-            doomed = threading.Event()  # the reply to a forwarded request is to be lost
+            doomed: list[bytes] = []  # set: the reply to a forwarded request is to be lost
             threading.Thread(target=self._requests, args=(client, server, doomed),
                              daemon=True).start()
             threading.Thread(target=self._replies, args=(server, client, doomed),
                              daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket,
-                  doomed: threading.Event) -> None:
+                  doomed: list[bytes]) -> None:
         try:
             while chunk := client.recv(65536):
                 with self._lock:
+                    if self._swallow is not None and self._swallow in chunk:
+                        self._swallow = None
+                        self.swallowed += 1
+                        self._refuse_until = time.monotonic() + self._refuse_s
+                        break
                     if self._match is not None and self._match in chunk:
+                        doomed.append(self._match)
                         self._match = None
-                        doomed.set()
                 server.sendall(chunk)
         except OSError:
             pass
         _close(client, server)
 
     def _replies(self, server: socket.socket, client: socket.socket,
-                 doomed: threading.Event) -> None:
+                 doomed: list[bytes]) -> None:
         try:
             while chunk := server.recv(65536):
-                if doomed.is_set():
+                if doomed:
                     with self._lock:
                         self.dropped += 1
+                        self.dropped_by_match[doomed[0]] += 1
                     break
                 client.sendall(chunk)
         except OSError:

@@ -227,6 +227,22 @@ class ActorPool:
             self._kill(slot.handle)
             slot.queue.clear()
 
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Make the pool ready for another run (a warm ``Executor``'s pools serve many).
+
+        Batches a closed run left queued are waited for and dropped; an actor whose
+        batches do not finish within ``timeout_s`` is replaced.
+        """
+        for slot in self.slots:
+            slot.reserved = 0
+            if not slot.queue:
+                continue
+            refs = [batch.ref for batch in slot.queue]
+            _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+            if pending:
+                self.replace(slot)
+            slot.queue.clear()
+
     # -- batches --------------------------------------------------------------
     def reserve(self) -> ActorSlot | None:
         """Promise the next batch to the least-loaded slot with room; None when all are full."""

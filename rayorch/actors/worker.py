@@ -55,6 +55,7 @@ class BatchTask:
     tags: tuple[GrainTag, ...]
     rows: tuple[tuple[Any, ...], ...]
     batch_id: int = 0
+    run_id: str = ""  # the run it belongs to (a warm Executor's actors serve many runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +137,13 @@ class ModuleWorker:
                 udf_seconds, udf_exceptions=done.exceptions,
             )
         started = time.perf_counter()
-        verdicts = self._commit(reports)
+        verdicts = self._commit(reports, task.run_id)
         return BatchResult(
             task.batch_id, task.call.id, task.tags, reports, verdicts, None, os.getpid(),
             udf_seconds, time.perf_counter() - started, udf_exceptions=done.exceptions,
         )
 
-    def _commit(self, reports: tuple[GrainCommitted, ...]) -> tuple[int, ...]:
+    def _commit(self, reports: tuple[GrainCommitted, ...], run_id: str = "") -> tuple[int, ...]:
         """Commit ``reports`` through the shared store (one commit gate call per batch).
 
         The store writes outputs over its payload threshold to the payload directory
@@ -165,7 +166,8 @@ class ModuleWorker:
         told = False
         while True:
             try:
-                verdicts = self._store.commit(self._binding.run_id, reports, token=token)
+                verdicts = self._store.commit(run_id or self._binding.run_id, reports,
+                                              token=token)
             except StoreUnavailableError as exc:
                 if time.monotonic() >= deadline:
                     raise

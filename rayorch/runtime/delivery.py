@@ -55,7 +55,9 @@ class IteratorFeed:
         """Up to ``limit`` next sources if they belong to ``shard`` (never past a micro-batch)."""
         again = self._requeued.get(shard)
         if again:
-            return [again.popleft() for _ in range(min(limit, len(again)))]
+            rows = [again.popleft() for _ in range(min(limit, len(again)))]
+            self._unconfirmed.setdefault(shard, []).extend(rows)  # until the store has them
+            return rows
         taken: list[Row] = []
         micro = self._info.micro_batch
         while len(taken) < limit and self._info.shard_of(self._next) == shard and self._peek():

@@ -102,6 +102,10 @@ class DriverConfig:
     max_active_sources: int | None
     progress: bool | None = False
     log: Callable[[str], None] = log_to_stderr
+    sleep: Callable[[float], None] = time.sleep  # idle waits and outage backoff
+    # HOLD_ALL on a run this driver created: nobody may have held a shard before its first
+    # lease (a driver stopped between creating the run and taking its leases is deposed).
+    new_run: bool = False
 
 
 class ShardDriver:
@@ -135,6 +139,9 @@ class ShardDriver:
         self._batch_shards: dict[Any, list[ShardState]] = {}
         self._batch_ids = itertools.count()
         self._held: tuple[int, OutputReady] | None = None  # handed to the caller, not acked
+        # Outputs the caller has whose OutputEmitted is not known to be written (a store
+        # outage hit the write): a shard rebuilt meanwhile records them, never re-delivers.
+        self._acked: dict[int, OutputDelivered] = {}
         self._last_balance = -1e9
         self._seen_free: set[int] = set()
         self._released_at: dict[int, float] = {}
@@ -177,7 +184,8 @@ class ShardDriver:
                         self._collect()
                         self._enforce_timeouts()
                     elif self.config.mode is LeaseMode.SHARE:
-                        time.sleep(IDLE_SLEEP_S if self.shards else self.config.lease_ttl_s / 8)
+                        self.config.sleep(IDLE_SLEEP_S if self.shards
+                                          else self.config.lease_ttl_s / 8)
                     elif not self._moved:
                         self._stuck()
                     self._flush_all()
@@ -211,14 +219,29 @@ class ShardDriver:
     # == leases =============================================================================
     def _take_all(self) -> None:
         for k in range(self.info.shards):
-            try:
-                epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                                 self.config.lease_ttl_s)
-            except LeaseHeldError as exc:
-                raise LeaseLostStop(
-                    f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
-                    "start a fresh run, or join this one with `rayorch driver`") from None
-            self._take(k, epoch)
+            after: int | None = 0 if self.config.new_run else None
+            while k not in self.shards:
+                try:
+                    epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
+                                                     self.config.lease_ttl_s,
+                                                     after_epoch=after)
+                    self._take(k, epoch)
+                except LeaseHeldError as exc:
+                    raise LeaseLostStop(
+                        f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
+                        "start a fresh run, or join this one with `rayorch driver`") from None
+                except FencedError as exc:
+                    if after is not None and exc.holder == self.driver_id:
+                        after = None  # granted to this driver by a call whose reply was lost
+                        continue
+                    raise LeaseLostStop(
+                        f"lease lost: run {self.run_id} shard {k}: {exc}; this driver "
+                        "stopped and emits nothing (another driver continues the run)"
+                    ) from None
+                except StoreUnavailableError as exc:
+                    # Shards taken so far are re-taken; a lease granted by a call whose
+                    # reply was lost is this driver's: the same driver id re-acquires it.
+                    self._store_outage(exc)
 
     def _leases(self) -> None:
         """Renew the held leases (every quarter TTL); share shards when replicas do."""
@@ -420,6 +443,10 @@ class ShardDriver:
                 "(and, with a durable store, module outputs) must be msgpack-able values; "
                 "convert sets and custom objects to lists, dicts or tuples") from exc
         self.feed.confirm(st.shard)
+        if self._acked:
+            for fact in facts:
+                if isinstance(fact, OutputEmitted):
+                    self._acked.pop(fact.index, None)
 
     def _flush_all(self) -> None:
         for k, st in list(self.shards.items()):
@@ -485,7 +512,14 @@ class ShardDriver:
         if not planned:
             return
         self._moved = True
-        self._flush_all()  # the store must know the dispatches before a worker commits
+        try:
+            self._flush_all()  # the store must know the dispatches before a worker commits
+        except BaseException:
+            # Nothing was sent: give the slots back (a store outage rebuilds the shards,
+            # so the Grains are dispatched again, or retried, from what the store holds).
+            for pool, slot, _, _ in planned:
+                pool.unreserve(slot)
+            raise
         for pool, slot, spec, parts in planned:
             kept = [(st, send) for st, send in parts if self.shards.get(st.shard) is st]
             if not kept:
@@ -493,7 +527,8 @@ class ShardDriver:
                 continue
             tags = tuple(tag for _, send in kept for tag in send.tags)
             rows = tuple(row for _, send in kept for row in send.rows)
-            batch = pool.submit(slot, BatchTask(spec, tags, rows, next(self._batch_ids)))
+            task = BatchTask(spec, tags, rows, next(self._batch_ids), self.run_id)
+            batch = pool.submit(slot, task)
             touched = list({id(st): st for st, _ in kept}.values())
             for st in touched:
                 st.in_flight += 1
@@ -623,7 +658,12 @@ class ShardDriver:
     def _deliver_to_caller(self, sink: CallerSink) -> Iterator[tuple[int, Any]]:
         for k, st in self.shards.items():
             for ready in st.ready:
-                sink.offer(k, ready)
+                acked = self._acked.get(ready.index)
+                if acked is None:
+                    sink.offer(k, ready)
+                else:  # the caller has it already: only its fact is missing
+                    self._perform(st, st.machine.handle(acked))
+                    self._delivered(st, 1)
             st.ready = []
         for k, ready in sink.take():
             if k not in self.shards:
@@ -650,6 +690,7 @@ class ShardDriver:
         if st is None:
             return
         event = OutputDelivered(ready.index, ready.outcome, "caller", "", time.time())
+        self._acked[ready.index] = event  # until its fact is written
         with self._guard(k):
             self._perform(st, st.machine.handle(event))
             self._flush(st)  # at most the one held output is delivered twice after a crash
@@ -693,32 +734,43 @@ class ShardDriver:
 
     # == store outages ==========================================================================
     def _store_outage(self, exc: StoreUnavailableError) -> None:
+        """Back off until the store answers and the held shards are rebuilt from it."""
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             self.counters.store_outages += 1
             self._log(f"driver {self.driver_id}: {exc}; retrying with backoff, then "
                       "rebuilding its shards from the store")
-        time.sleep(self._backoff)
-        self._backoff = min(self._backoff * 2, 2.0)
+        while True:
+            self.config.sleep(self._backoff)
+            self._backoff = min(self._backoff * 2, 2.0)
+            try:
+                self._retake_after_outage()
+                return
+            except StoreUnavailableError:
+                continue  # still down (an outage longer than the client's quick retries)
+
+    def _retake_after_outage(self) -> None:
         lost = dict(self.shards)
         self.shards.clear()
         self._last_balance = -1e9
-        if self.config.mode is LeaseMode.HOLD_ALL:
-            # Re-take what this driver held: the same epoch while its lease lives, a new
-            # one if it lapsed and nobody held it since; otherwise it stops.
-            for k, st in sorted(lost.items()):
-                try:
-                    epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
-                                                     self.config.lease_ttl_s,
-                                                     after_epoch=st.epoch)
-                except (LeaseLostError, LeaseHeldError, FencedError) as lost_exc:
-                    self.shards[k] = st
-                    self._lost(k, str(lost_exc))
-                    return
-                except StoreUnavailableError:
-                    self.shards.update({j: s for j, s in lost.items() if j not in self.shards})
-                    raise
-                self._take(k, epoch)
+        if self.config.mode is LeaseMode.SHARE:
+            return  # the next balance tick takes shards again
+        # Re-take what this driver held: the same epoch while its lease lives, a new one
+        # if it lapsed and nobody held it since; otherwise it stops.
+        for k, st in sorted(lost.items()):
+            try:
+                st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
+                                                    self.config.lease_ttl_s,
+                                                    after_epoch=st.epoch)
+                self._take(k, st.epoch)
+            except (LeaseLostError, LeaseHeldError, FencedError) as lost_exc:
+                self.shards[k] = st
+                self._lost(k, str(lost_exc))
+                return
+            except StoreUnavailableError:
+                # Keep every shard not rebuilt yet (with its newest epoch) for the next try.
+                self.shards.update({j: lost[j] for j in lost if j >= k})
+                raise
 
     def _store_back(self) -> None:
         if self._outage_since is not None:

@@ -79,6 +79,7 @@ class PlanShape:
 
     expand_feeders: dict[CallId, list[tuple[DomainId, int]]]  # call -> (child domain, output)
     reducers: dict[CallId, list[tuple[int, CallId, int, DomainId]]]  # consumer -> reduce inputs
+    call_domain: dict[CallId, DomainId]  # the Domain whose Entities a Call's Grains are
 
     @classmethod
     def of(cls, plan: Plan) -> PlanShape:
@@ -102,7 +103,8 @@ class PlanShape:
                     arg = cnode.inputs.index(node.outputs[0])
                     reducers.setdefault(cnode.call.id, []).append(
                         (arg, child_call, index, node.source_domain or ""))
-        return cls(feeders, reducers)
+        call_domain = {node.call.id: node.domain for node in plan.nodes if node.call is not None}
+        return cls(feeders, reducers, call_domain)
 
 
 class ShardAudit:
@@ -223,8 +225,10 @@ class ShardAudit:
     def _check_ordinal_range(self, call: CallId, path: Path) -> None:
         if len(path) < 2:
             return
+        domain = self.shape.call_domain.get(call)
         for closed in self.closed_under.get(path[:-1], ()):
-            if len(path) - 1 == closed.domain.count("/") and \
+            # A parent may have several child Domains (one per expand): only the Call's own.
+            if closed.domain == domain and \
                     closed.outcome == "succeeded" and not 0 <= path[-1] < closed.count:
                 self.bad(format_grain((call, path)),
                          f"ordinal {path[-1]} outside 0..{closed.count - 1} of its expansion")

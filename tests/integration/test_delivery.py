@@ -8,6 +8,7 @@ the real CLI. Every test counts what the caller printed plus what the resume wro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -18,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,7 +119,7 @@ def check_exactly_once(redis_url: str, run_id: str, caller: list[int],
                           for s in facts if isinstance(s.fact, OutputEmitted))
         assert sorted(emitted) == list(range(ITEMS)) and set(emitted.values()) == {1}
         report = audit_run(store, run_id)
-        assert report.ok, report.problems
+        assert report.ok, report.violations
     finally:
         store.close()
 
@@ -195,3 +197,115 @@ def test_deposed_caller_driver_wakes_up_and_emits_nothing(
     assert len(after) <= 1, f"the deposed driver emitted {after} after waking"
     assert caller.proc.returncode == 3 and "lease lost" in err, err
     check_exactly_once(redis_url, run_id, caller.received, written, redelivered=1)
+
+
+@pytest.mark.timeout(180)
+def test_caller_rides_out_a_redis_restart_longer_than_its_quick_retries(
+    ray_local: None, redis_aof_server: Any
+) -> None:
+    """Redis (AOF) is down for 3 s while an unordered caller iterates: the caller's driver
+    backs off and re-takes its leases, and the caller gets every source exactly once.
+
+    Found by the fault soak (bench/faults.py): the Pipeline.run driver re-raised the
+    outage from its first re-take attempt and the caller stopped with "cannot reach the
+    lineage store" (docs/ARCHITECTURE.md, "Store outages")."""
+    url = redis_aof_server.url
+    run_id = f"outage-{uuid.uuid4().hex[:6]}"
+    caller = Caller(url, run_id, "--unordered", "--each-s", "0.25")
+    caller.wait_received(3)
+    redis_aof_server.kill()
+    time.sleep(3.0)
+    redis_aof_server.start()
+    caller.proc.wait(120)
+    time.sleep(0.2)
+    caller.drain()
+    assert caller.proc.stderr is not None
+    assert caller.proc.returncode == 0, caller.proc.stderr.read()
+    check_exactly_once(url, run_id, caller.received, {}, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_an_acknowledgement_lost_in_an_outage_is_recorded_not_delivered_again(
+    ray_local: None, redis_url: str, redis_server: Any
+) -> None:
+    """The caller asks for the next item; the ``OutputEmitted`` of the one it had never
+    reaches Redis and the store is unreachable for 3 s. The driver rebuilds its shard
+    from the store (which shows that source finished, not emitted): it must write the
+    fact, not hand the caller the same output a second time."""
+    from rayorch.testing import ReplyDroppingProxy
+
+    run_id = f"ackloss-{uuid.uuid4().hex[:6]}"
+    with ReplyDroppingProxy(redis_server.port) as proxy:
+        caller = Caller(f"redis://127.0.0.1:{proxy.port}/0", run_id, "--unordered",
+                        "--each-s", "0.25")
+        caller.wait_received(3)
+        proxy.drop_next_request(b"caller", refuse_s=3.0)  # the sink of a caller's fact
+        caller.proc.wait(120)
+        assert proxy.swallowed == 1
+    time.sleep(0.2)
+    caller.drain()
+    assert caller.proc.stderr is not None
+    assert caller.proc.returncode == 0, caller.proc.stderr.read()
+    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_caller_rides_out_an_outage_while_it_takes_its_leases(
+    ray_local: None, redis_url: str, redis_server: Any
+) -> None:
+    """The store becomes unreachable (3 s) just as the caller's driver takes its first
+    lease: it backs off and takes it then, instead of stopping the caller."""
+    from rayorch.store.scripts import ACQUIRE_LEASE
+    from rayorch.testing import ReplyDroppingProxy
+
+    run_id = f"takeall-{uuid.uuid4().hex[:6]}"
+    with ReplyDroppingProxy(redis_server.port) as proxy:
+        proxy.drop_next_request(ACQUIRE_LEASE.sha.encode(), refuse_s=3.0)
+        caller = Caller(f"redis://127.0.0.1:{proxy.port}/0", run_id, "--unordered")
+        caller.proc.wait(120)
+        assert proxy.swallowed == 1
+    time.sleep(0.2)
+    caller.drain()
+    assert caller.proc.stderr is not None
+    assert caller.proc.returncode == 0, caller.proc.stderr.read()
+    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+
+
+@pytest.mark.timeout(180)
+def test_caller_stopped_before_its_first_lease_wakes_deposed(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """The caller is SIGSTOPped after it created its run but before it took a lease; a
+    resume runs the whole run; SIGCONT: the woken caller must stop with 'lease lost', not
+    take the free lease and end its iterator normally with nothing (found by the soak)."""
+    from rayorch.core.facts import LeaseAcquired
+    from rayorch.store.errors import RunNotFoundError
+
+    run_id = f"prestart-{uuid.uuid4().hex[:6]}"
+    caller = Caller(redis_url, run_id, "--unordered", "--slow-first", "--slow-s", "0.5")
+    store = open_store(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the manifest is saved right after the run is opened
+            with contextlib.suppress(RunNotFoundError):
+                if store.load_manifest(run_id) is not None:
+                    break
+            assert time.monotonic() < deadline and caller.proc.poll() is None
+            time.sleep(0.01)
+        caller.proc.send_signal(signal.SIGSTOP)
+        leases = [s.fact for facts in store.read_run(run_id).values() for s in facts
+                  if isinstance(s.fact, LeaseAcquired)]
+    finally:
+        store.close()
+    try:
+        assert leases == [], "the caller took its lease before the stop (pools were ready)"
+        written = resume(redis_url, run_id, tmp_path / "out")
+    finally:
+        caller.proc.send_signal(signal.SIGCONT)
+    caller.proc.wait(60)
+    time.sleep(0.2)
+    assert caller.proc.stderr is not None
+    err = caller.proc.stderr.read()
+    assert caller.drain() == []
+    assert caller.proc.returncode == 3 and "lease lost" in err, err
+    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=0)

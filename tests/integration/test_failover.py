@@ -24,7 +24,7 @@ from rayorch import F
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import LeaseAcquired, OutputEmitted
 from rayorch.core.reference import evaluate
-from rayorch.driver import create_run, join_run
+from rayorch.replicas import create_run, join_run
 from rayorch.runtime.manifest import ManifestError
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store.audit import audit_run
@@ -262,7 +262,8 @@ def test_join_run_on_the_memory_store(ray_local: None) -> None:
 # -- the fault-injection harness, short -----------------------------------------------------------
 @pytest.mark.timeout(240)
 def test_fault_harness_short(tmp_path: Path) -> None:
-    """2 drivers under SIGKILL of a driver and of actors, SIGSTOP/SIGCONT, a Redis restart."""
+    """2 drivers under SIGKILL of a driver and of actors, SIGSTOP/SIGCONT, a Redis restart,
+    lost replies; a Pipeline.run caller killed and one stopped, both resumed."""
     result_file = tmp_path / "result.json"
     env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled",
                RAY_USAGE_STATS_ENABLED="0")
@@ -279,6 +280,9 @@ def test_fault_harness_short(tmp_path: Path) -> None:
     assert result["outputs_wrong"] == 0
     assert result["audit_ok"], result["audit_violations"]
     assert sum(result["faults"].values()) >= 3, result["faults"]
+    # the caller path (one caller killed, one stopped, each resumed) and lost replies
+    assert result["caller_runs"] == 2 and result["resumes"] >= 1, result
+    assert result["lost_replies"] >= 1, result["faults"]
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 

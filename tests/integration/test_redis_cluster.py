@@ -27,7 +27,7 @@ from rayorch.core.facts import (
     RunCompleted,
     SourceAdmitted,
 )
-from rayorch.driver import create_run
+from rayorch.replicas import create_run
 from rayorch.runtime.sinks import delivered_count
 from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
 from rayorch.store.audit import audit_run

@@ -16,7 +16,7 @@ from bench.faults import FaultPipeline, make_docs
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import OutputEmitted
 from rayorch.core.reference import evaluate
-from rayorch.driver import create_run, join_run
+from rayorch.replicas import create_run, join_run
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, delivered_count, read_outputs
 from rayorch.store.base import open_store
 

@@ -151,9 +151,8 @@ def test_readme_model_stack_two_calls_share_one_pool() -> None:
 
 
 # -- README section 3: the Executor ------------------------------------------------------
-@pytest.mark.skip(reason="Executor: lead")
 def test_readme_executor_reuses_actors() -> None:
-    from rayorch import Executor  # type: ignore[attr-defined]
+    from rayorch import Executor
 
     # Reuse one Executor when repeated calls should share already-started actors.
     with Executor(MyPipeline()) as executor:

@@ -102,7 +102,9 @@ class FlakyStore(MemoryStore):
     outages = 0
 
     def _fault(self) -> str | None:
-        if self.data is None or self.outages >= 3:
+        # At most 2 outages: with 2 kills a Grain's 5 attempts (programs.MAX_ATTEMPTS) are
+        # never used up by infrastructure faults alone (each may re-dispatch it once).
+        if self.data is None or self.outages >= 2:
             return None
         fault = self.data.draw(st.sampled_from([None] * 8 + ["before", "after"]), label="store")
         if fault is not None:
@@ -138,7 +140,8 @@ def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Harness, *
         call_module[node.call.id] = node.call.module
         if node.call.module not in pools:
             pools[node.call.module] = InlinePool(plan.module(node.call.module), None)
-    config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None)
+    config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None,
+                          sleep=lambda _: None)
     return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
                        pools=pools, call_module=call_module, feed=feed, sink=sink,
                        config=config, wait=harness.wait)
@@ -150,7 +153,7 @@ def expected_record(value: Any) -> Any:
     return value
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(spec=programs, values=st.lists(st.integers(0, 10_000), min_size=1, max_size=8,
                                       unique=True),
        ordered=st.booleans(), shards=st.integers(1, 3), kills=st.integers(0, 2),
@@ -211,8 +214,9 @@ def test_killed_and_resumed_driver_delivers_every_source_once(
     for index, record in written.items():
         value = item_result(index, reference[index], plan.output_names)
         if isinstance(value, FailedResult):
-            assert record["outcome"] == value.outcome.value
+            assert record["outcome"] == value.outcome.value, record
         else:
-            assert record["value"] == (list(value) if isinstance(value, tuple) else value)
+            assert record.get("value") == (list(value) if isinstance(value, tuple) else value), (
+                record)
     report = audit_run(store, run_id)
-    assert report.ok, report.problems
+    assert report.ok, report.violations

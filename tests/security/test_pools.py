@@ -18,7 +18,7 @@ import pytest
 from bench.faults import FaultPipeline, make_docs
 from rayorch.actors.orphan_watch import GRACE_ENV, OrphanWatch
 from rayorch.actors.pool import SHARED_NAMESPACE
-from rayorch.driver import create_run
+from rayorch.replicas import create_run
 from rayorch.runtime.sinks import delivered_count
 
 REPO = Path(__file__).resolve().parents[2]

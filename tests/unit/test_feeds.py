@@ -1,0 +1,46 @@
+"""Feeds: sources read by a driver are never lost when a shard is rebuilt from the store."""
+
+from __future__ import annotations
+
+from rayorch.runtime.delivery import IteratorFeed, ManifestFeed
+from rayorch.store.base import RunInfo
+
+
+def info(shards: int = 1, micro_batch: int = 2) -> RunInfo:
+    return RunInfo("run", "fp", {}, shards, micro_batch, {}, 0.0)
+
+
+def test_rows_offered_again_survive_a_second_rebuild() -> None:
+    """Regression (found by tests/property/test_driver_machine.py): two store outages in a
+    row lost every source of a generator input, and the run 'completed' with none."""
+    feed = IteratorFeed(iter([("a",), ("b",), ("c",)]), info(), 3)
+    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
+    feed.reset(0, admitted=set())  # the store never got them
+    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
+    feed.reset(0, admitted=set())  # and not the second time either
+    assert not feed.exhausted(0)
+    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
+    feed.confirm(0)
+    assert feed.take(0, 2) == [(2, ("c",))]
+    feed.reset(0, admitted={0, 1})  # c never reached the store: offered again
+    assert feed.take(0, 2) == [(2, ("c",))]
+    feed.confirm(0)
+    assert feed.exhausted(0)
+
+
+def test_iterator_feed_keeps_shards_to_their_micro_batches() -> None:
+    feed = IteratorFeed(iter([(i,) for i in range(5)]), info(shards=2), None)
+    assert feed.take(1, 8) == []  # source 0 belongs to shard 0
+    assert feed.take(0, 8) == [(0, (0,)), (1, (1,))]
+    assert feed.take(0, 8) == []
+    assert feed.take(1, 8) == [(2, (2,)), (3, (3,))]
+    assert feed.take(0, 8) == [(4, (4,))]
+    assert feed.exhausted(0) and feed.exhausted(1)
+
+
+def test_manifest_feed_offers_what_the_store_lacks() -> None:
+    feed = ManifestFeed([(i,) for i in range(6)], info(shards=2))
+    feed.reset(0, admitted={0})
+    assert feed.shard_total(0) == 4  # micro-batches 0 and 2: sources 0, 1, 4, 5
+    assert [i for i, _ in feed.take(0, 10)] == [1, 4, 5]
+    assert feed.exhausted(0)
