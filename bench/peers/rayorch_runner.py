@@ -124,12 +124,16 @@ def run(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> None:
     pipeline = build_pipeline(config, trace_dir)
     parents = make_parents(config)
     log.restart()
-    store_url = f"memory://bench-{uuid.uuid4().hex[:8]}"  # named: readable after the run
+    from rayorch.store import open_store
+
+    store_url = f"memory://bench-{uuid.uuid4().hex[:8]}"
+    held = open_store(store_url)  # a memory store lives while it is open: read it after
     handle = pipeline.run(parents, store=store_url, ordered=False)
     for item in handle:
         doc, result = result_of(item)
         log.arrived(doc, result)
     log.extra["barriers"] = barrier_summary(store_url, handle.run_id)
+    held.close()
 
 
 def barrier_summary(store_url: str, run_id: str) -> dict[str, int]:

@@ -66,6 +66,7 @@ class ExecutorOptions:
     max_active_sources: int | None = None
     check_rebuild: bool = False  # compare a rebuilt kernel's state with the old one
     validate: bool = False  # Kernel.validate() after every step
+    keep_history: bool = True  # False: no kernel log, delivered sources forgotten (the driver)
     max_steps: int = 1_000_000
 
 
@@ -161,7 +162,8 @@ class Executor:
         return sends
 
     def _kernel_args(self, total: int) -> dict[str, Any]:
-        return {"max_active_sources": self.options.max_active_sources, "total_sources": total}
+        return {"max_active_sources": self.options.max_active_sources, "total_sources": total,
+                "keep_history": self.options.keep_history}
 
     # -- the run --------------------------------------------------------------------
     def run(self, sources: Sequence[tuple[Any, ...]]) -> ExecutionResult:

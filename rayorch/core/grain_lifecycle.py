@@ -51,6 +51,8 @@ class GrainLifecycle(ItemPropagation):
             raise AlreadyApplied  # this dispatch is already history
         if phase is None and self._barred(grain):
             return  # a barrier suppressed it before this dispatch landed: changes nothing
+        if phase is None and self._forgotten(fact.path[0]):
+            raise AlreadyApplied
         raise self._reject(
             f"GrainDispatched {format_grain(grain)} generation {fact.generation}: the grain is "
             f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
@@ -61,6 +63,8 @@ class GrainLifecycle(ItemPropagation):
         if phase_of.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != fact.generation:
             if phase_of.get(grain) == SEALED and self._sealed_with(grain, fact):
                 raise AlreadyApplied  # an identical commit again
+            if self._forgotten(fact.path[0]):
+                raise AlreadyApplied
             verdict = self.verdict(fact)
             raise self._reject(
                 f"GrainCommitted {format_grain(grain)} generation {fact.generation} does not pass "
@@ -109,6 +113,8 @@ class GrainLifecycle(ItemPropagation):
         if (fact.call, fact.parent) in self._barriers:
             return  # installed with its GroupFailure commit
         if self._expansions.get((info.domain, fact.parent), -1) < 0:
+            if fact.parent and self._forgotten(fact.parent[0]):
+                raise AlreadyApplied
             raise self._reject(f"BarrierInstalled under {format_path(fact.parent)}: that parent "
                                f"has no children in {info.domain}", fact.parent)
         self._install_barrier(info, fact.parent, fact.cause or "group failure")
@@ -147,12 +153,16 @@ class GrainLifecycle(ItemPropagation):
 
         Once the Grain's source completes, its sealing fact is released from ``_sealed_by``;
         an identical re-applied fact is then found in the log (a rare path, not the hot one).
+        Without a log, a fact sealing the same generation is taken for the same seal: the
+        commit gate admits one seal per Grain, so another one cannot have been applied.
         """
         sealed = self._sealed_by.get(grain)
         if sealed is not None:
             return sealed == fact
         if grain[1][0] in self._pending:
             return False
+        if not self.keep_history:
+            return self._gen.get(grain, 0) == getattr(fact, "generation", -1)
         log = self.log
         return log.index(fact) != len(log) - 1
 
@@ -179,6 +189,8 @@ class GrainLifecycle(ItemPropagation):
             return  # a barrier already suppressed the grain: changes nothing
         if phase == READY and generation == fact.generation:
             raise AlreadyApplied  # the same retry again
+        if phase is None and self._forgotten(fact.path[0]):
+            raise AlreadyApplied
         raise self._reject(
             f"GrainRetried {format_grain(grain)} to generation {fact.generation}: the grain is "
             f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
@@ -197,6 +209,8 @@ class GrainLifecycle(ItemPropagation):
         if phase == BARRED:
             return  # a barrier already suppressed the grain: changes nothing
         if phase == SEALED and self._sealed_with(grain, fact):
+            raise AlreadyApplied
+        if phase is None and self._forgotten(fact.path[0]):
             raise AlreadyApplied
         raise self._reject(
             f"GrainFailed {format_grain(grain)} generation {fact.generation}: the grain is "
@@ -226,6 +240,8 @@ class GrainLifecycle(ItemPropagation):
         """The commit gate (DESIGN 4.4) for one report; changes nothing."""
         grain = (report.call, report.path)
         phase = self._phase.get(grain)
+        if phase is None and self._forgotten(report.path[0]):
+            return CommitVerdict.SEALED  # its source was delivered and forgotten
         barred = phase == BARRED
         gate_phase = None if phase is None else GrainPhase(IN_FLIGHT if barred else phase)
         return commit_verdict(gate_phase, self._gen.get(grain, 0), report.generation, barred)

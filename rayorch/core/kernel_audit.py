@@ -31,7 +31,9 @@ def snapshot_kernel(kernel: ItemPropagation) -> dict[str, Any]:
         "reduce_left": dict(kernel._reduce_left),
         "pending": dict(kernel._pending),
         "sources": dict(kernel._sources),
+        "admitted": kernel._admitted,
         "completed": list(kernel._completed),
+        "completed_count": kernel._completed_count,
         "outputs": dict(kernel._outputs),
         "emitted": set(kernel._emitted),
         "ready": dict(kernel._ready),
@@ -150,11 +152,22 @@ def validate_kernel(kernel: ItemPropagation) -> None:
         if missing != left or (reduce.output, parent) in items:
             raise _fail(f"reduce node {node_id} at {format_path(parent)}: {missing} members "
                         f"pending but the counter says {left}")
-    done = set(kernel._completed)
-    if done & set(kernel._pending) or len(done) != len(kernel._completed):
-        raise _fail("a source is both complete and pending, or completed twice")
-    if set(kernel._sources) != done | set(kernel._pending):
-        raise _fail("admitted sources != complete + pending sources")
+    if kernel._admitted != kernel._completed_count + len(kernel._pending):
+        raise _fail(f"{kernel._admitted} sources admitted but {kernel._completed_count} "
+                    f"complete and {len(kernel._pending)} pending")
+    if kernel.keep_history:
+        done = set(kernel._completed)
+        if done & set(kernel._pending) or len(done) != len(kernel._completed):
+            raise _fail("a source is both complete and pending, or completed twice")
+        if set(kernel._sources) != done | set(kernel._pending):
+            raise _fail("admitted sources != complete + pending sources")
+        return
+    active = set(kernel._sources)
+    if not set(kernel._pending) <= active or any(s in kernel._emitted for s in active):
+        raise _fail("a pending source is not admitted, or a delivered source was not forgotten")
+    if kernel._admitted != len(active) + len(kernel._emitted):
+        raise _fail(f"{kernel._admitted} sources admitted but {len(active)} active and "
+                    f"{len(kernel._emitted)} delivered (forgotten)")
 
 
 def describe_stuck(kernel: ItemPropagation) -> str:

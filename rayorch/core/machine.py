@@ -161,10 +161,10 @@ class ShardMachine:
     """
 
     def __init__(self, plan: Plan, *, max_active_sources: int | None = None,
-                 total_sources: int | None = None) -> None:
+                 total_sources: int | None = None, keep_history: bool = True) -> None:
         self.plan = plan
         self.kernel = Kernel(plan, max_active_sources=max_active_sources,
-                             total_sources=total_sources)
+                             total_sources=total_sources, keep_history=keep_history)
         self.disagreements = 0  # store accepted a report after a barrier the kernel folded
         self._outbox: list[Instruction] = []
         self._facts: list[Fact] = []

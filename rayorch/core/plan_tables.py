@@ -83,6 +83,9 @@ class PlanTables:
         parent_of = {d.id: d.parent for d in plan.domains}
         self.domain_order = tuple(d.id for d in sorted(plan.domains, key=lambda d: d.depth))
         self.domain_parent = parent_of
+        self.child_domains: dict[str, tuple[str, ...]] = {
+            d: tuple(c for c in self.domain_order if parent_of[c] == d) for d in parent_of
+        }
         self.domain_ports: dict[str, tuple[int, ...]] = {
             d: tuple(p.id for p in ports if p.domain == d) for d in parent_of
         }

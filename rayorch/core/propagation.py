@@ -18,17 +18,23 @@ Internal representation (kept flat for speed, see ``bench/kernel.py``):
 * ``_expansions[(child_domain, parent_path)]``: child count, or DROPPED_X / FAILED_X.
 * ``_pending[source]``: how many Items of the source's tree are still pending; the
   source is complete when it reaches 0 (then its Items are released).
+* ``keep_history=False`` (the driver): no fact log, and a source whose output was
+  delivered (``OutputEmitted``) is *forgotten*: everything about it goes but its index
+  in ``_emitted`` (an :class:`IndexSet`), so memory follows the active sources
+  (docs/ARCHITECTURE.md, "Bounded driver memory").
 * ``_ready[call]`` / ``_suppressed[call]`` / ``_in_flight``: counters kept as the state
   changes, so the scheduler and the progress display never scan.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from rayorch.core.errors import InvalidTransition
 from rayorch.core.facts import ExpansionClosed, Fact, RunCompleted, SourceAdmitted
 from rayorch.core.ids import CallId, GrainKey, Path, format_path
+from rayorch.core.index_set import IndexSet
 from rayorch.core.kernel_audit import story_of
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.plan import Plan
@@ -98,8 +104,9 @@ _DROPPED = Absent(Outcome.DROPPED, None)
 class ItemPropagation:
     """The fold state of one run (or one shard) and the propagation of terminal Items."""
 
-    def __init__(self, plan: Plan, total_sources: int | None) -> None:
+    def __init__(self, plan: Plan, total_sources: int | None, keep_history: bool = True) -> None:
         self.plan = plan
+        self.keep_history = keep_history
         self.tables = tables = PlanTables(plan)
         self._items: dict[tuple[int, Path], Any] = {}
         self._phase: dict[GrainKey, int] = {}
@@ -109,17 +116,19 @@ class ItemPropagation:
         self._expansions: dict[tuple[str, Path], int] = {}
         self._reduce_left: dict[tuple[int, Path], int] = {}
         self._pending: dict[int, int] = {}
-        self._sources: dict[int, SourceAdmitted] = {}
-        self._completed: list[int] = []
+        self._sources: dict[int, SourceAdmitted] = {}  # without history: the active ones
+        self._admitted = 0
+        self._completed: list[int] = []  # completion order (kept only with history)
+        self._completed_count = 0
+        self._to_pop: deque[int] = deque()  # complete, not yet returned by pop_completed
         self._outputs: dict[int, tuple[Item, ...]] = {}
-        self._emitted: set[int] = set()
+        self._emitted = IndexSet()
         self._ready: dict[CallId, int] = {c: 0 for c in tables.calls}
         self._suppressed: dict[CallId, int] = {c: 0 for c in tables.calls}
         self._in_flight = 0
         self._total = total_sources
         self._run_completed = False
-        self._pop_cursor = 0
-        self.log: list[Fact] = []
+        self.log: list[Fact] = []  # stays empty without history
         self._announce: list[Fact] = []
         self.queues: dict[CallId, CallQueue] = {
             c: CallQueue(c, info.policy, self._phase, self._gen) for c, info in tables.calls.items()
@@ -134,11 +143,16 @@ class ItemPropagation:
         self._consumers = tables.consumers
 
     def _emit(self, fact: Fact) -> None:
-        self.log.append(fact)
+        if self.keep_history:
+            self.log.append(fact)
         self._announce.append(fact)
 
     def _reject(self, message: str, obj: Any) -> InvalidTransition:
         return InvalidTransition(message, tuple(story_of(self.log, self.tables, obj)))
+
+    def _forgotten(self, source: int) -> bool:
+        """``source`` was delivered and forgotten (only without history)."""
+        return not self.keep_history and source in self._emitted and source not in self._sources
 
     # == propagation =================================================================
     def _resolve(self, port: int, path: Path, value: Any) -> None:
@@ -355,7 +369,10 @@ class ItemPropagation:
     # == completion ==================================================================
     def _complete(self, source: int) -> None:
         del self._pending[source]
-        self._completed.append(source)
+        if self.keep_history:
+            self._completed.append(source)
+        self._completed_count += 1
+        self._to_pop.append(source)
         root = (source,)
         self._outputs[source] = tuple(as_item(self._items[(p, root)]) for p in self.tables.outputs)
         items = self._items
@@ -368,8 +385,32 @@ class ItemPropagation:
         if self._total is not None and not self._run_completed:
             self._maybe_complete_run()
 
+    def _forget(self, source: int) -> None:
+        """Drop a delivered source's state; only its index stays (in ``_emitted``).
+
+        Its Items and sealing facts went at completion; here go its Grains' phases and
+        generations, its Expansions and barriers, and its ``SourceAdmitted``.
+        """
+        tables = self.tables
+        expansions = self._expansions
+        entities = tables.entities(expansions, source)
+        phase, gen, barriers = self._phase, self._gen, self._barriers
+        children = tables.child_domains
+        for domain, path in entities:
+            for call in tables.domain_calls[domain]:
+                grain = (call, path)
+                phase.pop(grain, None)
+                if gen:  # a retried Grain suppressed while ready keeps its generation only
+                    gen.pop(grain, None)
+            for child in children[domain]:
+                expansions.pop((child, path), None)
+                if barriers:
+                    for call in tables.domain_calls[child]:
+                        barriers.pop((call, path), None)
+        del self._sources[source]
+
     def _maybe_complete_run(self) -> None:
-        if len(self._sources) == self._total and not self._pending:
+        if self._admitted == self._total and not self._pending:
             self._run_completed = True
             self._emit(RunCompleted(self._total))
 

@@ -58,8 +58,10 @@ class Kernel(GrainLifecycle):
         plan: Plan,
         max_active_sources: int | None = None,
         total_sources: int | None = None,
+        *,
+        keep_history: bool = True,
     ) -> None:
-        super().__init__(plan, total_sources)
+        super().__init__(plan, total_sources, keep_history)
         self.max_active_sources = max_active_sources
         self._handlers: dict[type, Callable[[Any], None]] = {
             SourceAdmitted: self._on_admitted,
@@ -87,17 +89,26 @@ class Kernel(GrainLifecycle):
                     f"the kernel does not know the fact type {type(fact).__name__}")
             check(fact)  # an announcement: checked against what was derived, logged then
             return []
-        log = self.log
-        log.append(fact)
-        try:
-            handler(fact)
-        except AlreadyApplied:
-            log.pop()
-            return []
-        except InvalidTransition:
-            log.pop()
-            self._announce = []
-            raise
+        if self.keep_history:
+            log = self.log
+            log.append(fact)
+            try:
+                handler(fact)
+            except AlreadyApplied:
+                log.pop()
+                return []
+            except InvalidTransition:
+                log.pop()
+                self._announce = []
+                raise
+        else:
+            try:
+                handler(fact)
+            except AlreadyApplied:
+                return []
+            except InvalidTransition:
+                self._announce = []
+                raise
         derived = self._announce
         if not derived:
             return []
@@ -116,9 +127,12 @@ class Kernel(GrainLifecycle):
             raise self._reject(
                 f"source {index} has {len(fact.values)} values but forward takes "
                 f"{self.tables.num_inputs} inputs; admit one value per forward argument", (index,))
-        if self._run_completed or (self._total is not None and len(self._sources) >= self._total):
+        if not self.keep_history and index in self._emitted:
+            raise AlreadyApplied  # delivered and forgotten: its values are not kept
+        if self._run_completed or (self._total is not None and self._admitted >= self._total):
             raise self._reject(f"source {index} admitted after the input was closed", (index,))
         self._sources[index] = fact
+        self._admitted += 1
         self._pending[index] = self.tables.root_ports
         path = (index,)
         for arg_index, port in self.tables.inputs:
@@ -128,6 +142,8 @@ class Kernel(GrainLifecycle):
     def _on_expansion_closed(self, fact: ExpansionClosed) -> None:
         key = (fact.domain, fact.parent)
         state = self._expansions.get(key)
+        if state is None and fact.parent and self._forgotten(fact.parent[0]):
+            return  # its source was delivered and forgotten: nothing to check against
         derived = None if state is None else expansion_outcome(state)
         if derived != (fact.outcome, fact.count):
             raise self._reject(
@@ -136,30 +152,36 @@ class Kernel(GrainLifecycle):
                 f"(derived: {derived})", key)
 
     def _on_run_completed(self, fact: RunCompleted) -> None:
-        if self._run_completed and fact.sources == len(self._sources):
+        if self._run_completed and fact.sources == self._admitted:
             return
-        if self.finished and fact.sources == len(self._sources) and (
+        if self.finished and fact.sources == self._admitted and (
             self._total is None or self._total == fact.sources
         ):
             self._total = fact.sources
             self._run_completed = True
-            self.log.append(fact)
+            if self.keep_history:
+                self.log.append(fact)
             return
         raise InvalidTransition(
-            f"RunCompleted({fact.sources}) disagrees with the state: {len(self._sources)} "
-            f"admitted, {len(self._completed)} complete")
+            f"RunCompleted({fact.sources}) disagrees with the state: {self._admitted} "
+            f"admitted, {self._completed_count} complete")
 
     def _on_output_emitted(self, fact: OutputEmitted) -> None:
-        if fact.index not in self._outputs and fact.index not in self._emitted:
-            raise self._reject(f"OutputEmitted for source {fact.index}, which is not complete",
-                               (fact.index,))
-        self._emitted.add(fact.index)
-        self._outputs.pop(fact.index, None)
+        index = fact.index
+        if index in self._outputs:
+            del self._outputs[index]
+            self._emitted.add(index)
+            if not self.keep_history:
+                self._forget(index)
+            return
+        if index not in self._emitted:
+            raise self._reject(f"OutputEmitted for source {index}, which is not complete",
+                               (index,))
 
     def close_input(self) -> list[Fact]:
         """No more sources will be admitted: returns ``[RunCompleted]`` if all are done."""
         if self._total is None:
-            self._total = len(self._sources)
+            self._total = self._admitted
         if not self._run_completed:
             self._maybe_complete_run()
         derived = self._announce
@@ -170,7 +192,7 @@ class Kernel(GrainLifecycle):
     def admissible(self) -> int:
         """How many more sources may be admitted now (``max_active_sources`` bound)."""
         if self._total is not None:
-            room = self._total - len(self._sources)
+            room = self._total - self._admitted
         else:
             room = UNBOUNDED
         if self.max_active_sources is None:
@@ -194,11 +216,11 @@ class Kernel(GrainLifecycle):
     def pop_completed(self) -> list[tuple[int, tuple[Item, ...]]]:
         """Finished sources not yet emitted, with their output Items, in completion order."""
         done = []
-        while self._pop_cursor < len(self._completed):
-            index = self._completed[self._pop_cursor]
-            self._pop_cursor += 1
-            if index not in self._emitted:
-                done.append((index, self._outputs[index]))
+        to_pop, outputs = self._to_pop, self._outputs
+        while to_pop:
+            index = to_pop.popleft()
+            if index in outputs:  # else emitted meanwhile (a rebuild folds OutputEmitted)
+                done.append((index, outputs[index]))
         return done
 
     def ready_calls(self) -> list[CallId]:
@@ -250,7 +272,7 @@ class Kernel(GrainLifecycle):
 
     @property
     def admitted(self) -> int:
-        return len(self._sources)
+        return self._admitted
 
     def check_progress(self) -> None:
         """Raise :class:`NoProgressError` if unfinished work can never progress."""
@@ -261,6 +283,11 @@ class Kernel(GrainLifecycle):
     # == introspection ===============================================================
     def story(self, obj: Any) -> list[Fact]:
         """All facts touching one Entity (path or source index), Grain or Expansion, in order."""
+        if not self.keep_history:
+            raise KernelError(
+                "story() needs the fact log, and this kernel keeps none (keep_history=False, "
+                "as in the driver); rebuild one from the store: Kernel(plan) folding "
+                "store.iter_facts(run, shard), or read it with `rayorch show RUN`")
         return story_of(self.log, self.tables, obj)
 
     def validate(self) -> None:

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from rayorch.core.index_set import IndexSet
 from rayorch.core.machine import OutputReady
 from rayorch.store.base import RunInfo
 
@@ -87,34 +88,54 @@ class IteratorFeed:
 
 
 class ManifestFeed:
-    """The sources of a recorded run, per shard, minus those the store shows admitted."""
+    """The sources of a recorded run, per shard, minus those the store shows admitted.
+
+    A shard's indexes are computed from the sharding rule (runs of ``micro_batch``), not
+    listed, and the admitted ones are kept as ranges: the feed adds nothing per source
+    to the manifest it reads from (docs/ARCHITECTURE.md, "Bounded driver memory").
+    """
 
     def __init__(self, sources: Sequence[tuple[Any, ...]], info: RunInfo) -> None:
         self._sources = sources
+        self._info = info
         self.total: int | None = len(sources)
-        self._of_shard: dict[int, list[int]] = {k: [] for k in range(info.shards)}
-        for index in range(len(sources)):
-            self._of_shard[info.shard_of(index)].append(index)
-        self._pending: dict[int, deque[int]] = {}
+        self._pending: dict[int, Iterator[int]] = {}
+        self._next: dict[int, int | None] = {}  # the next index to admit, per shard
+
+    def _starts(self, shard: int) -> range:
+        """The first index of each of ``shard``'s micro-batch runs."""
+        micro = self._info.micro_batch
+        return range(shard * micro, len(self._sources), micro * self._info.shards)
+
+    def _indexes(self, shard: int) -> Iterator[int]:
+        end, micro = len(self._sources), self._info.micro_batch
+        for start in self._starts(shard):
+            yield from range(start, min(start + micro, end))
 
     def shard_total(self, shard: int) -> int:
-        return len(self._of_shard[shard])
+        end, micro = len(self._sources), self._info.micro_batch
+        return sum(min(micro, end - start) for start in self._starts(shard))
 
     def reset(self, shard: int, admitted: set[int]) -> None:
-        self._pending[shard] = deque(i for i in self._of_shard[shard] if i not in admitted)
+        done = IndexSet(sorted(admitted))
+        pending = (i for i in self._indexes(shard) if i not in done)
+        self._pending[shard] = pending
+        self._next[shard] = next(pending, None)
 
     def take(self, shard: int, limit: int) -> list[Row]:
-        pending = self._pending.get(shard)
-        if not pending:
+        index = self._next.get(shard)
+        if index is None:
             return []
-        out = []
-        for _ in range(min(limit, len(pending))):
-            index = pending.popleft()
+        pending = self._pending[shard]
+        out: list[Row] = []
+        while index is not None and len(out) < limit:
             out.append((index, tuple(self._sources[index])))
+            index = next(pending, None)
+        self._next[shard] = index
         return out
 
     def exhausted(self, shard: int) -> bool:
-        return not self._pending.get(shard)
+        return self._next.get(shard) is None
 
     def confirm(self, shard: int) -> None:
         """Nothing to keep: the manifest holds every source."""

@@ -198,7 +198,7 @@ class ShardDriver(LeaseSide):
         """
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
-                               total_sources=self.feed.shard_total(k))
+                               total_sources=self.feed.shard_total(k), keep_history=False)
         stored = list(self.store.iter_facts(self.run_id, k))
         facts = [s.fact for s in stored]
         cursor = stored[-1].seq if stored else 0

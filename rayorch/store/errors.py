@@ -112,6 +112,10 @@ class RunNotFoundError(_StoreErrorWithArgs):
         )
 
 
+class StoreClosedError(StoreError):
+    """A memory store was used after its last user closed it (its lineage was dropped)."""
+
+
 class InvalidRunIdError(_StoreErrorWithArgs):
     """A run id has characters a store key cannot hold."""
 
@@ -296,6 +300,7 @@ __all__ = [
     "RunMismatchError",
     "RunNotFoundError",
     "StoreAuthError",
+    "StoreClosedError",
     "StoreError",
     "StoreTLSError",
     "StoreURLError",

@@ -3,6 +3,11 @@
 It implements the same interface and the same commit rule as the Redis store
 (:func:`rayorch.core.commit.commit_verdict`), under one lock. ``memory://NAME``
 names a store shared by everything in this process; ``memory://`` makes a fresh one.
+
+A store opened by URL lives while someone has it open: every :meth:`MemoryStore.open`
+counts a user, every :meth:`close` ends one, and the last close drops the store from the
+process's registry and its lineage with it (docs/ARCHITECTURE.md, "Bounded driver
+memory"). To read a run after its driver closed, keep the store open meanwhile.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from rayorch.store.errors import (
     LeaseLostError,
     LeaseRolledBackError,
     RunNotFoundError,
+    StoreClosedError,
     StoreURLError,
 )
 from rayorch.store.keys import grain_field
@@ -91,6 +97,8 @@ class MemoryStore(LineageStore):
 
     _registry: ClassVar[dict[str, MemoryStore]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+    _users = 0  # opens minus closes of a store from the registry
+    _dropped = False  # its last user closed it: its lineage is gone
 
     def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.monotonic
                  ) -> None:
@@ -114,7 +122,27 @@ class MemoryStore(LineageStore):
             store = cls._registry.get(name)
             if store is None:
                 store = cls._registry[name] = cls(f"memory://{name}")
+            store._users += 1
             return store
+
+    def close(self) -> None:
+        """End one user of a store opened by URL; the last one drops it and its lineage.
+
+        A store made with ``MemoryStore()`` is not in the registry: it lives as long as
+        the object (closing it changes nothing).
+        """
+        with self._registry_lock:
+            if self._users <= 0:
+                return
+            self._users -= 1
+            if self._users:
+                return
+            name = self.url[len("memory://"):]
+            if self._registry.get(name) is self:
+                del self._registry[name]
+        with self._lock:
+            self._dropped = True
+            self._runs = {}
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Another process re-opens by name: its own memory, not this one (use Redis to share).
@@ -124,6 +152,7 @@ class MemoryStore(LineageStore):
     def _open_run(self, run_id: str, desc: dict[str, Any], fingerprint: str, shards: int,
                   micro_batch: int, config: dict[str, Any]) -> RunInfo:
         with self._lock:
+            self._check_open()
             run = self._runs.get(run_id)
             if run is not None:
                 check_reopen(run.layout.info, fingerprint, shards, micro_batch)
@@ -135,8 +164,16 @@ class MemoryStore(LineageStore):
     def _run(self, run_id: str) -> _Run:
         run = self._runs.get(run_id)
         if run is None:
+            self._check_open()
             raise RunNotFoundError(run_id, self.url)
         return run
+
+    def _check_open(self) -> None:
+        if self._dropped:
+            raise StoreClosedError(
+                f"the memory store {self.url} was closed by its last user, and its lineage "
+                "dropped with it; keep it open (open_store(url)) while you need its runs, or "
+                "use a redis:// store")
 
     def _shard(self, run_id: str, shard: int) -> tuple[_Run, _Shard]:
         run = self._run(run_id)
@@ -149,6 +186,7 @@ class MemoryStore(LineageStore):
 
     def list_runs(self) -> list[RunInfo]:
         with self._lock:
+            self._check_open()
             infos = [r.layout.info for r in self._runs.values()]
         return sorted(infos, key=lambda i: (i.created_ts, i.run_id))
 

@@ -250,11 +250,13 @@ def test_join_run_on_the_memory_store(ray_local: None) -> None:
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     url = f"memory://join-{time.monotonic_ns()}"
+    held = open_store(url)  # a memory store lives while it is open: from create to join
     run_id = create_run(Pairs, [list(range(10))], store=url, shards=2, micro_batch=3)
     with join_run(run_id, store=url, quiet=True) as handle:
         results = dict(handle)
     assert results == {i: 2 * i for i in range(10)}
-    assert audit_run(open_store(url), run_id).ok
+    assert audit_run(held, run_id).ok
+    held.close()
 
 
 # -- the fault-injection harness, short -----------------------------------------------------------

@@ -249,6 +249,7 @@ def test_ocr_actor_sigkilled_mid_run_changes_no_output(
     outputs = evaluate(plan, [(p,) for p in sources]).outputs
     expected = [item_result(i, outputs[i], plan.output_names) for i in range(len(sources))]
     url = f"memory://pdf-kill-{os.getpid()}-{time.monotonic_ns()}"
+    held = open_store(url)  # a memory store lives while it is open: read after the run
     run, values = run_documents(EveryPageThroughOcr(str(tmp_path)), sources, url)
     assert (tmp_path / "ocr-killed").exists(), "the OCR actor was never killed"
     assert values == expected
@@ -256,6 +257,7 @@ def test_ocr_actor_sigkilled_mid_run_changes_no_output(
                if isinstance(s.fact, GrainRetried) and s.fact.call == "ocr"]
     assert retried and all("died" in f.cause for f in retried), retried
     assert run.stats.call("ocr").retried == len(retried)
+    held.close()
 
 
 # -- the Redis store, then ``rayorch audit`` on it -------------------------------------

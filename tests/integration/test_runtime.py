@@ -40,7 +40,10 @@ STORES = ["memory", "redis"]
 def store_url(request: pytest.FixtureRequest, ray_local: None) -> Iterator[str]:
     """A fresh lineage store URL of each kind (a private redis-server for Redis)."""
     if request.param == "memory":
-        yield f"memory://rt-{os.getpid()}-{time.monotonic_ns()}"
+        url = f"memory://rt-{os.getpid()}-{time.monotonic_ns()}"
+        held = open_store(url)  # a memory store lives while it is open: hold it for the test
+        yield url
+        held.close()
     else:
         yield request.getfixturevalue("redis_url")
 

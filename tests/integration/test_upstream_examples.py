@@ -41,7 +41,10 @@ def ray_with_four_gpus() -> Iterator[None]:
 @pytest.fixture(params=["memory", "redis"])
 def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "memory":
-        yield f"memory://upstream-{os.getpid()}-{time.monotonic_ns()}"
+        url = f"memory://upstream-{os.getpid()}-{time.monotonic_ns()}"
+        held = open_store(url)  # a memory store lives while it is open: hold it for the test
+        yield url
+        held.close()
     else:
         yield request.getfixturevalue("redis_url")
 

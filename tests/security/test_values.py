@@ -26,6 +26,7 @@ from rayorch.core.outcome import FailedResult
 from rayorch.core.udf import reports_for
 from rayorch.runtime.status import RunFinishedError
 from rayorch.store.audit import audit_run
+from rayorch.store.base import open_store
 
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests
 
@@ -86,6 +87,7 @@ def test_unstorable_values_are_record_failures_on_both_stores(
         capsys: pytest.CaptureFixture[str]) -> None:
     if kind == "memory":
         url = f"memory://values-{os.getpid()}"
+        request.addfinalizer(open_store(url).close)  # kept for the reads after the run
     else:
         url = f"{request.getfixturevalue('redis_url')}?payload_dir={tmp_path / 'payloads'}"
     handle = ProducePipeline().run(INPUTS, store=url, run_id=f"values-{kind}", quiet=True)

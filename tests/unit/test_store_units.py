@@ -25,6 +25,7 @@ from rayorch.store import (
     open_store,
     shard_of,
 )
+from rayorch.store.errors import StoreClosedError
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
 from rayorch.store.payload import PayloadStore, content_digest
@@ -101,6 +102,32 @@ def test_memory_store_names_are_shared_in_process() -> None:
     assert open_store("memory://shared-unit") is a
     assert pickle.loads(pickle.dumps(a)) is a
     assert open_store("memory://") is not open_store("memory://")
+
+
+def test_a_memory_store_lives_while_someone_has_it_open() -> None:
+    url = "memory://lifetime-unit"
+    first = open_store(url)
+    first.open_run("r", scripted_plan())
+    second = open_store(url)
+    assert second is first
+    first.close()
+    assert second.run_info("r").run_id == "r"  # the second user still has it
+    second.close()
+    with pytest.raises(StoreClosedError, match="closed by its last user"):
+        second.run_info("r")
+    fresh = open_store(url)
+    assert fresh is not first and fresh.list_runs() == []
+    fresh.close()
+    anonymous = open_store("memory://")
+    anonymous.open_run("r", scripted_plan())
+    anonymous.close()
+    again = open_store(anonymous.url)  # nothing of it is left in the registry
+    assert again is not anonymous and again.list_runs() == []
+    again.close()
+    owned = MemoryStore()  # not from the registry: its owner decides
+    owned.open_run("r", scripted_plan())
+    owned.close()
+    assert owned.run_info("r").run_id == "r"
 
 
 def test_memory_leases_expire_on_the_store_clock() -> None:
