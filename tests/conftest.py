@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -82,3 +83,22 @@ def ray_local() -> Iterator[None]:
     ensure_ray("local", num_cpus=8, num_gpus=2, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_actors_left_over() -> Iterator[None]:
+    """Each test starts without another test's shared (detached) pool actors on the session
+    Ray: a test that kills its drivers leaves them until their orphan watch lets them go
+    (RAYORCH_ORPHAN_GRACE_S), and their GPUs would starve the next test's pools."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        from rayorch.actors.pool import SHARED_NAMESPACE
+
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry.get("namespace") == SHARED_NAMESPACE:
+                with contextlib.suppress(ValueError):  # already gone
+                    ray.kill(ray.get_actor(entry["name"], namespace=SHARED_NAMESPACE),
+                             no_restart=True)
+    yield

@@ -218,7 +218,7 @@ def test_a_planned_failover_is_followed_through_moved(own_cluster: RedisClusterN
     assert own_cluster.cli_call(replica, "cluster", "failover").strip() == "OK"
     own_cluster.wait_promoted(own_cluster.nodes[master].port)
     epoch = store.acquire_lease("moved", 0, "next", ttl_s=60)  # MOVED, then NOSCRIPT
-    store.append("moved", 0, epoch, [RunCompleted(1)])
+    store.append("moved", 0, epoch, [RunCompleted(1)], driver="next")
     assert store.read_run("moved")[0][: len(before[0])] == before[0]
     assert lease_epochs(store, "moved")[0][-1] == epoch
 
@@ -239,7 +239,7 @@ def test_a_slot_in_migration_is_followed_through_ask(own_cluster: RedisClusterNo
     keys = ShardKeys("asked", 0)
     epoch = store.acquire_lease("asked", 0, "d", ttl_s=60)
     store.append("asked", 0, epoch, [SourceAdmitted(0, ("a",)),
-                                     GrainDispatched("render", (0,), 0)])
+                                     GrainDispatched("render", (0,), 0)], driver="d")
     slot = key_slot(keys.lease.encode())
     source = own_cluster.master_of(keys.lease)
     target = next(i for i, n in enumerate(own_cluster.nodes)
@@ -253,10 +253,12 @@ def test_a_slot_in_migration_is_followed_through_ask(own_cluster: RedisClusterNo
     own_cluster.cli_call(source, "migrate", "127.0.0.1", port, "", "0", "5000", "KEYS",
                          keys.grains)
     with pytest.raises(StoreUnavailableError, match="cluster"):
-        store.append("asked", 0, epoch, [GrainRetried("render", (0,), 1, "crash")])
+        store.append("asked", 0, epoch, [GrainRetried("render", (0,), 1, "crash")],
+                     driver="d")
     rest = [k for k in moving if k != keys.grains]
     own_cluster.cli_call(source, "migrate", "127.0.0.1", port, "", "0", "5000", "KEYS", *rest)
-    store.append("asked", 0, epoch, [GrainRetried("render", (0,), 1, "crash")])  # ASK
+    store.append("asked", 0, epoch, [GrainRetried("render", (0,), 1, "crash")],  # ASK
+                 driver="d")
     for node in (target, source):  # the migration ends: the target owns the slot
         own_cluster.cli_call(node, "cluster", "setslot", str(slot), "node", dst_id)
     assert own_cluster.master_of(keys.lease) == target

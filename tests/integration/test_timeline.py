@@ -94,7 +94,11 @@ class SplitPages:
 
 
 class SlowOcr:
-    """Takes a little time per page; fails once (a physical retry) on a page named ``*crash``."""
+    """Takes a little time per page; its process fails once on a page named ``*crash``.
+
+    ``ro.ActorFailure`` (the actor is broken, replace it) is a physical failure: a retry
+    on a fresh actor. A plain exception would be handled inside the actor.
+    """
 
     def __init__(self, marker_dir: str) -> None:
         self.marker_dir = Path(marker_dir)
@@ -104,7 +108,7 @@ class SlowOcr:
         marker = self.marker_dir / "crashed-once"
         if any(p.startswith("crash") for p in pages) and not marker.exists():
             marker.write_text("1")
-            raise RuntimeError("the OCR engine crashed")
+            raise ro.ActorFailure("the OCR engine crashed")
         return [p.upper() for p in pages]
 
 
