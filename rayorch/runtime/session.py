@@ -15,7 +15,7 @@ from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.runtime.ray_cluster import ensure_ray
 from rayorch.store.base import SHARED_STORE_SCHEMES
-from rayorch.store.redis_store import redact_url
+from rayorch.store.redis_support import redact_url
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run

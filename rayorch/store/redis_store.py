@@ -32,7 +32,6 @@ from redis.exceptions import (
     NoScriptError,
     ResponseError,
 )
-from redis.retry import Retry
 
 from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.errors import StoreError
@@ -72,6 +71,16 @@ from rayorch.store.keys import (
     meta_key,
 )
 from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs
+from rayorch.store.redis_support import (
+    ReconnectRetry,
+    decode_phase,
+    decode_text,
+    is_tls_failure,
+    one_line,
+    parse_version,
+    redact_url,
+    seq_of,
+)
 from rayorch.store.scripts import (
     ACQUIRE_LEASE,
     APPEND_FENCED,
@@ -95,69 +104,6 @@ from rayorch.store.scripts import (
 MIN_REDIS_VERSION = (7, 0)
 MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket timeout)
 _STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries")
-
-
-class ReconnectRetry(Retry):
-    """Retry lost connections with backoff, but never a refused login (it will not heal)."""
-
-    def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
-                        with_failure_count: bool = False) -> Any:
-        def retryable(error: Exception) -> bool:
-            if isinstance(error, AuthenticationError | AuthorizationError):
-                return False
-            if _is_tls_failure(error):
-                return False
-            return is_retryable is None or bool(is_retryable(error))
-
-        return super().call_with_retry(do, fail, retryable, with_failure_count)
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password (for messages and logs); also with several hosts."""
-    parts = urlsplit(url)
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    if not at or not colon:
-        return url
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """``"7.0.15"`` -> ``(7, 0, 15)``."""
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def _is_tls_failure(exc: BaseException) -> bool:
-    """A refused TLS handshake (retrying will not help, and the server is running)."""
-    import ssl
-
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    text = str(exc)
-    return "SSL" in text or "CERTIFICATE" in text.upper() or "TLS" in text
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
-
-
-def _decode_phase(raw: bytes | str | None) -> tuple[GrainPhase, int] | None:
-    if raw is None:
-        return None
-    phase, generation = _text(raw).split(":")[:2]
-    return GrainPhase(int(phase)), int(generation)
-
-
-def _seq_of(entry_id: bytes) -> int:
-    return int(entry_id.split(b"-", 1)[0])
 
 
 class RedisStore(LineageStore):
@@ -204,8 +150,8 @@ class RedisStore(LineageStore):
                 NoPermissionError) as exc:
             raise StoreAuthError(self.safe_url, str(exc)) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if _is_tls_failure(exc):
-                raise StoreTLSError(self.safe_url, _one_line(exc)) from exc
+            if is_tls_failure(exc):
+                raise StoreTLSError(self.safe_url, one_line(exc)) from exc
             raise StoreUnavailableError(self.safe_url, str(exc)) from exc
         except ResponseError as exc:
             text = str(exc)
@@ -302,7 +248,7 @@ class RedisStore(LineageStore):
                 raise RunNotFoundError(run_id, self.safe_url)
             info = RunInfo(
                 run_id=run_id,
-                fingerprint=_text(raw[b"fingerprint"]),
+                fingerprint=decode_text(raw[b"fingerprint"]),
                 plan=orjson.loads(raw[b"plan"]),
                 shards=int(raw[b"shards"]),
                 micro_batch=int(raw[b"micro_batch"]),
@@ -314,7 +260,7 @@ class RedisStore(LineageStore):
 
     def list_runs(self) -> list[RunInfo]:
         with self._errors():
-            ids = sorted(_text(m) for m in self._client().smembers(RUNS_KEY))
+            ids = sorted(decode_text(m) for m in self._client().smembers(RUNS_KEY))
         infos = []
         for run_id in ids:
             with contextlib.suppress(RunNotFoundError):
@@ -367,7 +313,7 @@ class RedisStore(LineageStore):
         )
         code = int(result[0])
         if code == LEASE_HELD:
-            raise LeaseHeldError(run_id, shard, _text(result[2]), int(result[1]))
+            raise LeaseHeldError(run_id, shard, decode_text(result[2]), int(result[1]))
         if code < 0:
             raise lease_refusal(run_id, shard, after_epoch or 0, result)
         epoch = int(result[1])
@@ -407,7 +353,7 @@ class RedisStore(LineageStore):
             raw = self._client().get(ShardKeys(run_id, shard).lease)
         if raw is None:
             return None
-        epoch, _, driver = parse_lease_value(_text(raw))
+        epoch, _, driver = parse_lease_value(decode_text(raw))
         return LeaseHolder(driver, epoch)
 
     # -- facts -------------------------------------------------------------------
@@ -498,7 +444,7 @@ class RedisStore(LineageStore):
                     pipe.hget(ShardKeys(layout.info.run_id, shard).grains,
                               grain_field(report.call, report.path))
                 phases = pipe.execute()
-            return [None if p is None else p[1] for p in map(_decode_phase, phases)]
+            return [None if p is None else p[1] for p in map(decode_phase, phases)]
 
         with contextlib.suppress(StoreError):  # not deleting only leaves garbage for gc
             for ref in deletable_refs(refs, verdicts, reports, sealed_generations):
@@ -548,13 +494,13 @@ class RedisStore(LineageStore):
         bound: int | None = None
         for _, entries in response:
             if len(entries) >= limit:
-                last = _seq_of(entries[-1][0])
+                last = seq_of(entries[-1][0])
                 bound = last if bound is None else min(bound, last)
         merged: list[tuple[int, DomainId, bytes]] = []
         for key, entries in response:
             domain = by_key[key]
             for entry_id, fields in entries:
-                seq = _seq_of(entry_id)
+                seq = seq_of(entry_id)
                 if bound is None or seq <= bound:
                     merged.append((seq, domain, fields[b"f"]))
         if len(response) > 1:
@@ -575,7 +521,7 @@ class RedisStore(LineageStore):
         self._layout(run_id).check_shard(shard)
         with self._errors():
             raw = self._client().hget(ShardKeys(run_id, shard).grains, grain_field(call, path))
-        return _decode_phase(raw)
+        return decode_phase(raw)
 
     def barriers(self, run_id: str, shard: int) -> frozenset[tuple[CallId, EntityPath]]:
         self._layout(run_id).check_shard(shard)
@@ -583,7 +529,7 @@ class RedisStore(LineageStore):
             members = self._client().smembers(ShardKeys(run_id, shard).barriers)
         return frozenset(
             (call, parse_path(path))
-            for call, _, path in (_text(m).rpartition("|") for m in members)
+            for call, _, path in (decode_text(m).rpartition("|") for m in members)
         )
 
     # -- driver replicas -----------------------------------------------------------
@@ -608,11 +554,11 @@ class RedisStore(LineageStore):
 
     def live_drivers(self, run_id: str) -> list[str]:
         members: Any = self._eval(LIVE_DRIVERS, [drivers_key(run_id)], [])
-        return sorted(_text(m) for m in members)
+        return sorted(decode_text(m) for m in members)
 
     def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
         raw: Any = self._eval(DRIVER_REGISTRY, [drivers_key(run_id)], [])
-        entries = {_text(raw[i]): int(raw[i + 1]) / 1000 for i in range(1, len(raw) - 1, 2)}
+        entries = {decode_text(raw[i]): int(raw[i + 1]) / 1000 for i in range(1, len(raw) - 1, 2)}
         return int(raw[0]) / 1000, entries
 
     def mark_shard_done(self, run_id: str, shard: int) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from rayorch.store import StoreURLError, open_store
 from rayorch.store.redis_cluster import RedisClusterStore, parse_cluster_url
-from rayorch.store.redis_store import redact_url
+from rayorch.store.redis_support import redact_url
 
 
 def test_nodes_auth_and_waits() -> None:

@@ -29,7 +29,8 @@ from rayorch.store.errors import StoreClosedError
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
 from rayorch.store.payload import PayloadStore, content_digest
-from rayorch.store.redis_store import RedisStore, parse_version, redact_url
+from rayorch.store.redis_store import RedisStore
+from rayorch.store.redis_support import parse_version, redact_url
 from rayorch.store.scripted_run import scripted_plan
 
 
