@@ -79,7 +79,22 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start (or restart, on the same port and dir) and wait until it accepts connections."""
+        """Start (or restart, on the same port and dir) and wait until it accepts connections.
+
+        A first start whose port was taken between :func:`free_port` and the bind (another
+        process on this machine got it first) retries on another free port.
+        """
+        for attempt in range(3):
+            try:
+                self._start_once()
+                self._started = True
+                return
+            except RedisServerError:
+                if getattr(self, "_started", False) or attempt == 2:
+                    raise
+                self.port = free_port()
+
+    def _start_once(self) -> None:
         args = [
             self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
             "--save", "", "--daemonize", "no", "--loglevel", "warning",
@@ -90,7 +105,7 @@ class RedisServer:
             args += ["--appendonly", "no"]
         if self.password:
             args += ["--requirepass", self.password]
-        args += self.extra_args
+        args += [str(self.port) if a == "{port}" else a for a in self.extra_args]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -378,7 +393,7 @@ class RedisClusterNodes:
             ] + (["--masterauth", password] if password else [])
             if tls is not None:  # the node's port speaks TLS only, to clients and peers
                 node.extra_args += [
-                    "--port", "0", "--tls-port", str(node.port), "--tls-cluster", "yes",
+                    "--port", "0", "--tls-port", "{port}", "--tls-cluster", "yes",
                     "--tls-replication", "yes", "--tls-auth-clients", "no",
                     "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
                     "--tls-ca-cert-file", str(tls.ca),
