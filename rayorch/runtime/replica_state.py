@@ -16,7 +16,6 @@ class ShardState:
     shard: int
     epoch: int
     machine: ShardMachine
-    cursor: int = 0  # last seq folded from the store
     emitted: int = 0
     unsaved: list[Fact] = field(default_factory=list)  # facts to append (fenced), in order
     ready: list[OutputReady] = field(default_factory=list)  # outputs not yet given to the sink

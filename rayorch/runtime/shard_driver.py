@@ -122,10 +122,6 @@ class ShardDriver(LeaseSide):
         self._progress = make_progress(config.progress)
 
     @property
-    def caller_sink(self) -> bool:
-        return isinstance(self.sink, CallerSink)
-
-    @property
     def disagreements(self) -> int:
         """Reports the store accepted after a barrier this driver had folded (see machine)."""
         return sum(st.machine.disagreements for st in self.shards.values())
@@ -199,9 +195,7 @@ class ShardDriver(LeaseSide):
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
                                total_sources=self.feed.shard_total(k), keep_history=False)
-        stored = list(self.store.iter_facts(self.run_id, k))
-        facts = [s.fact for s in stored]
-        cursor = stored[-1].seq if stored else 0
+        facts = [stored.fact for stored in self.store.iter_facts(self.run_id, k)]
         in_flight: dict[tuple[CallId, Path], int] = {}
         admitted: set[int] = set()
         emitted: set[int] = set()
@@ -214,7 +208,7 @@ class ShardDriver(LeaseSide):
                 admitted.add(fact.index)
             elif isinstance(fact, OutputEmitted):
                 emitted.add(fact.index)
-        st = ShardState(k, epoch, machine, cursor=cursor, emitted=len(emitted))
+        st = ShardState(k, epoch, machine, emitted=len(emitted))
         self.shards[k] = st
         self.feed.reset(k, admitted)
         self._perform(st, machine.handle(FactsStored(tuple(facts))))
