@@ -442,11 +442,14 @@ class RedisClusterNodes:
         self.wait_healthy()
 
     def wait_healthy(self, timeout_s: float | None = None) -> None:
-        """Wait until every live node reports ``cluster_state:ok`` with ``masters`` masters."""
+        """Wait until every live node reports ``cluster_state:ok`` with ``masters`` masters
+        and, when every node is up, every master has its replicas synced (``state=online``):
+        a ``WAIT`` right after this returns does not time out on a replica still loading."""
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         while time.monotonic() < deadline:
             live = [i for i, n in enumerate(self.nodes) if n.alive]
-            if live and all(self._healthy(i) for i in live):
+            if (live and all(self._healthy(i) for i in live)
+                    and (len(live) < len(self.nodes) or self._replicas_online())):
                 return
             time.sleep(0.1)
         raise RedisServerError("the Redis Cluster did not become healthy in time")
@@ -459,6 +462,17 @@ class RedisClusterNodes:
         if "role:slave" in replication and "master_link_status:up" not in replication:
             return False  # a replica still syncing: a WAIT for it would time out
         return len(self.master_ports(node)) == self.masters
+
+    def _replicas_online(self) -> bool:
+        """Every master that serves slots sees ``replicas`` replicas done syncing."""
+        by_port = {n.port: i for i, n in enumerate(self.nodes)}
+        for port in self.master_ports():
+            replication = self.cli_call(by_port[port], "info", "replication")
+            if "role:master" not in replication:
+                return False
+            if replication.count("state=online") < self.replicas:
+                return False
+        return True
 
     def master_ports(self, via: int | None = None) -> list[int]:
         """Ports of the live masters that serve slots, as node ``via`` sees them."""

@@ -94,7 +94,9 @@ def test_a_promoted_replica_never_hands_out_an_epoch_again(own_cluster: RedisClu
         # The master dies before the replica wakes up (and could catch up): the replica,
         # without b's write, becomes the master.
         fail_over(own_cluster, master, paused_replica=replica)
-    store = open_store(url)
+    # A replica that has just finished its full sync acknowledges on its next one-second
+    # tick: the healed cluster gets the default WAIT timeout, not the 300 ms above.
+    store = open_store(own_cluster.url)
     given.append(store.acquire_lease("epochs", 0, "c", ttl_s=60))
     assert len(set(given)) == len(given), f"an epoch was handed out twice: {given}"
     (epochs,) = lease_epochs(store, "epochs").values()
