@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -109,6 +110,7 @@ class ActorPool:
         for slot in self.slots:
             slot.ping = self._start_ping(slot.handle)
         self._starting = any(not slot.ready for slot in self.slots)
+        self._said_late: set[tuple[int, int]] = set()
         self.ready_at: float | None = None if self._starting else time.monotonic()
         """When every first actor was up (``time.monotonic()``); None while one starts."""
 
@@ -129,11 +131,14 @@ class ActorPool:
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         return set(done)
 
-    def check_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Note the actors that are up; raise :class:`PoolError` when a first actor's module
-        failed to build, or an actor was not up within ``timeout_s`` of its start."""
+    def check_started(self, timeout_s: float | None = None) -> None:
+        """Note the actors that are up. Raise :class:`PoolError` when a first actor's module
+        failed to build, or when no actor of the pool is up ``timeout_s`` after its start;
+        an actor that is late while another one serves is said once on stderr (the pool
+        runs on the others meanwhile)."""
         if not self._starting:
             return
+        timeout_s = START_TIMEOUT_S if timeout_s is None else timeout_s
         waiting = [slot for slot in self.slots if not slot.ready]
         answered = self._answered([slot.ping for slot in waiting])
         now = time.monotonic()
@@ -142,8 +147,17 @@ class ActorPool:
                 ping, slot.ping = slot.ping, None
                 if slot.incarnation == 0:  # a replacement's failure shows on its batches
                     self._raise_start_failure([ping])
-            elif now - slot.spawned > timeout_s:
+        for slot in self.slots:
+            if slot.ready or now - slot.spawned <= timeout_s:
+                continue
+            if not any(other.ready for other in self.slots):
                 raise self._unscheduled(timeout_s)
+            if (slot.index, slot.incarnation) not in self._said_late:
+                self._said_late.add((slot.index, slot.incarnation))
+                print(f"rayorch: actor {slot.index} of module {self.module.name!r} is not up "
+                      f"{timeout_s:.0f}s after its start (the cluster lacks the resources it "
+                      f"asks for: {self.describe_resources()}); the pool runs on the others "
+                      "until it is", file=sys.stderr, flush=True)
         self._starting = any(not slot.ready for slot in self.slots)
         if not self._starting and self.ready_at is None:
             self.ready_at = now

@@ -436,6 +436,46 @@ def test_batches_go_to_the_replica_that_is_up(ray_local: None, tmp_path: Path) -
     assert handle.actors_up_at is None  # the run ended before its last actor was up
 
 
+class SlowOnGpu:
+    def __call__(self, xs: list[int]) -> list[int]:
+        time.sleep(0.4)
+        return xs
+
+
+class GpuHolder:
+    def ping(self) -> int:
+        return os.getpid()
+
+
+@pytest.mark.timeout(120)
+def test_a_replica_that_cannot_be_scheduled_is_said_and_the_others_serve(
+    ray_local: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Another job holds one of the two GPUs: of the pool's two GPU replicas one never
+    starts. The run ends on the other, with one line saying so; with both GPUs held, no
+    replica starts and the run ends with the PoolError that names the resources."""
+    import ray
+
+    import rayorch.actors.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "START_TIMEOUT_S", 1.5)
+    holder = ray.remote(num_gpus=1, num_cpus=0)(GpuHolder).remote()
+    ray.get(holder.ping.remote())
+    try:
+        handle = Stages(SlowOnGpu, replicas=2, num_gpus=1).run(
+            list(range(8)), progress=False, quiet=True)
+        assert handle.collect() == [2 * x for x in range(8)]
+        err = capfd.readouterr().err
+        assert err.count("of module 'stage' is not up 2s after its start") == 1, err
+        second = ray.remote(num_gpus=1, num_cpus=0)(GpuHolder).remote()
+        ray.get(second.ping.remote())
+        with pytest.raises(PoolError, match="module 'stage' were not scheduled within 2s"):
+            Stages(SlowOnGpu, num_gpus=1).run([1], progress=False, quiet=True).collect()
+        ray.kill(second)
+    finally:
+        ray.kill(holder)
+
+
 def test_wrong_inputs_are_refused_before_anything_runs() -> None:
     from rayorch.driver import DriverError
 
