@@ -25,8 +25,11 @@ page sizes) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that document o
 
 from __future__ import annotations
 
+import gc
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +88,24 @@ def _damage_warning(warnings: str) -> str | None:
         if any(marker in line for marker in _DAMAGE_WARNINGS):
             return repr(line.strip()[:120])
     return None
+
+
+@contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a document's pages are read.
+
+    ``get_text("dict")`` builds thousands of dicts and lists per page; they hold no
+    cycles and reference counting frees them, but each page triggers several
+    collections that re-walk them (and, in an actor, every object Ray imported):
+    ~10% of a text page's time (docs/ARCHITECTURE.md, "PDF text path speed").
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 _JUNK_TITLE = re.compile(r"(\.(dvi|tex|pdf|doc|docx)$)|[\\/]|^untitled$", re.IGNORECASE)
@@ -187,7 +208,8 @@ class RenderPdf:
                     f"{path} has {doc.page_count} pages, more than max_pages={self.max_pages}",
                 )
             try:
-                pages, records, first_page = self._pages(doc, path)
+                with _cycle_collector_paused():
+                    pages, records, first_page = self._pages(doc, path)
             except RecordFailure:
                 raise
             except Exception as exc:
