@@ -50,6 +50,7 @@ from rayorch.pipelines.pdf_markdown import (
     page_markdown,
     page_tables,
     text_layer_quality,
+    textpage_lines,
 )
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
@@ -263,7 +264,11 @@ class RenderPdf:
             if self.needs_image:
                 to_ocr.append(self._image_page(page, index, page.get_text()))
                 continue
-            lines = page_lines(page.get_text("dict", flags=TEXT_FLAGS))
+            textpage = page.get_textpage(flags=TEXT_FLAGS)
+            lines = textpage_lines(textpage)
+            if lines is None:  # MuPDF's JSON and HTML did not line up: PyMuPDF's dict
+                lines = page_lines(textpage.extractDICT())
+            del textpage
             if index == 0:
                 first_page = lines
             layer = text_layer_quality("".join(line.text for line in lines))
