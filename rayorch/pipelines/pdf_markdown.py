@@ -161,20 +161,23 @@ def textpage_lines(textpage: Any) -> list[Line] | None:
         import pymupdf
 
         _mupdf = pymupdf.mupdf
-    buffer = _mupdf.fz_new_buffer(16384)
-    out = _mupdf.FzOutput(buffer)
-    _mupdf.fz_print_stext_page_as_json(out, textpage.this, _JSON_SCALE)
-    out.fz_close_output()
-    raw = _mupdf.fz_buffer_extract(buffer)
-    if _DICT_DROPS.search(raw):
-        return None
     try:
+        buffer = _mupdf.fz_new_buffer(16384)
+        out = _mupdf.FzOutput(buffer)
+        _mupdf.fz_print_stext_page_as_json(out, textpage.this, _JSON_SCALE)
+        out.fz_close_output()
+        raw = _mupdf.fz_buffer_extract(buffer)
+        if _DICT_DROPS.search(raw):
+            return None
         blocks = json.loads(raw, strict=False)["blocks"]
-    except (ValueError, KeyError, TypeError):
+        # One <p> per line, in the JSON's line order (both walk MuPDF's blocks and lines).
+        html_lines = textpage.extractHTML().split("\n<p ")
+        return _json_html_lines(blocks, html_lines)
+    except Exception:  # anything unexpected in MuPDF's output: the dict reads this page
         return None
-    html_text = textpage.extractHTML()
-    # One <p> per line, in the order of the JSON's lines (both walk MuPDF's blocks and lines).
-    html_lines = html_text.split("\n<p ")
+
+
+def _json_html_lines(blocks: list[dict[str, Any]], html_lines: list[str]) -> list[Line] | None:
     if len(html_lines) - 1 != sum(len(block.get("lines", ())) for block in blocks):
         return None
     lines: list[Line] = []
