@@ -22,6 +22,7 @@ import statistics
 from typing import Any
 
 from bench.peers.common import (
+    PEER_SYSTEMS,
     SYSTEMS,
     Variant,
     add_config_args,
@@ -83,7 +84,7 @@ def failure_report(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_args(parser, parents=300, reps=3, name="failure")
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(PEER_SYSTEMS))
     parser.add_argument("--poison-fraction", type=float, default=PAPER_POISON_FRACTION,
                         help="share of the parents (the largest) to poison")
     args = parser.parse_args(argv)

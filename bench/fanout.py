@@ -35,6 +35,7 @@ METRICS = (
     ("p50_parent_s", "p50 parent"),
     ("p99_parent_s", "p99 parent"),
     ("startup_s", "start-up"),
+    ("first_gpu_s", "first GPU batch"),
 )
 
 

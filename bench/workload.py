@@ -58,6 +58,14 @@ class BenchConfig:
     poisoned: tuple[int, ...] = ()
     # rayorch only: the GPU Call's reservation policy (``elastic`` | ``parent_bound``).
     policy: str = "elastic"
+    # Seconds between ray.init and the run: every system starts on an already-started Ray
+    # (its own processes and the workers Ray starts ahead up), as a user's job does.
+    ray_settle_s: float = 3.0
+    # Ray starts at most this many worker processes at once (0: Ray's default, the machine's
+    # core count). Ray prestarts one idle worker per declared CPU only up to this limit, so
+    # by default the harness lifts it to ``cpus``: Ray then behaves as on a node with as many
+    # cores as it declares, for every system alike.
+    ray_startup_concurrency: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -343,7 +343,7 @@ class Executor:
             if store.lower().startswith(SHARED_STORE_SCHEMES):
                 _record_manifest(lineage, run_id, self.pipeline, inputs, depth=self._depth,
                                  max_active_sources=max_active_sources)
-            # Pools before the leases: actor start-up can outlast a short lease TTL.
+            # The actors start while the driver takes the leases and admits sources.
             pools = self._warm_pools()
         except BaseException:
             lineage.close()

@@ -68,6 +68,7 @@ class RedisServer:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_args: list[str] = []  # more redis-server options (e.g. cluster mode)
+        self.bus_port = free_port()  # "{bus_port}" in extra_args (a cluster node's bus)
 
     @property
     def alive(self) -> bool:
@@ -92,7 +93,7 @@ class RedisServer:
             except RedisServerError:
                 if getattr(self, "_started", False) or attempt == 2:
                     raise
-                self.port = free_port()
+                self.port, self.bus_port = free_port(), free_port()
 
     def _start_once(self) -> None:
         args = [
@@ -105,7 +106,8 @@ class RedisServer:
             args += ["--appendonly", "no"]
         if self.password:
             args += ["--requirepass", self.password]
-        args += [str(self.port) if a == "{port}" else a for a in self.extra_args]
+        ports = {"{port}": str(self.port), "{bus_port}": str(self.bus_port)}
+        args += [ports.get(a, a) for a in self.extra_args]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -387,7 +389,7 @@ class RedisClusterNodes:
             node = RedisServer(node_dir, password=password, start_timeout_s=start_timeout_s)
             node.extra_args = [
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-port", str(free_port()),
+                "--cluster-port", "{bus_port}",  # both ports are picked again if taken
                 "--cluster-node-timeout", str(node_timeout_ms),
                 "--cluster-replica-validity-factor", "0",
             ] + (["--masterauth", password] if password else [])

@@ -16,13 +16,25 @@ from typing import Any
 from bench.workload import BenchConfig, BenchError, load_traces, lower_bound, make_parents, verify
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("rayorch", "raydata", "daft")
+SYSTEMS = ("rayorch", "raydata", "daft", "rayorch-warm")
+"""``rayorch-warm``: rayorch on an ``ro.Executor`` whose actors a first run started."""
+PEER_SYSTEMS = ("rayorch", "raydata", "daft")
+"""Each system once, from a cold start."""
 
 
 def init_ray(config: BenchConfig) -> None:
     """Start an in-process local Ray with the declared resources every system gets."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # The runners import ``bench``; workers must find it too. Through the environment Ray's
+    # workers inherit (not a job runtime_env): then the idle workers Ray starts ahead serve
+    # the first actors and tasks of every system alike.
+    paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    concurrency = (config.cpus if config.ray_startup_concurrency is None
+                   else config.ray_startup_concurrency)
+    if concurrency > 0:
+        os.environ["RAY_worker_maximum_startup_concurrency"] = str(concurrency)  # noqa: SIM112
     import ray
 
     ray.init(
@@ -31,9 +43,8 @@ def init_ray(config: BenchConfig) -> None:
         num_gpus=config.gpus,
         include_dashboard=False,
         log_to_driver=False,
-        # The runners import ``bench``; workers must find it too.
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}},
     )
+    time.sleep(config.ray_settle_s)
 
 
 @dataclass
@@ -63,11 +74,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def trace_totals(trace_dir: Path, t0: float) -> dict[str, float]:
-    """From the traces: start-up (run start to the first UDF call) and GPU UDF counts."""
-    lines = load_traces(trace_dir)
+    """From the traces: start-up (run start to the first UDF call), the first GPU batch's
+    start, and GPU UDF counts."""
+    lines = [t for t in load_traces(trace_dir) if t["start"] >= t0]  # not a warm-up run's
     gpu = [t for t in lines if t["stage"] == "gpu"]
     return {
         "startup_s": lines[0]["start"] - t0 if lines else float("nan"),
+        "first_gpu_s": min(t["start"] for t in gpu) - t0 if gpu else float("nan"),
         "gpu_calls": len(gpu),
         "gpu_records": sum(t["records"] for t in gpu),
         "gpu_poisoned_records": sum(t["poisoned"] for t in gpu),
@@ -208,9 +221,12 @@ def add_config_args(parser: argparse.ArgumentParser, *, parents: int, reps: int,
     parser.add_argument("--reps", type=int, default=reps, help="repetitions per system")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per run")
     parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "bench" / "out" / name)
+    parser.add_argument("--ray-startup-concurrency", type=int, default=None,
+                        help="Ray's worker_maximum_startup_concurrency (default: --cpus, so "
+                             "Ray prestarts a worker per declared CPU; 0: Ray's own default)")
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(parents=args.parents, max_children=args.max_children, seed=args.seed,
                        gpus=args.gpus, batch_size=args.batch_size, gpu_a=args.gpu_a,
-                       gpu_b=args.gpu_b)
+                       gpu_b=args.gpu_b, ray_startup_concurrency=args.ray_startup_concurrency)

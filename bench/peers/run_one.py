@@ -32,6 +32,10 @@ def runner_for(system: str) -> Runner:
         from bench.peers import rayorch_runner
 
         return rayorch_runner.run
+    if system == "rayorch-warm":
+        from bench.peers import rayorch_runner
+
+        return rayorch_runner.run_warm
     raise ValueError(f"unknown system {system!r}; choose one of {', '.join(SYSTEMS)}")
 
 

@@ -12,6 +12,7 @@ stays: its loaded model and state serve the next batches.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,6 +26,9 @@ from rayorch.core.plan import ModuleSpec
 from rayorch.core.sanitize import strip_ansi
 
 RemoteWorker = ray.remote(ModuleWorker)
+
+START_TIMEOUT_S = 120.0
+"""How long an actor may take to be scheduled and build its module."""
 
 SHARED_NAMESPACE = "rayorch"
 """Ray namespace of the named, detached actors that the drivers of a run share."""
@@ -56,6 +60,13 @@ class ActorSlot:
     incarnation: int = 0
     queue: list[InFlightBatch] = field(default_factory=list)
     reserved: int = 0  # batches promised to this slot but not yet submitted
+    ping: Any = None  # the actor's start-up answer while it is not known to be up
+    spawned: float = field(default_factory=time.monotonic)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the actor is known to have built its module (batches run at once)."""
+        return self.ping is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,68 @@ class ActorPool:
         self.depth = depth if depth is not None else (1 if opts.timeout_s is not None else 2)
         self.replaced = 0
         self.slots = [ActorSlot(i, self._spawn(i, 0)) for i in range(max(1, opts.replicas))]
+        for slot in self.slots:
+            slot.ping = self._start_ping(slot.handle)
+        self._starting = any(not slot.ready for slot in self.slots)
+
+    # -- start-up -------------------------------------------------------------
+    # A pool is usable as soon as it is made: the driver goes on (admits sources, takes
+    # leases) while the actors start, and reserve() hands batches only to actors that are
+    # up, so the first batches go to whichever replica starts first and none waits behind
+    # a slow start (docs/ARCHITECTURE.md, "Start-up").
+    def _start_ping(self, handle: Any) -> Any:
+        """A ref that resolves once ``handle``'s actor has built its module."""
+        return handle.ping.remote()
+
+    def starting(self) -> list[Any]:
+        """The start-up answers still awaited (the driver waits on them with its batches)."""
+        return [slot.ping for slot in self.slots if not slot.ready] if self._starting else []
+
+    def _answered(self, refs: list[Any]) -> set[Any]:
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return set(done)
+
+    def check_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Note the actors that are up; raise :class:`PoolError` when a first actor's module
+        failed to build, or an actor was not up within ``timeout_s`` of its start."""
+        if not self._starting:
+            return
+        waiting = [slot for slot in self.slots if not slot.ready]
+        answered = self._answered([slot.ping for slot in waiting])
+        now = time.monotonic()
+        for slot in waiting:
+            if slot.ping in answered:
+                ping, slot.ping = slot.ping, None
+                if slot.incarnation == 0:  # a replacement's failure shows on its batches
+                    self._raise_start_failure([ping])
+            elif now - slot.spawned > timeout_s:
+                raise self._unscheduled(timeout_s)
+        self._starting = any(not slot.ready for slot in self.slots)
+
+    def _unscheduled(self, timeout_s: float) -> PoolError:
+        return PoolError(
+            f"the actors of module {self.module.name!r} were not scheduled within "
+            f"{timeout_s:.0f}s: the cluster lacks the resources they ask for "
+            f"({self.describe_resources()}); lower replicas/num_gpus or add nodes"
+        )
+
+    def _raise_start_failure(self, refs: list[Any]) -> None:
+        """``ray.get`` the start-up answers; a module that failed to build is a PoolError."""
+        try:
+            ray.get(refs)
+        except ray.exceptions.RayError as exc:
+            if "No module named" in str(exc):
+                raise PoolError(
+                    f"the actors of module {self.module.name!r} cannot import the code of "
+                    f"{self.module.target_name!r}: {_first_line_with(exc, 'No module named')}. "
+                    "Ray workers do not see your script's sys.path: install your code as a "
+                    "package, start Ray with runtime_env={'working_dir': ...} (or PYTHONPATH), "
+                    "or call ray.cloudpickle.register_pickle_by_value(your_module)"
+                ) from exc
+            raise PoolError(
+                f"building module {self.module.name!r} in its actor failed: "
+                f"{_raised_line(exc)}; check the module's constructor and arguments"
+            ) from exc
 
     # -- actors ---------------------------------------------------------------
     def _spawn(self, index: int, incarnation: int) -> Any:
@@ -154,43 +227,31 @@ class ActorPool:
                 ray.kill(handle, no_restart=True)
             slot.queue.clear()
 
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Block until every actor has built its user target (raises on failure)."""
         refs = [slot.handle.ping.remote() for slot in self.slots]
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if pending:
-            raise PoolError(
-                f"the actors of module {self.module.name!r} were not scheduled within "
-                f"{timeout_s:.0f}s: the cluster lacks the resources they ask for "
-                f"({self.describe_resources()}); lower replicas/num_gpus or add nodes"
-            )
-        try:
-            if not self.shared:
-                ray.get(ready)
+            raise self._unscheduled(timeout_s)
+        if not self.shared:
+            self._raise_start_failure(ready)
+        else:
             # Shared actors may be killed while another driver uses them: replace those.
-            for slot, ref in zip(self.slots if self.shared else [], refs):
+            for slot, ref in zip(self.slots, refs):
                 for attempt in range(5):
                     try:
                         ray.get(ref, timeout=timeout_s)
                         break
                     except ray.exceptions.RayActorError as exc:
                         if attempt == 4 or "process has died" not in str(exc):
-                            raise
+                            self._raise_start_failure([ref])
                         self.replace(slot)
                         ref = slot.handle.ping.remote()
-        except ray.exceptions.RayError as exc:
-            if "No module named" in str(exc):
-                raise PoolError(
-                    f"the actors of module {self.module.name!r} cannot import the code of "
-                    f"{self.module.target_name!r}: {_first_line_with(exc, 'No module named')}. "
-                    "Ray workers do not see your script's sys.path: install your code as a "
-                    "package, start Ray with runtime_env={'working_dir': ...} (or PYTHONPATH), "
-                    "or call ray.cloudpickle.register_pickle_by_value(your_module)"
-                ) from exc
-            raise PoolError(
-                f"building module {self.module.name!r} in its actor failed: {exc}; "
-                "check the module's constructor and arguments"
-            ) from exc
+                    except ray.exceptions.RayError:
+                        self._raise_start_failure([ref])
+        for slot in self.slots:
+            slot.ping = None
+        self._starting = False
 
     def describe_resources(self) -> str:
         opts = self.module.options
@@ -216,6 +277,8 @@ class ActorPool:
             self._await_name_released(slot)
         slot.incarnation += 1
         slot.handle = self._spawn(slot.index, slot.incarnation)
+        slot.ping, slot.spawned = self._start_ping(slot.handle), time.monotonic()
+        self._starting = self._starting or not slot.ready
         self.replaced += 1
 
     def shutdown(self) -> None:
@@ -245,11 +308,13 @@ class ActorPool:
 
     # -- batches --------------------------------------------------------------
     def reserve(self) -> ActorSlot | None:
-        """Promise the next batch to the least-loaded slot with room; None when all are full."""
+        """Promise the next batch to the least-loaded actor that is up and has room; None
+        when there is none (an actor still starting gets batches once it answers)."""
+        self.check_started()
         best: ActorSlot | None = None
         for slot in self.slots:
             load = len(slot.queue) + slot.reserved
-            if load >= self.depth:
+            if load >= self.depth or not slot.ready:
                 continue
             if best is None or load < len(best.queue) + best.reserved:
                 best = slot
@@ -291,6 +356,7 @@ class ActorPool:
         try:
             result: BatchResult = self._fetch(batch)
         except ray.exceptions.RayError as exc:
+            self.check_started()  # a module that never built is the run's error, not a retry
             cause = batch.kill_cause or (
                 f"actor of {self.module.name!r} died: {type(exc).__name__}: {_first_line(exc)}"
             )
@@ -335,6 +401,17 @@ class ActorPool:
 def _first_line(exc: BaseException) -> str:
     text = strip_ansi(str(exc)).strip().splitlines()
     return text[0] if text else ""
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)?: \S")
+
+
+def _raised_line(exc: BaseException) -> str:
+    """``SomeError: message`` of the exception a remote constructor raised (the last such
+    line of Ray's report, without its traceback), else the report's first line."""
+    lines = strip_ansi(str(exc)).splitlines()
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return raised[-1].strip()[:500] if raised else _first_line(exc)[:500]
 
 
 def _first_line_with(exc: BaseException, needle: str) -> str:

@@ -14,8 +14,7 @@ from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.runtime.ray_cluster import ensure_ray
-from rayorch.store.base import SHARED_STORE_SCHEMES
-from rayorch.store.redis_support import redact_url
+from rayorch.store.base import SHARED_STORE_SCHEMES, redact_url
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run
@@ -58,7 +57,11 @@ def commits_in_actor(store_url: str) -> bool:
 def build_pools(
     plan: Plan, store_url: str, run_id: str, *, depth: int | None, shared: bool = False
 ) -> tuple[dict[str, ActorPool], dict[CallId, str]]:
-    """One ready actor pool per module the plan calls, and the module of every Call.
+    """One actor pool per module the plan calls, and the module of every Call.
+
+    Private pools are returned while their actors start (batches wait in the actors'
+    queues; the driver learns of a module that fails to build from the pool); shared
+    pools are returned ready.
 
     The pools' demand is checked against the cluster first; if any pool fails to
     start, the ones already built are shut down before the error propagates.
@@ -77,7 +80,8 @@ def build_pools(
                 module, binding, name_prefix=f"rayorch:{run_id}", depth=depth, shared=shared
             )
         for pool in pools.values():
-            pool.wait_ready()
+            if shared:  # another driver may have killed a shared actor: replaced here
+                pool.wait_ready()
     except BaseException:
         for pool in pools.values():
             pool.shutdown()

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.facts import (
@@ -59,6 +60,16 @@ KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
 
 # Stores that several processes share (a run on them can be resumed, joined and audited).
 SHARED_STORE_SCHEMES = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (for messages and logs); also with several hosts."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not at or not colon:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 def shard_of(index: int, micro_batch: int, shards: int) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
 from rayorch.core.commit import GrainPhase
+from rayorch.store.base import redact_url
 
 
 class ReconnectRetry(Retry):
@@ -24,16 +24,6 @@ class ReconnectRetry(Retry):
             return is_retryable is None or bool(is_retryable(error))
 
         return super().call_with_retry(do, fail, retryable, with_failure_count)
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password (for messages and logs); also with several hosts."""
-    parts = urlsplit(url)
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    if not at or not colon:
-        return url
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -301,6 +301,13 @@ for index, value in handle:
 """
 
 
+def last_written_index(out_dir: Path) -> int:
+    """The source of the part file written last in ``out_dir`` (one source per part)."""
+    parts = [p for p in out_dir.iterdir() if p.suffix == ".jsonl"]
+    last = max(parts, key=lambda p: p.stat().st_mtime_ns)
+    return int(json.loads(last.read_text().splitlines()[0])["index"])
+
+
 @pytest.mark.timeout(150)
 def test_plain_pipeline_run_on_redis_is_resumable_after_sigkill(
     ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -332,7 +339,11 @@ def test_plain_pipeline_run_on_redis_is_resumable_after_sigkill(
     assert set(emitted_counts(store, run_id).values()) == {1}, "every output emitted once"
     reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
     files = {r["index"]: r for d in (mine, out) for r in read_outputs(d)}
-    assert len(files) == delivered_count(mine) + delivered_count(out), "a source twice"
+    # At-least-once at the caller's boundary (docs/ARCHITECTURE.md, "Delivery"): the item the
+    # caller held when it was killed (the last one it wrote) may come again from the resume;
+    # no other source may.
+    twice = {r["index"] for r in read_outputs(mine)} & {r["index"] for r in read_outputs(out)}
+    assert twice <= {last_written_index(mine)}, f"sources {sorted(twice)} twice"
     # The killed process may have had outputs emitted in the store but not yet written by its
     # caller; every other source has its file, from the caller or from the resume.
     assert set(reference) - set(files) <= emitted_before

@@ -56,7 +56,9 @@ class Assemble:
 class NodesPipeline(ro.Pipeline):
     """split and assemble on the head node ("head"), OCR on the worker nodes ("work")."""
 
-    def __init__(self, ms: float = 60.0) -> None:
+    # 400 ms a batch: after the node goes, the work left outlasts the start of the actor
+    # that replaces its actor on the survivor (batches go only to actors that are up).
+    def __init__(self, ms: float = 400.0) -> None:
         super().__init__()
         on_head = {"num_cpus": 0.1, "resources": {"head": 0.1}}
         self.split = ro.RayModule(SplitDoc, batch_size=4, **on_head)

@@ -372,6 +372,66 @@ def test_gpu_pools_are_scheduled_on_declared_gpus(ray_local: None) -> None:
         OnGpus(1, 3).run([1], progress=False)
 
 
+class NoModel:
+    def __init__(self) -> None:
+        raise FileNotFoundError("no model weights at /models/absent")
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        return xs
+
+
+class SlowToStart:
+    """The second replica to start takes ``RAYORCH_TEST_SLOW_START`` seconds to build."""
+
+    def __init__(self, marker_dir: str) -> None:
+        try:
+            os.mkdir(os.path.join(marker_dir, "first"))
+        except FileExistsError:
+            time.sleep(float(os.environ.get("RAYORCH_TEST_SLOW_START", "8")))
+
+    def __call__(self, xs: list[int]) -> list[tuple[int, int]]:
+        return [(x, os.getpid()) for x in xs]
+
+
+class Twice:
+    def __call__(self, xs: list[int]) -> list[int]:
+        return [2 * x for x in xs]
+
+
+class Stages(ro.Pipeline):
+    def __init__(self, target: Any, replicas: int = 1, **kwargs: Any) -> None:
+        super().__init__()
+        self.ok = ro.RayModule(Twice, num_cpus=0.1)
+        self.stage = ro.RayModule(target, num_cpus=0.1, replicas=replicas, batch_size=1,
+                                  **kwargs)
+
+    def forward(self, xs: Any) -> Any:
+        return self.stage(self.ok(xs))
+
+
+@pytest.mark.timeout(120)
+def test_a_module_that_cannot_be_built_is_one_clear_error(ray_local: None) -> None:
+    """The run starts while its actors start; a constructor that raises ends it with one
+    PoolError naming the module and the cause (no retries, no per-source failures)."""
+    handle = Stages(NoModel).run(list(range(6)), progress=False, quiet=True)
+    with pytest.raises(PoolError, match=r"^building module .stage. in its actor failed: "
+                       r"FileNotFoundError: no model weights at /models/absent; check"):
+        handle.collect()
+    assert handle.actors_replaced == 0
+
+
+@pytest.mark.timeout(120)
+def test_batches_go_to_the_replica_that_is_up(ray_local: None, tmp_path: Path) -> None:
+    """Of two replicas, one takes 8 s to start: every batch runs on the other one, and
+    the run ends long before the slow one is up."""
+    started = time.monotonic()
+    got = Stages(SlowToStart, replicas=2, marker_dir=str(tmp_path)).run(
+        list(range(8)), progress=False, quiet=True).collect()
+    assert [x for x, _ in got] == [2 * x for x in range(8)]
+    assert len({pid for _, pid in got}) == 1
+    assert time.monotonic() - started < 8
+
+
 def test_wrong_inputs_are_refused_before_anything_runs() -> None:
     from rayorch.driver import DriverError
 
