@@ -117,6 +117,13 @@ class RunHandle:
         return dict(zip(names, columns, strict=True))
 
     @property
+    def actors_up_at(self) -> float | None:
+        """``time.monotonic()`` when every pool's actors were first up (None while one
+        starts): a run starts while its actors start, so this ends its start-up."""
+        times = [pool.ready_at for pool in self._driver.pools.values()]
+        return None if None in times else max(t for t in times if t is not None)
+
+    @property
     def actors_replaced(self) -> int:
         """How many actors were replaced (crash, timeout, ``ro.ActorFailure``); an exception
         from a UDF never replaces its actor."""

@@ -109,6 +109,8 @@ class ActorPool:
         for slot in self.slots:
             slot.ping = self._start_ping(slot.handle)
         self._starting = any(not slot.ready for slot in self.slots)
+        self.ready_at: float | None = None if self._starting else time.monotonic()
+        """When every first actor was up (``time.monotonic()``); None while one starts."""
 
     # -- start-up -------------------------------------------------------------
     # A pool is usable as soon as it is made: the driver goes on (admits sources, takes
@@ -143,6 +145,8 @@ class ActorPool:
             elif now - slot.spawned > timeout_s:
                 raise self._unscheduled(timeout_s)
         self._starting = any(not slot.ready for slot in self.slots)
+        if not self._starting and self.ready_at is None:
+            self.ready_at = now
 
     def _unscheduled(self, timeout_s: float) -> PoolError:
         return PoolError(
@@ -252,6 +256,7 @@ class ActorPool:
         for slot in self.slots:
             slot.ping = None
         self._starting = False
+        self.ready_at = self.ready_at or time.monotonic()
 
     def describe_resources(self) -> str:
         opts = self.module.options

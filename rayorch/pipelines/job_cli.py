@@ -225,6 +225,11 @@ class StartupClock:
         self.t_pools = time.monotonic()
         return self.t_pools
 
+    def actors_up(self, at: float | None) -> None:
+        """The run started while its actors started: its start-up ends when they were up."""
+        if at is not None and self.t_pools is not None and at > self.t_pools:
+            self.t_pools = at
+
     def done(self) -> None:
         self.t_end = time.monotonic()
 
@@ -394,6 +399,7 @@ def run_job(
                                   every_s=args.progress_every)
             with lines:
                 write(iter_with_ids(handle, ids), out, sources=sources, summary=summary)
+            clock.actors_up(handle.actors_up_at)
         else:
             summary.run_started = clock.running()
             out.close()

@@ -363,7 +363,9 @@ class OnGpus(ro.Pipeline):
 
 
 def test_gpu_pools_are_scheduled_on_declared_gpus(ray_local: None) -> None:
-    got = OnGpus(1, 2).run(list(range(20)), progress=False).collect()
+    handle = OnGpus(1, 2).run(list(range(20)), progress=False)
+    got = handle.collect()
+    assert handle.actors_up_at is not None and handle.actors_up_at <= time.monotonic()
     assert [x for x, _ in got] == list(range(20))
     gpus = {ids for _, ids in got}
     assert all(len(ids) == 1 for ids in gpus)
@@ -381,13 +383,13 @@ class NoModel:
 
 
 class SlowToStart:
-    """The second replica to start takes ``RAYORCH_TEST_SLOW_START`` seconds to build."""
+    """The second replica to start takes 20 s to build."""
 
     def __init__(self, marker_dir: str) -> None:
         try:
             os.mkdir(os.path.join(marker_dir, "first"))
         except FileExistsError:
-            time.sleep(float(os.environ.get("RAYORCH_TEST_SLOW_START", "8")))
+            time.sleep(20.0)
 
     def __call__(self, xs: list[int]) -> list[tuple[int, int]]:
         return [(x, os.getpid()) for x in xs]
@@ -422,14 +424,16 @@ def test_a_module_that_cannot_be_built_is_one_clear_error(ray_local: None) -> No
 
 @pytest.mark.timeout(120)
 def test_batches_go_to_the_replica_that_is_up(ray_local: None, tmp_path: Path) -> None:
-    """Of two replicas, one takes 8 s to start: every batch runs on the other one, and
+    """Of two replicas, one takes 20 s to start: every batch runs on the other one, and
     the run ends long before the slow one is up."""
     started = time.monotonic()
-    got = Stages(SlowToStart, replicas=2, marker_dir=str(tmp_path)).run(
-        list(range(8)), progress=False, quiet=True).collect()
+    handle = Stages(SlowToStart, replicas=2, marker_dir=str(tmp_path)).run(
+        list(range(8)), progress=False, quiet=True)
+    got = handle.collect()
     assert [x for x, _ in got] == [2 * x for x in range(8)]
     assert len({pid for _, pid in got}) == 1
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 20
+    assert handle.actors_up_at is None  # the run ended before its last actor was up
 
 
 def test_wrong_inputs_are_refused_before_anything_runs() -> None:
