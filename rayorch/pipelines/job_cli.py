@@ -334,6 +334,22 @@ def iter_with_ids(results: Iterable[tuple[int, Any]], ids: list[int]
         yield ids[position], value
 
 
+def largest_first(ids: list[int], sources: list[str]) -> list[int]:
+    """``ids`` with the largest source files first (ties keep their order).
+
+    Longest job first: a big document dispatched last keeps one actor busy after the
+    others ran dry (docs/ARCHITECTURE.md, "PDF text path speed"). A file that cannot be
+    read counts as empty; the run itself reports it.
+    """
+    def size(i: int) -> int:
+        try:
+            return os.stat(sources[i]).st_size
+        except (OSError, ValueError):
+            return 0
+
+    return sorted(ids, key=size, reverse=True)
+
+
 Writer = Callable[..., JobSummary]
 """``write(results, out, *, sources, summary)``: writes each ``(id, value)`` as it comes."""
 
@@ -348,17 +364,21 @@ def run_job(
     write: Writer,
     engine: tuple[str, str],
     outputs: Callable[[OutputDir, JobSummary], str],
+    big_first: bool = False,
 ) -> int:
     """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
 
     ``options`` are the job options a ``--resume`` must find unchanged; ``engine`` is
     ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
-    says what the run left in ``--output``. Returns the exit code.
+    says what the run left in ``--output``. ``big_first`` dispatches the largest files
+    first (outputs keep their ids and order). Returns the exit code.
     """
     plan = pipeline.compile()
     out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
                             overwrite=args.overwrite, resume=args.resume)
     ids = out.remaining(sources)
+    if big_first:
+        ids = largest_first(ids, sources)
     tty = sys.stdout.isatty()
     clock = StartupClock(quiet=args.no_progress and not tty)
     summary = JobSummary(job, total=len(sources), kept=len(out.kept))
@@ -387,6 +407,8 @@ def run_job(
     finally:
         clock.done()
         out.finish(complete)
+    order = {source: i for i, source in enumerate(sources)}
+    summary.failures.sort(key=lambda failure: order.get(failure[0], len(order)))
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
               "engine": engine[1], "engine_option": engine[0]}
     run_s = result["run_s"]
@@ -402,7 +424,8 @@ def run_job(
 __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
     "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
-    "add_job_options", "add_job_parser", "format_seconds", "iter_with_ids", "plural",
+    "add_job_options", "add_job_parser", "format_seconds", "iter_with_ids", "largest_first",
+    "plural",
     "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
     "write_rows",
 ]

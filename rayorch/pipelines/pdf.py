@@ -25,8 +25,11 @@ page sizes) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that document o
 
 from __future__ import annotations
 
+import gc
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ from rayorch.pipelines.pdf_markdown import (
     page_markdown,
     page_tables,
     text_layer_quality,
+    textpage_lines,
 )
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
@@ -85,6 +89,24 @@ def _damage_warning(warnings: str) -> str | None:
         if any(marker in line for marker in _DAMAGE_WARNINGS):
             return repr(line.strip()[:120])
     return None
+
+
+@contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a document's pages are read.
+
+    ``get_text("dict")`` builds thousands of dicts and lists per page; they hold no
+    cycles and reference counting frees them, but each page triggers several
+    collections that re-walk them (and, in an actor, every object Ray imported):
+    ~10% of a text page's time (docs/ARCHITECTURE.md, "PDF text path speed").
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 _JUNK_TITLE = re.compile(r"(\.(dvi|tex|pdf|doc|docx)$)|[\\/]|^untitled$", re.IGNORECASE)
@@ -187,7 +209,8 @@ class RenderPdf:
                     f"{path} has {doc.page_count} pages, more than max_pages={self.max_pages}",
                 )
             try:
-                pages, records, first_page = self._pages(doc, path)
+                with _cycle_collector_paused():
+                    pages, records, first_page = self._pages(doc, path)
             except RecordFailure:
                 raise
             except Exception as exc:
@@ -241,7 +264,11 @@ class RenderPdf:
             if self.needs_image:
                 to_ocr.append(self._image_page(page, index, page.get_text()))
                 continue
-            lines = page_lines(page.get_text("dict", flags=TEXT_FLAGS))
+            textpage = page.get_textpage(flags=TEXT_FLAGS)
+            lines = textpage_lines(textpage)
+            if lines is None:  # MuPDF's JSON and HTML did not line up: PyMuPDF's dict
+                lines = page_lines(textpage.extractDICT())
+            del textpage
             if index == 0:
                 first_page = lines
             layer = text_layer_quality("".join(line.text for line in lines))

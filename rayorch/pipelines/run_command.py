@@ -96,4 +96,4 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
         raise UsageError(f"no PDF files under {args.input}")
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=_pipeline(args),
                    options={"ocr": args.ocr, "tables": args.tables}, write=write_outputs,
-                   engine=("--ocr", args.ocr), outputs=outputs_text)
+                   engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True)

@@ -151,6 +151,9 @@ def test_scanned_page_gets_text_by_default_with_progress_when_piped(
     assert done.returncode == 1, done.stderr[-3000:]
     rows = rows_of(out)
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
+    # The largest files are dispatched first; rows and names keep the input order.
+    assert [r["id"] for r in rows] == [0, 1, 2]
+    assert [r["markdown"][:6] for r in rows[:2]] == ["00000-", "00001-"]
     broken = rows[2]
     assert f"  {broken['source']}: {broken['cause']}" in done.stdout
     assert "3 documents (2 ok, 1 failed)" in done.stdout
@@ -201,6 +204,8 @@ def test_rerun_into_the_same_output_is_refused_resumed_or_overwritten(
                        "--output", str(out), "--overwrite", "--no-progress")
     assert replaced.returncode == 1, replaced.stderr[-3000:]
     assert "2 documents (0 ok, 2 failed)" in replaced.stdout
+    # Failed files are named in input order (y.pdf is larger, so it was dispatched first).
+    assert 0 <= replaced.stdout.index("x.pdf: ") < replaced.stdout.index("y.pdf: ")
     assert "no .md written" in replaced.stdout and "one .md per document" not in replaced.stdout
     assert sorted(p.name for p in out.iterdir()) == [".rayorch-output.json", "documents.jsonl"]
     assert [r["status"] for r in rows_of(out)] == ["failed", "failed"]

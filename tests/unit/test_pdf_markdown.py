@@ -98,3 +98,79 @@ def test_auto_sends_only_pages_with_ink_and_no_text_to_ocr(tmp_path: Path) -> No
     assert none == []
     [doc] = AssembleDocument()([[]], [text_meta])
     assert doc["page_engines"] == ["text", "blank"] and doc["empty_pages"] == [1]
+
+
+def mixed_font_pdf(path: Path) -> Path:
+    """Short lines whose first glyph is not like the rest: a bold lead-in, a large sign."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    page.insert_text((72, 90), "Real Heading", fontsize=20, fontname="hebo")
+    y = 130.0
+    for _ in range(12):  # body text, so that 10 pt is the body size
+        page.insert_text((72, y), BODY[0], fontsize=10, fontname="helv")
+        y += 13
+    y += 20
+    lead = pymupdf.get_text_length("Note: ", fontname="hebo", fontsize=10)
+    page.insert_text((72, y), "Note: ", fontsize=10, fontname="hebo")
+    page.insert_text((72 + lead, y), "only the first word of this line is bold", fontsize=10,
+                     fontname="helv")
+    y += 40
+    sign = pymupdf.get_text_length("+ ", fontname="helv", fontsize=24)
+    page.insert_text((72, y), "+ ", fontsize=24, fontname="helv")
+    page.insert_text((72 + sign, y), "a large sign, then a line of body text", fontsize=10,
+                     fontname="helv")
+    doc.save(path)
+    return path
+
+
+def test_a_line_is_sized_and_weighted_by_all_its_spans(tmp_path: Path) -> None:
+    """MuPDF's fast line output carries only a line's first font; the Markdown must not."""
+    markdown = markdown_of(mixed_font_pdf(tmp_path / "mixed.pdf"))
+    assert "## Real Heading" in markdown
+    lines = markdown.splitlines()
+    assert "Note: only the first word of this line is bold" in lines
+    assert "+ a large sign, then a line of body text" in lines
+
+
+def test_fast_line_reader_agrees_with_pymupdf_dict() -> None:
+    """Every shipped example page: the same lines, texts, weights and blocks as the dict.
+
+    Line boxes are MuPDF's (the dict recomputes them from font ascenders), so only their
+    left and right edges are compared; the heights differ by a point or two.
+    """
+    from rayorch.pipelines.pdf import TEXT_FLAGS
+    from rayorch.pipelines.pdf_markdown import page_lines, textpage_lines
+
+    pages = lines = same = fast = 0
+    for path in sorted(EXAMPLES.glob("*.pdf")):
+        with pymupdf.open(path) as doc:
+            for page in doc:
+                textpage = page.get_textpage(flags=TEXT_FLAGS)
+                ours = textpage_lines(textpage)
+                theirs = page_lines(textpage.extractDICT())
+                pages += 1
+                if ours is None:  # a page with glyphs the dict treats apart: read by the dict
+                    continue
+                fast += 1
+                assert [line.text for line in ours] == [line.text for line in theirs]
+                lines += len(ours)
+                same += sum((a.size, a.bold, a.block) == (b.size, b.bold, b.block)
+                            and abs(a.x0 - b.x0) < 0.5 and abs(a.x1 - b.x1) < 0.5
+                            for a, b in zip(ours, theirs))
+    assert fast >= 0.95 * pages, (fast, pages)
+    assert same >= 0.999 * lines, (same, lines)
+
+
+def test_reading_pages_leaves_the_cycle_collector_as_it_was(tmp_path: Path) -> None:
+    """The renderer pauses Python's cycle collector per document, also one it refuses."""
+    import gc
+
+    doc = pymupdf.open()
+    doc.new_page(width=595, height=842).insert_text((72, 90), "fine page", fontsize=10)
+    doc.new_page(width=2, height=2)  # under the PDF minimum: refused while reading pages
+    doc.save(tmp_path / "tiny.pdf")
+    assert gc.isenabled()
+    [failure] = RenderPdf()([str(tmp_path / "tiny.pdf")])
+    assert "page size" in str(failure) and gc.isenabled()
+    markdown_of(structured_pdf(tmp_path / "structured.pdf"))
+    assert gc.isenabled()
