@@ -45,6 +45,7 @@ from rayorch.pipelines.ocr import (
 from rayorch.pipelines.pdf_markdown import (
     Line,
     font_scale,
+    import_pymupdf,
     normalise_ligatures,
     page_lines,
     page_markdown,
@@ -154,10 +155,8 @@ class RenderPdf:
         grayscale: bool = True,
         allow_damaged: bool = False,
     ) -> None:
-        import pymupdf as pymupdf_module
-
         # Any: PyMuPDF's own annotations are partial; this class checks its inputs itself.
-        pymupdf: Any = pymupdf_module
+        pymupdf: Any = import_pymupdf()
         if dpi <= 0 or max_page_pixels <= 0:
             raise ro.RayorchError(f"dpi ({dpi}) and max_page_pixels must be positive")
         self._pymupdf = pymupdf

@@ -27,6 +27,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -146,6 +147,25 @@ outside the page (often these) and maps surrogates to U+FFFD; a page
 with any of them is read through the dict to get the same text."""
 
 
+def import_pymupdf() -> Any:
+    """``import pymupdf``, without the layout-analysis plugin it imports when installed.
+
+    PyMuPDF imports ``pymupdf.layout`` (an ONNX model: about a second per process) whenever
+    the ``pymupdf_layout`` package is there; the renderer never uses it, and every render
+    actor would pay it at start. It stays importable afterwards (``import pymupdf.layout``).
+    """
+    if "pymupdf" in sys.modules or "pymupdf.layout" in sys.modules:
+        import pymupdf
+
+        return pymupdf
+    sys.modules["pymupdf.layout"] = None  # type: ignore[assignment]  # ImportError: skipped
+    try:
+        import pymupdf
+    finally:
+        del sys.modules["pymupdf.layout"]
+    return pymupdf
+
+
 def textpage_lines(textpage: Any) -> list[Line] | None:
     """The lines of a PyMuPDF ``TextPage``, as ``page_lines(textpage.extractDICT())`` gives
     them, from MuPDF's own JSON and HTML writers at ~60% of the cost; ``None`` when the
@@ -158,9 +178,7 @@ def textpage_lines(textpage: Any) -> list[Line] | None:
     """
     global _mupdf
     if _mupdf is None:
-        import pymupdf
-
-        _mupdf = pymupdf.mupdf
+        _mupdf = import_pymupdf().mupdf
     try:
         buffer = _mupdf.fz_new_buffer(16384)
         out = _mupdf.FzOutput(buffer)

@@ -174,3 +174,25 @@ def test_reading_pages_leaves_the_cycle_collector_as_it_was(tmp_path: Path) -> N
     assert "page size" in str(failure) and gc.isenabled()
     markdown_of(structured_pdf(tmp_path / "structured.pdf"))
     assert gc.isenabled()
+
+
+def test_the_renderer_does_not_load_pymupdfs_layout_model() -> None:
+    """PyMuPDF imports its layout plugin (an ONNX model, ~1 s a process) when installed;
+    a render actor never uses it, so it is not loaded, yet stays importable."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("pymupdf.layout") is None:
+        pytest.skip("pymupdf_layout is not installed: nothing to leave out")
+    code = (
+        "import sys\n"
+        "from rayorch.pipelines.pdf import RenderPdf\n"
+        "RenderPdf()\n"
+        "assert 'pymupdf' in sys.modules and 'pymupdf.layout' not in sys.modules\n"
+        "import pymupdf.layout\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
