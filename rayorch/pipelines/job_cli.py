@@ -23,17 +23,19 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, TextIO
 
 import orjson
 
+from rayorch.core.outcome import FailedResult
 from rayorch.pipelines.job_output import (
     DOCUMENT_NAME,
     MARKER,
@@ -327,10 +329,19 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
+_LEADING_GRAIN = re.compile(r"^([A-Za-z_]\w*)\[(\d+)((?:\.\d+)*)\]")
+
+
 def iter_with_ids(results: Iterable[tuple[int, Any]], ids: list[int]
                   ) -> Iterable[tuple[int, Any]]:
-    """Map a run's source positions back to the job's source ids (after ``--resume``)."""
+    """Map a run's source positions back to the job's source ids (after ``--resume``, or
+    with the largest files first), in a failure's cause too: ``render[0] failed: ...`` of
+    the run's first source names the document's id, ``render[17] failed: ...``."""
     for position, value in results:
+        if isinstance(value, FailedResult) and value.cause:
+            value = replace(value, cause=_LEADING_GRAIN.sub(
+                lambda m: f"{m[1]}[{ids[int(m[2])] if int(m[2]) < len(ids) else m[2]}{m[3]}]",
+                value.cause, count=1))
         yield ids[position], value
 
 
