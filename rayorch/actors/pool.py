@@ -12,6 +12,7 @@ stays: its loaded model and state serve the next batches.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 import time
@@ -29,7 +30,23 @@ from rayorch.core.sanitize import strip_ansi
 RemoteWorker = ray.remote(ModuleWorker)
 
 START_TIMEOUT_S = 120.0
-"""How long an actor may take to be scheduled and build its module."""
+"""How long an actor may take to be scheduled and build its module (by default)."""
+START_TIMEOUT_ENV = "RAYORCH_ACTOR_START_TIMEOUT_S"
+"""Environment variable that sets it (a model that loads for minutes needs more)."""
+
+
+def start_timeout_s() -> float:
+    """The actors' start-up limit: ``$RAYORCH_ACTOR_START_TIMEOUT_S`` or 120 s."""
+    raw = os.environ.get(START_TIMEOUT_ENV)
+    if raw is None:
+        return START_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise PoolError(f"{START_TIMEOUT_ENV}={raw[:40]!r}: give a number of seconds > 0")
+    return value
 
 SHARED_NAMESPACE = "rayorch"
 """Ray namespace of the named, detached actors that the drivers of a run share."""
@@ -118,7 +135,7 @@ class ActorPool:
     # A pool is usable as soon as it is made: the driver goes on (admits sources, takes
     # leases) while the actors start, and reserve() hands batches only to actors that are
     # up, so the first batches go to whichever replica starts first and none waits behind
-    # a slow start (docs/ARCHITECTURE.md, "Start-up").
+    # a slow start (docs/ARCHITECTURE.md, "Runtime details": start-up).
     def _start_ping(self, handle: Any) -> Any:
         """A ref that resolves once ``handle``'s actor has built its module."""
         return handle.ping.remote()
@@ -138,7 +155,7 @@ class ActorPool:
         runs on the others meanwhile)."""
         if not self._starting:
             return
-        timeout_s = START_TIMEOUT_S if timeout_s is None else timeout_s
+        timeout_s = start_timeout_s() if timeout_s is None else timeout_s
         waiting = [slot for slot in self.slots if not slot.ready]
         answered = self._answered([slot.ping for slot in waiting])
         now = time.monotonic()
@@ -155,7 +172,7 @@ class ActorPool:
             if (slot.index, slot.incarnation) not in self._said_late:
                 self._said_late.add((slot.index, slot.incarnation))
                 print(f"rayorch: actor {slot.index} of module {self.module.name!r} is not up "
-                      f"{timeout_s:.0f}s after its start (the cluster lacks the resources it "
+                      f"{timeout_s:g}s after its start (the cluster lacks the resources it "
                       f"asks for: {self.describe_resources()}); the pool runs on the others "
                       "until it is", file=sys.stderr, flush=True)
         self._starting = any(not slot.ready for slot in self.slots)
@@ -164,9 +181,10 @@ class ActorPool:
 
     def _unscheduled(self, timeout_s: float) -> PoolError:
         return PoolError(
-            f"the actors of module {self.module.name!r} were not scheduled within "
-            f"{timeout_s:.0f}s: the cluster lacks the resources they ask for "
-            f"({self.describe_resources()}); lower replicas/num_gpus or add nodes"
+            f"the actors of module {self.module.name!r} were not up within {timeout_s:g}s of "
+            f"their start: the cluster lacks the resources they ask for "
+            f"({self.describe_resources()}; lower replicas/num_gpus or add nodes), or their "
+            f"constructor takes longer (a large model: set {START_TIMEOUT_ENV})"
         )
 
     def _raise_start_failure(self, refs: list[Any]) -> None:
@@ -245,8 +263,9 @@ class ActorPool:
                 ray.kill(handle, no_restart=True)
             slot.queue.clear()
 
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+    def wait_ready(self, timeout_s: float | None = None) -> None:
         """Block until every actor has built its user target (raises on failure)."""
+        timeout_s = start_timeout_s() if timeout_s is None else timeout_s
         refs = [slot.handle.ping.remote() for slot in self.slots]
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if pending:

@@ -9,7 +9,7 @@ from typing import Any
 
 import ray
 
-from rayorch.actors.pool import ActorPool, PoolError
+from rayorch.actors.pool import ActorPool, PoolError, start_timeout_s
 from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
@@ -73,6 +73,7 @@ def build_pools(
         call_module[node.call.id] = node.call.module
     modules = [plan.module(name) for name in dict.fromkeys(call_module.values())]
     check_resources(modules)
+    start_timeout_s()  # a malformed $RAYORCH_ACTOR_START_TIMEOUT_S is refused before any actor
     pools: dict[str, ActorPool] = {}
     try:
         for module in modules:
