@@ -6,6 +6,9 @@ sizes, a policy override, several simulated actors per Call, random completion
 order, injected faults (exceptions, actor crashes, timeouts whose reports arrive
 late), stale and duplicate reports (which must be rejected and change nothing), and
 driver restarts (the kernel is thrown away and rebuilt by folding the fact log).
+The user code runs as in a pool actor (:func:`~rayorch.core.udf.run_with_recovery`): an
+exception it raises is handled by the module's recovery policy, in place; only
+``ro.ActorFailure`` is a physical failure (the simulated actor is replaced).
 
 Injected faults are bounded so that a run stays comparable with the reference
 interpreter: a Grain gets at most ``max_faults_per_grain`` injected faults and never
@@ -38,10 +41,10 @@ from rayorch.core.machine import (
     WriteFacts,
     barrier_fact,
 )
-from rayorch.core.outcome import Item
+from rayorch.core.outcome import ActorFailure, Item
 from rayorch.core.plan import Plan, Policy
 from rayorch.core.state import Kernel
-from rayorch.core.udf import UdfError, instantiate, invoke_batch, reports_for
+from rayorch.core.udf import instantiate, one_line_cause, reports_for, run_with_recovery
 
 CRASH_CAUSE = "ActorDiedError: simulated actor crash"
 INJECTED_CAUSE = "InjectedError: simulated transient failure"
@@ -255,10 +258,11 @@ class Executor:
         fn = self._actors[call][actor]
         if fn is None:
             fn = self._actors[call][actor] = instantiate(module)
-        try:
-            job.results = invoke_batch(fn, module.options, node.call, list(rows))
-        except UdfError as error:
-            job.error = error.cause
+        try:  # as a pool actor runs it: exceptions are handled here, by the recovery policy
+            job.results = run_with_recovery(fn, module.options, node.call, list(rows)).results
+        except ActorFailure as failure:  # the user code says its actor is broken: replace it
+            job.error = f"ActorFailure: {one_line_cause(failure).removeprefix('ActorFailure: ')}"
+            self._actors[call][actor] = None
         return job
 
     def _failed(self, job: _Batch, cause: str) -> None:

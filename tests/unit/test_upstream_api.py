@@ -400,3 +400,52 @@ def test_expanding_a_port_twice_gives_the_same_child_domain() -> None:
     with pytest.raises(ce.ExpandError) as err:
         Twice().compile()
     located(err, "already belongs to another expansion")
+
+
+class RaisesOn:
+    """Raises on ``bad`` records; ``ro.ActorFailure`` on ``broken`` ones, the first time
+    in this process (a fresh instance, as on a replaced actor, does not raise again)."""
+
+    broke: set[int] = set()
+
+    def __init__(self, bad: set[int], broken: set[int]) -> None:
+        self.bad, self.broken = bad, broken
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        for x in xs:
+            if x in self.bad:
+                raise ValueError(f"bad {x}")
+            if x in self.broken and x not in RaisesOn.broke:
+                RaisesOn.broke.add(x)
+                raise ro.ActorFailure(f"device lost at {x}")
+        return [x * 10 for x in xs]
+
+
+class OneStage(ro.Pipeline):
+    def __init__(self, bad: set[int], broken: set[int]) -> None:
+        super().__init__()
+        self.m = ro.RayModule(RaisesOn, bad, broken, batch_size=4, max_attempts=2)
+
+    def forward(self, xs: Any) -> Any:
+        return self.m(xs)
+
+
+def test_the_in_process_executor_handles_exceptions_as_a_pool_actor_does() -> None:
+    """An exception is handled in place by the recovery policy (no GrainRetried, the
+    batch-mates are not failed); only ro.ActorFailure is a physical failure, retried."""
+    from rayorch.core.facts import GrainRetried
+
+    plan = OneStage({2}, set()).compile()
+    result = execute(plan, [(i,) for i in range(4)], ExecutorOptions(seed=1))
+    outcomes = {i: out[0] for i, out in result.outputs.items()}
+    assert outcomes[2].outcome is Outcome.FAILED and outcomes[2].cause == "ValueError: bad 2"
+    assert [outcomes[i].value for i in (0, 1, 3)] == [0, 10, 30]
+    assert not any(isinstance(f, GrainRetried) for f in result.log)
+    assert outcomes == {i: evaluate(plan, [(i,) for i in range(4)]).outputs[i][0]
+                        for i in range(4)}
+
+    broken = execute(OneStage(set(), {1}).compile(), [(i,) for i in range(4)],
+                     ExecutorOptions(seed=1))
+    assert [broken.outputs[i][0].value for i in range(4)] == [0, 10, 20, 30]
+    retried = [f for f in broken.log if isinstance(f, GrainRetried)]
+    assert retried and all("ActorFailure: device lost at 1" in f.cause for f in retried)
