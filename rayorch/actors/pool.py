@@ -173,8 +173,8 @@ class ActorPool:
                 self._said_late.add((slot.index, slot.incarnation))
                 print(f"rayorch: actor {slot.index} of module {self.module.name!r} is not up "
                       f"{timeout_s:g}s after its start (the cluster lacks the resources it "
-                      f"asks for: {self.describe_resources()}); the pool runs on the others "
-                      "until it is", file=sys.stderr, flush=True)
+                      f"asks for: {self.describe_resources()}; or its constructor is slow); "
+                      "the pool runs on the others until it is", file=sys.stderr, flush=True)
         self._starting = any(not slot.ready for slot in self.slots)
         if not self._starting and self.ready_at is None:
             self.ready_at = now
