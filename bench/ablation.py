@@ -4,7 +4,7 @@
 ``python -m bench.ablation --parents 50 --reps 1`` for a quick smoke run.
 
 The lineage and commit machinery stay fixed; only the GPU Call's batching changes,
-as in the paper's Table 7: ``streaming`` dispatches one child per call,
+in three variants: ``streaming`` dispatches one child per call,
 ``parent-bound`` batches up to B ready siblings of one parent, ``elastic-fifo`` (the
 full system) batches up to B ready children of any parents in FIFO order. Reports the
 median E2E of each, its slowdown relative to the full system and its ratio to the

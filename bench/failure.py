@@ -3,8 +3,8 @@
 ``python -m bench.failure`` (defaults: 300 parents, 3 repetitions, G=2, B=32);
 ``python -m bench.failure --parents 50 --reps 1 --systems rayorch`` for a smoke run.
 
-As in the paper's Table 8, the largest 5.25% of the parents (99 of 1,885 there, holding
-51.9% of the children) are poisoned: child 0 of each fails in the GPU stage. rayorch
+The largest 5.25% of the parents (the share of RayOrch's failure workload: 99 of 1,885,
+holding 51.9% of the children) are poisoned: child 0 of each fails in the GPU stage. rayorch
 signals ``ro.GroupFailure``, so the ready siblings of a poisoned parent are suppressed
 before they reach the GPU UDF; Ray Data and Daft can only mark the failed row and drop
 the parent at reassembly, so every sibling still runs. For each system, clean and

@@ -7,8 +7,8 @@ Each repetition runs every system once, interleaved, each in a fresh process wit
 the same declared resources. Reported per system (median over repetitions): E2E,
 time to the first completed parent, p50/p99 parent completion time (all measured from
 the start of the run at the driver), each as a ratio to the lower bound
-(DESIGN section 10) and to rayorch; and start-up (run start to the first UDF call: actor
-and worker start, which the bound leaves out). Writes ``<out-dir>/fanout.json``.
+(docs/ARCHITECTURE.md, "Lower bound") and to rayorch; and start-up (run start to the first
+UDF call: actor and worker start, which the bound leaves out). Writes ``<out-dir>/fanout.json``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plots: per-system stage timelines (like the paper's Figure 7) and a scaling curve.
+"""Plots: per-system stage timelines and a scaling curve.
 
 ``python -m bench.plots timeline bench/out/fanout/fanout.json`` draws, for the first
 successful run of each system, the windows in which each stage was active (union of

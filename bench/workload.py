@@ -130,7 +130,8 @@ def workload_stats(parents: Sequence[dict[str, int]]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class LowerBound:
-    """DESIGN section 10: ``first-render + ceil(N/B)*(a+b*B)/G + last-assemble``."""
+    """The lower bound (docs/ARCHITECTURE.md, "Lower bound"):
+    ``first-render + ceil(N/B)*(a+b*B)/G + last-assemble``."""
 
     first_render_s: float
     gpu_s: float

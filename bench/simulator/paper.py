@@ -123,7 +123,8 @@ def simulate(config: SimConfig, counts: Sequence[int]) -> SimResult:
 
 
 def lower_bound(config: SimConfig, counts: Sequence[int]) -> LowerBound:
-    """DESIGN section 10: ``first-render + ceil(N/B)*(a+b*B)/G + last-assemble``.
+    """The lower bound (docs/ARCHITECTURE.md, "Lower bound"):
+    ``first-render + ceil(N/B)*(a+b*B)/G + last-assemble``.
 
     ``first-render`` / ``last-assemble`` are the cheapest document's (nothing reaches the
     GPU before one render ends; nothing ends before one assemble after the last batch).

@@ -1,4 +1,4 @@
-"""The commit rule (DESIGN 4.4), as one pure function shared by every store.
+"""The commit rule (docs/ARCHITECTURE.md, "Semantics" 4): one pure function for every store.
 
 A report for Grain ``G`` is accepted iff ``phase(G) = in_flight``, its generation
 is ``generation(G)`` and no suppression barrier covers ``G``. The Redis store's

@@ -4,8 +4,9 @@
 folds ``GrainDispatched`` (READY -> IN_FLIGHT), ``GrainCommitted`` (IN_FLIGHT -> SEALED,
 outputs resolved), ``GrainRetried`` (back to READY on the recovery queue, generation + 1),
 ``GrainFailed`` and ``BarrierInstalled`` (siblings suppressed; an in-flight one BARRED),
-and answers ``verdict`` (DESIGN 4.4) and ``physical_failure`` for the caller. Facts that
-are already history raise :class:`AlreadyApplied` (a no-op that is not logged again).
+and answers ``verdict`` (docs/ARCHITECTURE.md, "Semantics" 4) and ``physical_failure``
+for the caller. Facts that are already history raise :class:`AlreadyApplied` (a no-op
+that is not logged again).
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ class GrainLifecycle(ItemPropagation):
         return facts
 
     def verdict(self, report: GrainCommitted) -> CommitVerdict:
-        """The commit gate (DESIGN 4.4) for one report; changes nothing."""
+        """The commit gate (docs/ARCHITECTURE.md, "Semantics" 4) for one report; changes nothing."""
         grain = (report.call, report.path)
         phase = self._phase.get(grain)
         if phase is None and self._forgotten(report.path[0]):

@@ -3,7 +3,7 @@
 Nodes are evaluated in plan (trace) order, which is topological; each node is
 evaluated for every Entity of its Domain, Entities in path order. A Call runs its
 UDF on a batch of one row per Entity through :mod:`rayorch.core.udf`. The rules are
-those of DESIGN section 4, written as directly as possible:
+those of docs/ARCHITECTURE.md, "Semantics", written as directly as possible:
 
 * input propagation: any input Failed/Suppressed -> Suppressed; any Dropped -> Dropped;
 * expand: Present(seq) -> children 0..m-1; Dropped -> expansion dropped; else failed;

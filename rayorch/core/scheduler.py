@@ -1,4 +1,4 @@
-"""Per-Call ready queues and the two reservation policies (DESIGN 4.6).
+"""Per-Call ready queues and the two reservation policies (docs/ARCHITECTURE.md, "Semantics" 6).
 
 Each Call has a FIFO of Grains in the order they became ready and a recovery queue
 (Grains sent back by a physical failure) that is served first. Entries are removed

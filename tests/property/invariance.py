@@ -1,4 +1,4 @@
-"""Comparing a kernel run with the reference interpreter (DESIGN 4.7)."""
+"""Comparing a kernel run with the reference interpreter (docs/ARCHITECTURE.md, "Semantics" 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Schedule invariance (DESIGN 4.7): every physical schedule gives the reference's result.
+"""Schedule invariance (docs/ARCHITECTURE.md, "Semantics" 7).
+
+Every physical schedule gives the reference's result.
 
 Random programs (3 levels of expand/reduce, filters, broadcasts, side outputs), random
 long-tailed fan-out (including 0 children), random per-record UDF behaviours

@@ -155,7 +155,7 @@ def test_makespan_is_at_least_the_lower_bound(gpus: int) -> None:
     strict = strict_lower_bound(config, SMALL).total_s
     design = lower_bound(config, SMALL).total_s
     assert result.makespan_s >= strict - 1e-9
-    # the DESIGN formula prices the last partial batch as full: off by at most b*B/G
+    # the lower-bound formula prices the last partial batch as full: off by at most b*B/G
     assert design - strict <= config.gpu_b_s * config.batch_size / gpus + 1e-9
     assert max_concurrency(result, "gpu") <= gpus
     assert max(result.batch_sizes("gpu")) <= config.batch_size
