@@ -1,4 +1,4 @@
---[[ commit-batch-3.lua: the commit gate (DESIGN 4.4) for one shard's worker reports.
+--[[ commit-batch-3.lua: the commit gate (docs/ARCHITECTURE.md, "Semantics" 4) for one shard's worker reports.
 
 KEYS[1]      grains hash    "call|path" -> "phase:generation[:token]"
 KEYS[2]      barriers set   "call|parent_path"
