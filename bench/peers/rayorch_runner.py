@@ -9,8 +9,10 @@ the GPU UDF, and the parent comes back as a failed result.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from bench.peers.common import ArrivalLog
@@ -119,21 +121,16 @@ def result_of(item: Any) -> tuple[int, dict[str, Any] | None]:
     raise TypeError(f"unexpected element from Pipeline.run: {item!r:.200}")
 
 
+WARM_UP_PARENTS = 8
+
+
 def run(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> None:
     """Run the Fanout pipeline on the in-memory store (Ray is already initialised)."""
     pipeline = build_pipeline(config, trace_dir)
     parents = make_parents(config)
     log.restart()
-    from rayorch.store import open_store
-
-    store_url = f"memory://bench-{uuid.uuid4().hex[:8]}"
-    held = open_store(store_url)  # a memory store lives while it is open: read it after
-    handle = pipeline.run(parents, store=store_url, ordered=False)
-    for item in handle:
-        doc, result = result_of(item)
-        log.arrived(doc, result)
-    log.extra["barriers"] = barrier_summary(store_url, handle.run_id)
-    held.close()
+    with _memory_store() as store_url:
+        _consume(pipeline.run(parents, store=store_url, ordered=False), store_url, log)
 
 
 def run_warm(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> None:
@@ -142,24 +139,34 @@ def run_warm(config: BenchConfig, trace_dir: str | None, log: ArrivalLog) -> Non
     import rayorch as ro
 
     parents = make_parents(config)
-    from rayorch.store import open_store
-
-    store_url = f"memory://bench-{uuid.uuid4().hex[:8]}"
-    held = open_store(store_url)  # a memory store lives while it is open: read it after
-    with ro.Executor(build_pipeline(config, trace_dir), store=store_url) as executor:
+    with _memory_store() as store_url, \
+            ro.Executor(build_pipeline(config, trace_dir), store=store_url) as executor:
         executor.run(parents[:WARM_UP_PARENTS], ordered=False, quiet=True)
         started = executor.actors_started
         log.restart()
-        handle = executor.iterate(parents, ordered=False, quiet=True)
-        for item in handle:
-            doc, result = result_of(item)
-            log.arrived(doc, result)
-        log.extra["barriers"] = barrier_summary(store_url, handle.run_id)
+        _consume(executor.iterate(parents, ordered=False, quiet=True), store_url, log)
         log.extra["actors_started"] = executor.actors_started - started
-    held.close()
 
 
-WARM_UP_PARENTS = 8
+@contextlib.contextmanager
+def _memory_store() -> Iterator[str]:
+    """A fresh ``memory://`` URL, held open so the run can be read after it ends."""
+    from rayorch.store import open_store
+
+    store_url = f"memory://bench-{uuid.uuid4().hex[:8]}"
+    held = open_store(store_url)
+    try:
+        yield store_url
+    finally:
+        held.close()
+
+
+def _consume(handle: Any, store_url: str, log: ArrivalLog) -> None:
+    """Log every parent result as it arrives, then the run's barrier effects."""
+    for item in handle:
+        doc, result = result_of(item)
+        log.arrived(doc, result)
+    log.extra["barriers"] = barrier_summary(store_url, handle.run_id)
 
 
 def barrier_summary(store_url: str, run_id: str) -> dict[str, int]:

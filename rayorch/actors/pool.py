@@ -126,9 +126,8 @@ class ActorPool:
         self.slots = [ActorSlot(i, self._spawn(i, 0)) for i in range(max(1, opts.replicas))]
         for slot in self.slots:
             slot.ping = self._start_ping(slot.handle)
-        self._starting = any(not slot.ready for slot in self.slots)
         self._said_late: set[tuple[int, int]] = set()
-        self.ready_at: float | None = None if self._starting else time.monotonic()
+        self.ready_at: float | None = None if self.starting() else time.monotonic()
         """When every first actor was up (``time.monotonic()``); None while one starts."""
 
     # -- start-up -------------------------------------------------------------
@@ -142,7 +141,7 @@ class ActorPool:
 
     def starting(self) -> list[Any]:
         """The start-up answers still awaited (the driver waits on them with its batches)."""
-        return [slot.ping for slot in self.slots if not slot.ready] if self._starting else []
+        return [slot.ping for slot in self.slots if not slot.ready]
 
     def _answered(self, refs: list[Any]) -> set[Any]:
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
@@ -153,10 +152,10 @@ class ActorPool:
         failed to build, or when no actor of the pool is up ``timeout_s`` after its start;
         an actor that is late while another one serves is said once on stderr (the pool
         runs on the others meanwhile)."""
-        if not self._starting:
+        waiting = [slot for slot in self.slots if not slot.ready]
+        if not waiting:
             return
         timeout_s = start_timeout_s() if timeout_s is None else timeout_s
-        waiting = [slot for slot in self.slots if not slot.ready]
         answered = self._answered([slot.ping for slot in waiting])
         now = time.monotonic()
         for slot in waiting:
@@ -175,8 +174,7 @@ class ActorPool:
                       f"{timeout_s:g}s after its start (the cluster lacks the resources it "
                       f"asks for: {self.describe_resources()}; or its constructor is slow); "
                       "the pool runs on the others until it is", file=sys.stderr, flush=True)
-        self._starting = any(not slot.ready for slot in self.slots)
-        if not self._starting and self.ready_at is None:
+        if self.ready_at is None and not self.starting():
             self.ready_at = now
 
     def _unscheduled(self, timeout_s: float) -> PoolError:
@@ -266,7 +264,9 @@ class ActorPool:
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Block until every actor has built its user target (raises on failure)."""
         timeout_s = start_timeout_s() if timeout_s is None else timeout_s
-        refs = [slot.handle.ping.remote() for slot in self.slots]
+        # Each actor's start-up answer (asked for when it was spawned); one that is already
+        # up is asked again: a shared actor may have been killed by another driver since.
+        refs = [slot.ping or slot.handle.ping.remote() for slot in self.slots]
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if pending:
             raise self._unscheduled(timeout_s)
@@ -283,12 +283,11 @@ class ActorPool:
                         if attempt == 4 or "process has died" not in str(exc):
                             self._raise_start_failure([ref])
                         self.replace(slot)
-                        ref = slot.handle.ping.remote()
+                        ref = slot.ping
                     except ray.exceptions.RayError:
                         self._raise_start_failure([ref])
         for slot in self.slots:
             slot.ping = None
-        self._starting = False
         self.ready_at = self.ready_at or time.monotonic()
 
     def describe_resources(self) -> str:
@@ -316,7 +315,6 @@ class ActorPool:
         slot.incarnation += 1
         slot.handle = self._spawn(slot.index, slot.incarnation)
         slot.ping, slot.spawned = self._start_ping(slot.handle), time.monotonic()
-        self._starting = self._starting or not slot.ready
         self.replaced += 1
 
     def shutdown(self) -> None:

@@ -337,11 +337,14 @@ def iter_with_ids(results: Iterable[tuple[int, Any]], ids: list[int]
     """Map a run's source positions back to the job's source ids (after ``--resume``, or
     with the largest files first), in a failure's cause too: ``render[0] failed: ...`` of
     the run's first source names the document's id, ``render[17] failed: ...``."""
+    def with_id(grain: re.Match[str]) -> str:
+        position = int(grain[2])
+        source = ids[position] if position < len(ids) else position
+        return f"{grain[1]}[{source}{grain[3]}]"
+
     for position, value in results:
         if isinstance(value, FailedResult) and value.cause:
-            value = replace(value, cause=_LEADING_GRAIN.sub(
-                lambda m: f"{m[1]}[{ids[int(m[2])] if int(m[2]) < len(ids) else m[2]}{m[3]}]",
-                value.cause, count=1))
+            value = replace(value, cause=_LEADING_GRAIN.sub(with_id, value.cause, count=1))
         yield ids[position], value
 
 

@@ -59,8 +59,8 @@ def build_pools(
 ) -> tuple[dict[str, ActorPool], dict[CallId, str]]:
     """One actor pool per module the plan calls, and the module of every Call.
 
-    Private pools are returned while their actors start (batches wait in the actors'
-    queues; the driver learns of a module that fails to build from the pool); shared
+    Private pools are returned while their actors start (the driver sends batches to each
+    actor once it is up and learns from the pool of a module that fails to build); shared
     pools are returned ready.
 
     The pools' demand is checked against the cluster first; if any pool fails to

@@ -144,7 +144,7 @@ class ShardDriver(LeaseSide):
                     self._dispatch()
                     yield from self._deliver()
                     self._finish_shards()
-                    if self._batches or self._starting():
+                    if self._batches or self._actors_starting():
                         self._collect()
                         self._enforce_timeouts()
                     elif self.config.mode is LeaseMode.SHARE:
@@ -381,23 +381,22 @@ class ShardDriver(LeaseSide):
                     timeout = min(timeout, slot.queue[0].started + limit - now)
         return max(timeout, 0.01)
 
-    def _starting(self) -> dict[Any, ActorPool]:
-        """The start-up answers of actors still starting, and their pools."""
-        return {ref: pool for pool in self.pools.values() for ref in pool.starting()}
+    def _actors_starting(self) -> list[Any]:
+        """The start-up answers of actors still starting."""
+        return [ref for pool in self.pools.values() for ref in pool.starting()]
 
     def _collect(self) -> None:
-        """Wait for a batch to finish or an actor to come up; settle every one that did."""
-        starting = self._starting()
-        refs = [*self._batches, *starting]
+        """Wait for a batch to finish or an actor to come up; settle the batches that did
+        (the actors that came up are noted by :meth:`_enforce_timeouts`, called next)."""
+        refs = [*self._batches, *self._actors_starting()]
         done, rest = self._wait(refs, num_returns=1, timeout=self._wait_timeout())
         if done and rest:
             more, _ = self._wait(rest, num_returns=len(rest), timeout=0)
             done.extend(more)
         for ref in done:
-            if ref in starting:
-                starting[ref].check_started()
+            batch = self._batches.pop(ref, None)
+            if batch is None:  # an actor's start-up answer
                 continue
-            batch = self._batches.pop(ref)
             for st in self._batch_shards.pop(ref, []):
                 st.in_flight -= 1
             self._settle(self._pool_of[batch.task.call.id].finish(batch))
