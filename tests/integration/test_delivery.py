@@ -105,6 +105,16 @@ def resume(redis_url: str, run_id: str, out: Path) -> dict[int, dict[str, object
     return {record["index"]: record for record in read_outputs(out)}
 
 
+def finished_exactly_once(caller: Caller, redis_url: str, run_id: str) -> None:
+    """The caller process ended normally (its last items drained) and every source was
+    delivered exactly once, none a second time."""
+    time.sleep(0.2)
+    caller.drain()
+    assert caller.proc.stderr is not None
+    assert caller.proc.returncode == 0, caller.proc.stderr.read()
+    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+
+
 def check_exactly_once(redis_url: str, run_id: str, caller: list[int],
                        written: dict[int, dict[str, object]], *, redelivered: int) -> None:
     counts = Counter(caller) + Counter(written.keys())
@@ -217,11 +227,7 @@ def test_caller_rides_out_a_redis_restart_longer_than_its_quick_retries(
     time.sleep(3.0)
     redis_aof_server.start()
     caller.proc.wait(120)
-    time.sleep(0.2)
-    caller.drain()
-    assert caller.proc.stderr is not None
-    assert caller.proc.returncode == 0, caller.proc.stderr.read()
-    check_exactly_once(url, run_id, caller.received, {}, redelivered=0)
+    finished_exactly_once(caller, url, run_id)
 
 
 @pytest.mark.timeout(180)
@@ -242,11 +248,7 @@ def test_an_acknowledgement_lost_in_an_outage_is_recorded_not_delivered_again(
         proxy.drop_next_request(b"caller", refuse_s=3.0)  # the sink of a caller's fact
         caller.proc.wait(120)
         assert proxy.swallowed == 1
-    time.sleep(0.2)
-    caller.drain()
-    assert caller.proc.stderr is not None
-    assert caller.proc.returncode == 0, caller.proc.stderr.read()
-    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+    finished_exactly_once(caller, redis_url, run_id)
 
 
 @pytest.mark.timeout(180)
@@ -264,11 +266,7 @@ def test_caller_rides_out_an_outage_while_it_takes_its_leases(
         caller = Caller(f"redis://127.0.0.1:{proxy.port}/0", run_id, "--unordered")
         caller.proc.wait(120)
         assert proxy.swallowed == 1
-    time.sleep(0.2)
-    caller.drain()
-    assert caller.proc.stderr is not None
-    assert caller.proc.returncode == 0, caller.proc.stderr.read()
-    check_exactly_once(redis_url, run_id, caller.received, {}, redelivered=0)
+    finished_exactly_once(caller, redis_url, run_id)
 
 
 @pytest.mark.timeout(180)
