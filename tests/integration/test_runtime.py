@@ -436,10 +436,32 @@ def test_batches_go_to_the_replica_that_is_up(ray_local: None, tmp_path: Path) -
     assert handle.actors_up_at is None  # the run ended before its last actor was up
 
 
-class SlowOnGpu:
+LATE_S = 4.0
+"""The start-up limit of the unschedulable-replica test: long enough for a schedulable actor
+to start on a loaded machine; the run itself outlasts it by construction (see OnGpuUntil)."""
+
+
+class OnGpuUntil:
+    """A GPU stage whose first batch returns only ``outlast_s`` after its actor was built, so
+    the run is still going when the other replica's start-up limit passes, however slowly
+    the machine runs."""
+
+    def __init__(self, outlast_s: float) -> None:
+        self.until = time.monotonic() + outlast_s
+
     def __call__(self, xs: list[int]) -> list[int]:
-        time.sleep(0.4)
+        time.sleep(max(0.0, self.until - time.monotonic()))
         return xs
+
+
+class OnlyStage(ro.Pipeline):
+    def __init__(self, target: Any, replicas: int = 1, **kwargs: Any) -> None:
+        super().__init__()
+        self.stage = ro.RayModule(target, num_cpus=0.1, replicas=replicas, batch_size=1,
+                                  **kwargs)
+
+    def forward(self, xs: Any) -> Any:
+        return self.stage(xs)
 
 
 class GpuHolder:
@@ -456,19 +478,20 @@ def test_a_replica_that_cannot_be_scheduled_is_said_and_the_others_serve(
     replica starts and the run ends with the PoolError that names the resources."""
     import ray
 
-    monkeypatch.setenv("RAYORCH_ACTOR_START_TIMEOUT_S", "1.5")
+    monkeypatch.setenv("RAYORCH_ACTOR_START_TIMEOUT_S", str(LATE_S))
     holder = ray.remote(num_gpus=1, num_cpus=0)(GpuHolder).remote()
     ray.get(holder.ping.remote())
     try:
-        handle = Stages(SlowOnGpu, replicas=2, num_gpus=1).run(
+        handle = OnlyStage(OnGpuUntil, replicas=2, num_gpus=1, outlast_s=LATE_S + 1).run(
             list(range(8)), progress=False, quiet=True)
-        assert handle.collect() == [2 * x for x in range(8)]
+        assert handle.collect() == list(range(8))
         err = capfd.readouterr().err
-        assert err.count("of module 'stage' is not up 1.5s after its start") == 1, err
+        assert err.count(f"of module 'stage' is not up {LATE_S:g}s after its start") == 1, err
         second = ray.remote(num_gpus=1, num_cpus=0)(GpuHolder).remote()
         ray.get(second.ping.remote())
-        with pytest.raises(PoolError, match=r"module 'stage' were not up within 1\.5s"):
-            Stages(SlowOnGpu, num_gpus=1).run([1], progress=False, quiet=True).collect()
+        with pytest.raises(PoolError, match=rf"module 'stage' were not up within {LATE_S:g}s"):
+            OnlyStage(OnGpuUntil, num_gpus=1, outlast_s=0).run(
+                [1], progress=False, quiet=True).collect()
         ray.kill(second)
     finally:
         ray.kill(holder)
