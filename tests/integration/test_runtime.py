@@ -425,14 +425,12 @@ def test_a_module_that_cannot_be_built_is_one_clear_error(ray_local: None) -> No
 @pytest.mark.timeout(120)
 def test_batches_go_to_the_replica_that_is_up(ray_local: None, tmp_path: Path) -> None:
     """Of two replicas, one takes 20 s to start: every batch runs on the other one, and
-    the run ends long before the slow one is up."""
-    started = time.monotonic()
+    the run ends before the slow one is up (an event, not a clock reading)."""
     handle = Stages(SlowToStart, replicas=2, marker_dir=str(tmp_path)).run(
         list(range(8)), progress=False, quiet=True)
     got = handle.collect()
     assert [x for x, _ in got] == [2 * x for x in range(8)]
     assert len({pid for _, pid in got}) == 1
-    assert time.monotonic() - started < 20
     assert handle.actors_up_at is None  # the run ended before its last actor was up
 
 
