@@ -1,8 +1,8 @@
 """The one driver, without Ray: kills, resumes and store outages against the reference.
 
 The real :class:`~rayorch.runtime.shard_driver.ShardDriver` runs random nested programs
-(tests/property/programs.py) on in-process actor pools (:class:`InlinePool`, the real
-``ActorPool`` with its Ray calls replaced) and a real :class:`MemoryStore` on a fake
+(tests/property/programs.py) on in-process actor pools (tests/property/inline_driver.py: the
+real ``ActorPool`` with its Ray calls replaced) and a real :class:`MemoryStore` on a fake
 clock. Hypothesis decides which batch finishes next, when the driver process is killed
 (nothing more is written; its leases lapse), when the store fails a call before or
 after applying it (a lost reply), and how many drivers resume the run. A ``Pipeline.run``
@@ -17,65 +17,20 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import ray.exceptions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inline_driver import TTL, Killed, make_driver
 from programs import ProgramSpec, RandomPipeline, programs
 
-from rayorch.actors.pool import ActorPool, InFlightBatch
-from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker
 from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult
-from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.core.reference import evaluate
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
-from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
+from rayorch.runtime.shard_driver import LeaseMode, ShardDriver
 from rayorch.runtime.sinks import FileSink, read_outputs
 from rayorch.store.audit import audit_run
 from rayorch.store.errors import StoreUnavailableError
 from rayorch.store.memory import MemoryStore
-
-TTL = 30.0
-
-
-class Killed(BaseException):
-    """The driver's process died here (SIGKILL): nothing after this point happens."""
-
-
-class InlineRef:
-    def __init__(self, actor: InlineActor, task: BatchTask) -> None:
-        self.actor, self.task = actor, task
-
-
-class InlineActor:
-    """A pool actor in this process: the real worker body."""
-
-    def __init__(self, module: ModuleSpec) -> None:
-        self.worker = ModuleWorker(module, None)
-        self.alive = True
-        self.run_batch = self  # so that ``handle.run_batch.remote(task)`` works
-
-    def remote(self, task: BatchTask) -> InlineRef:
-        return InlineRef(self, task)
-
-
-class InlinePool(ActorPool):
-    """``ActorPool`` with in-process actors; a batch runs when the harness collects it."""
-
-    def _spawn(self, index: int, incarnation: int) -> Any:
-        return InlineActor(self.module)
-
-    def _start_ping(self, handle: Any) -> Any:
-        return None  # an in-process actor is up at once
-
-    def _kill(self, handle: Any) -> None:
-        handle.alive = False
-
-    def _fetch(self, batch: InFlightBatch) -> BatchResult:
-        ref: InlineRef = batch.ref
-        if not ref.actor.alive:
-            raise ray.exceptions.RayError("the actor died")
-        return ref.actor.worker.run_batch(ref.task)
 
 
 class Harness:
@@ -128,23 +83,6 @@ class FlakyStore(MemoryStore):
         if fault == "after":
             raise StoreUnavailableError(self.url, "reply lost (injected)")
         return out
-
-
-def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Harness, *,
-                feed: Any, sink: Any, mode: LeaseMode, driver_id: str) -> ShardDriver:
-    info = store.run_info(run_id)
-    pools: dict[str, ActorPool] = {}
-    call_module = {}
-    for node in plan.calls:
-        assert node.call is not None
-        call_module[node.call.id] = node.call.module
-        if node.call.module not in pools:
-            pools[node.call.module] = InlinePool(plan.module(node.call.module), None)
-    config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None,
-                          sleep=lambda _: None)
-    return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
-                       pools=pools, call_module=call_module, feed=feed, sink=sink,
-                       config=config, wait=harness.wait)
 
 
 def expected_record(value: Any) -> Any:

@@ -1,0 +1,279 @@
+"""The driver's lease-loss and rejection paths, each a scripted scenario with an assertion.
+
+The real :class:`~rayorch.runtime.shard_driver.ShardDriver` on in-process pools
+(tests/property/inline_driver.py) and a real :class:`MemoryStore`, on one fake clock that
+the driver's lease timing and the store's lease expiry both read. Each scenario puts the
+driver where one guard matters and checks what that guard promises, by count or by what
+was delivered, never by a time-out:
+
+* a driver stalled between its lease renewal and a hand-over hands nothing more to its
+  caller (the lease is checked before each hand-over, not only by the acknowledgement);
+* a fenced refusal after a file sink wrote a part leaves no part behind;
+* a report the store rejected but the driver expected is not folded: the driver resyncs
+  from the store and the run still ends with the right outputs;
+* a take-over re-dispatches every Grain that was in flight, each once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inline_driver import TTL, Killed, make_driver
+
+import rayorch as ro
+from rayorch.core.facts import GrainCommitted, GrainDispatched, GrainFailed, GrainRetried
+from rayorch.core.plan import Plan
+from rayorch.runtime import shard_driver, shard_leases
+from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
+from rayorch.runtime.shard_driver import LeaseLostStop, LeaseMode, ShardDriver
+from rayorch.runtime.sinks import FileSink, read_outputs
+from rayorch.store.audit import audit_run
+from rayorch.store.memory import MemoryStore
+
+SOURCES = list(range(6))
+
+
+class Double:
+    def __call__(self, xs: list[int]) -> list[int]:
+        return [2 * x for x in xs]
+
+
+class Doubler(ro.Pipeline):
+    def __init__(self) -> None:
+        super().__init__()
+        self.double = ro.RayModule(Double, batch_size=2)
+
+    def forward(self, xs: Any) -> Any:
+        return self.double(xs)
+
+
+class Clock:
+    """The one clock of a scenario: the driver's ``time`` module and the store's clock."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()  # ShardState.renewed starts from the real clock
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def lapse(self) -> None:
+        """Past every lease's TTL (a stopped process, a long GC pause, a partition)."""
+        self.now += TTL + 1
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    for module in (shard_driver, shard_leases):
+        monkeypatch.setattr(module, "time", fake)
+    return fake
+
+
+class InOrder:
+    """Batches finish in the order they were sent; ``before`` runs first on each wait."""
+
+    def __init__(self, before: Callable[[int], None] = lambda _: None) -> None:
+        self.before, self.waits = before, 0
+
+    def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
+        if not refs:
+            return [], []
+        self.waits += 1
+        self.before(self.waits)
+        return [refs[0]], refs[1:]
+
+
+def new_run(clock: Clock, name: str) -> tuple[MemoryStore, Plan, str]:
+    store = MemoryStore(f"memory://fault-paths-{name}-{id(clock)}", clock=clock.time)
+    plan = Doubler().compile()
+    store.open_run(name, plan, shards=1, micro_batch=len(SOURCES))
+    return store, plan, name
+
+
+def caller_driver(store: MemoryStore, plan: Plan, run_id: str, harness: InOrder,
+                  sink: CallerSink | None = None) -> ShardDriver:
+    rows = [(x,) for x in SOURCES]
+    return make_driver(store, plan, run_id, harness, mode=LeaseMode.HOLD_ALL,
+                       feed=IteratorFeed(iter(rows), store.run_info(run_id), len(rows)),
+                       sink=sink or CallerSink(True), driver_id="caller")
+
+
+def resume_driver(store: MemoryStore, plan: Plan, run_id: str, harness: InOrder,
+                  sink: FileSink, driver_id: str = "resume",
+                  sleep: Callable[[float], None] | None = None) -> ShardDriver:
+    rows = [(x,) for x in SOURCES]
+    return make_driver(store, plan, run_id, harness, mode=LeaseMode.SHARE,
+                       feed=ManifestFeed(rows, store.run_info(run_id)), sink=sink,
+                       driver_id=driver_id, sleep=sleep or (lambda _: None))
+
+
+def finish(driver: ShardDriver) -> list[int]:
+    got = [index for index, _ in driver.results()]
+    driver.close()
+    return got
+
+
+def steal_lease(store: MemoryStore, run_id: str, clock: Clock) -> int:
+    """Another driver takes shard 0 over once the holder's lease has lapsed."""
+    clock.lapse()
+    return store.acquire_lease(run_id, 0, "thief", TTL)
+
+
+class StallBeforeSecondHandOver(CallerSink):
+    """The driver stops (SIGSTOP, a GC pause) after handing over its first item and
+    acknowledging it, just before the second hand-over; meanwhile another driver takes
+    its shard over."""
+
+    def __init__(self, stall: Callable[[], None]) -> None:
+        super().__init__(True)
+        self.stall, self.handed = stall, 0
+
+    def take(self) -> Iterator[tuple[int, Any]]:
+        for entry in super().take():
+            if self.handed == 1:
+                self.stall()
+            self.handed += 1
+            yield entry
+
+
+def test_a_driver_stalled_before_a_hand_over_hands_nothing_more(clock: Clock) -> None:
+    store, plan, run_id = new_run(clock, "stalled")
+    sink = StallBeforeSecondHandOver(lambda: steal_lease(store, run_id, clock))
+    driver = caller_driver(store, plan, run_id, InOrder(), sink)
+    received: list[int] = []
+    with pytest.raises(LeaseLostStop, match="lease lost"):
+        for index, _ in driver.results():
+            received.append(index)
+    assert received == [0], "the deposed driver handed an item over after its lease lapsed"
+    assert store.lease_holder(run_id, 0).driver == "thief"  # type: ignore[union-attr]
+
+
+class StolenAfterWrite(FileSink):
+    """A file sink whose driver loses its lease between writing a part and recording it."""
+
+    def __init__(self, out: Path, run_id: str, steal: Callable[[], None]) -> None:
+        super().__init__(out, "jsonl", run_id=run_id)
+        self.steal, self.parts_written = steal, 0
+
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[Any]:
+        facts = super().write_part(shard, records)
+        self.parts_written += 1
+        if self.parts_written == 1:
+            self.steal()
+        return facts
+
+
+def test_a_fenced_refusal_after_a_part_is_written_leaves_no_part(
+        clock: Clock, tmp_path: Path) -> None:
+    store, plan, run_id = new_run(clock, "fenced-part")
+    out = tmp_path / "out"
+    sink = StolenAfterWrite(out, run_id, lambda: steal_lease(store, run_id, clock))
+
+    def killed_while_idle(seconds: float) -> None:
+        raise Killed  # it lost its only shard and waits for work: look at what it left
+
+    driver = resume_driver(store, plan, run_id, InOrder(), sink, driver_id="deposed",
+                           sleep=killed_while_idle)
+    with pytest.raises(Killed):
+        finish(driver)
+    assert sink.parts_written == 1 and driver.counters.shards_lost == 1
+    assert sorted(p.name for p in out.glob("part-*")) == [], "a refused part was left behind"
+    # The thief's lease lapses too; the next driver delivers every source exactly once.
+    clock.lapse()
+    finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id)))
+    assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
+    assert audit_run(store, run_id).ok
+
+
+class RejectsFirstReport(MemoryStore):
+    """The store's state disagrees with the driver's once: the first report it is sent
+    carries another generation than the store's (as after another driver re-dispatched
+    it), so the commit gate rejects it as stale without applying it."""
+
+    rejected: GrainCommitted | None = None
+
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> Any:
+        if self.rejected is None and reports:
+            self.rejected = reports[0]
+            reports = [replace(reports[0], generation=reports[0].generation + 7),
+                       *reports[1:]]
+        return super().commit(run_id, reports, token=token)
+
+
+def test_a_rejected_expected_report_resyncs_instead_of_folding(
+        clock: Clock, tmp_path: Path) -> None:
+    store = RejectsFirstReport(f"memory://fault-paths-rejected-{id(clock)}", clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "rejected"
+    store.open_run(run_id, plan, shards=1, micro_batch=len(SOURCES))
+    driver = caller_driver(store, plan, run_id, InOrder())
+    got = dict(driver.results())
+    driver.close()
+    assert store.rejected is not None
+    assert driver.counters.resyncs == 1, "a rejected expected report was folded as accepted"
+    assert got == {x: 2 * x for x in SOURCES}
+    commits = [f.fact for f in store.read(run_id, 0) if isinstance(f.fact, GrainCommitted)]
+    rejected = (store.rejected.call, store.rejected.path)
+    assert [c.generation for c in commits if (c.call, c.path) == rejected] == [
+        store.rejected.generation + 1], "the rejected Grain was not run again after the resync"
+    assert audit_run(store, run_id).ok
+
+
+def in_flight(store: MemoryStore, run_id: str) -> dict[tuple[Any, Any], int]:
+    """Grains of shard 0 dispatched and not yet decided, by the store's own facts."""
+    flying: dict[tuple[Any, Any], int] = {}
+    for stored in store.read(run_id, 0):
+        fact = stored.fact
+        if isinstance(fact, GrainDispatched):
+            flying[(fact.call, fact.path)] = fact.generation
+        elif isinstance(fact, GrainCommitted | GrainRetried | GrainFailed):
+            flying.pop((fact.call, fact.path), None)
+    return flying
+
+
+def kill_at_first_wait(waits: int) -> None:
+    raise Killed  # SIGKILL while every batch sent so far is in flight
+
+
+def test_a_take_over_re_dispatches_every_in_flight_grain(
+        clock: Clock, tmp_path: Path) -> None:
+    store, plan, run_id = new_run(clock, "take-over")
+    with pytest.raises(Killed):
+        finish(caller_driver(store, plan, run_id, InOrder(kill_at_first_wait)))
+    orphans = in_flight(store, run_id)
+    assert len(orphans) >= 2, orphans  # several batches were in flight when it died
+    clock.lapse()
+    out = tmp_path / "out"
+    idle: list[float] = []
+
+    def idles(seconds: float) -> None:  # nothing in flight, nothing to do, a shard held
+        idle.append(seconds)
+        clock.sleep(seconds)
+        assert len(idle) < 20, "the new holder idles: its in-flight Grains were never re-sent"
+
+    resumer = resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id),
+                            sleep=idles)
+    finish(resumer)
+    assert resumer.counters.grains_rerun == len(orphans)
+    redispatched: dict[tuple[Any, Any], list[int]] = {}
+    for stored in store.read(run_id, 0):
+        fact = stored.fact
+        if isinstance(fact, GrainDispatched) and (fact.call, fact.path) in orphans:
+            redispatched.setdefault((fact.call, fact.path), []).append(fact.generation)
+    for grain, generation in orphans.items():
+        later = [g for g in redispatched[grain] if g > generation]
+        assert len(later) == 1, (grain, redispatched[grain])
+    assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
+    assert audit_run(store, run_id).ok
