@@ -458,7 +458,7 @@ def _run_exists(lineage: Any, run_id: str) -> bool:
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],
                      *, depth: int | None, max_active_sources: int | None) -> None:
     """Make a ``Pipeline.run`` resumable; one line on stderr (never a failure) when it cannot."""
-    from rayorch.runtime.manifest import ManifestError, manifest_of_run
+    from rayorch.runtime.manifest import ManifestError, manifest_of_run, record_manifest
 
     try:
         manifest = manifest_of_run(pipeline, inputs, depth=depth,
@@ -467,7 +467,7 @@ def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[
         reason = " ".join(str(exc).split())
         print(f"rayorch: run {run_id} will not be resumable: {reason}", file=sys.stderr)
         return
-    lineage.save_manifest(run_id, manifest.encode())
+    record_manifest(lineage, run_id, manifest)
 
 
 # -- driver replicas ------------------------------------------------------------------------

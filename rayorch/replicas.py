@@ -57,6 +57,7 @@ def create_run(
         check_storable,
         import_path,
         pipeline_path,
+        record_manifest,
     )
     from rayorch.runtime.sinks import FileSink
     from rayorch.store.base import open_store
@@ -83,7 +84,7 @@ def create_run(
         lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
                          config={"max_active_sources": max_active_sources,
                                  "sources": len(rows), "replicas": True})
-        lineage.save_manifest(run_id, manifest.encode())
+        record_manifest(lineage, run_id, manifest)
     finally:
         lineage.close()
     return run_id

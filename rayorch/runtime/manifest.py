@@ -9,6 +9,7 @@ knobs. It is msgpack (no pickle), kept in the lineage store beside the run
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,30 @@ class RunManifest:
         return cls(pipeline, tuple(args), dict(kwargs), tuple(tuple(r) for r in sources),
                    out_dir, cap, depth, out_format)
 
+    def difference(self, other: RunManifest) -> tuple[str, str, str] | None:
+        """The first thing ``other`` records otherwise: ``(what, here, there)``, or None."""
+        def digest(value: Any) -> str:
+            return hashlib.sha256(pack_value(value)).hexdigest()[:12]
+
+        def sources(m: RunManifest) -> str:
+            return f"{len(m.sources)} sources (digest {digest([list(r) for r in m.sources])})"
+
+        checks = [
+            ("pipeline", self.pipeline, other.pipeline),
+            ("constructor arguments", f"digest {digest([list(self.args), self.kwargs])}",
+             f"digest {digest([list(other.args), other.kwargs])}"),
+            ("inputs", sources(self), sources(other)),
+            ("output directory", repr(self.out_dir), repr(other.out_dir)),
+            ("output format", self.out_format, other.out_format),
+            ("max_active_sources", repr(self.max_active_sources),
+             repr(other.max_active_sources)),
+            ("depth", repr(self.depth), repr(other.depth)),
+        ]
+        for what, here, there in checks:
+            if here != there:
+                return what, here, there
+        return None
+
     def build_pipeline(self, trusted: tuple[str, ...] | None = None) -> Any:
         """Import the pipeline class and construct it with the recorded arguments.
 
@@ -88,6 +113,17 @@ class RunManifest:
                 f"constructing the run's pipeline {self.pipeline}(*{self.args!r}, "
                 f"**{self.kwargs!r}) failed: {exc}"
             ) from exc
+
+
+def record_manifest(lineage: Any, run_id: str, manifest: RunManifest) -> None:
+    """Keep ``manifest`` with the run (first writer wins); a run id reopened with another
+    pipeline, other inputs or another sink is refused, in one line naming what differs."""
+    from rayorch.store.errors import RunMismatchError
+
+    stored = RunManifest.decode(bytes(lineage.save_manifest(run_id, manifest.encode())))
+    differs = stored.difference(manifest)
+    if differs is not None:
+        raise RunMismatchError(run_id, *differs)
 
 
 def import_path(path: str) -> Any:
@@ -166,4 +202,4 @@ def manifest_of_run(pipeline: Any, inputs: Sequence[Any], *, max_active_sources:
 
 
 __all__ = ["ManifestError", "RunManifest", "check_storable", "import_path",
-           "manifest_of_run", "pipeline_path"]
+           "manifest_of_run", "pipeline_path", "record_manifest"]

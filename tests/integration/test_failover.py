@@ -112,6 +112,36 @@ def test_create_run_refuses_a_class_other_drivers_cannot_import(redis_url: str) 
         create_run(bad, [[{1, 2}]], store=redis_url)
 
 
+@pytest.mark.timeout(60)
+def test_a_run_id_reopened_with_other_inputs_is_refused_naming_what_differs(
+        redis_url: str, tmp_path: Path) -> None:
+    """The same id with the same plan and inputs reopens; other inputs, another source count,
+    other constructor arguments or another output directory are one line, not a silent
+    run of the first inputs."""
+    from rayorch.store.errors import RunMismatchError
+
+    docs = make_docs(5)
+    first = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 5},
+                       run_id="same-id", shards=1)
+    assert create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 5},
+                      run_id=first, shards=1) == first
+    with pytest.raises(RunMismatchError, match=r"started with inputs 5 sources \(digest "
+                       r"\w+\), but it was reopened with inputs 10 sources"):
+        create_run(FaultPipeline, [make_docs(10)], store=redis_url, kwargs={"gpu_ms": 5},
+                   run_id=first, shards=1)
+    other = [doc + "x" for doc in docs]
+    with pytest.raises(RunMismatchError, match=r"inputs 5 sources .* inputs 5 sources"):
+        create_run(FaultPipeline, [other], store=redis_url, kwargs={"gpu_ms": 5},
+                   run_id=first, shards=1)
+    with pytest.raises(RunMismatchError, match="constructor arguments"):
+        create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 6},
+                   run_id=first, shards=1)
+    with pytest.raises(RunMismatchError, match="output directory"):
+        create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 5},
+                   run_id=first, shards=1, out_dir=str(tmp_path / "out"))
+    assert cli_main(["runs", "--store", redis_url]) == 0  # the store still reads cleanly
+
+
 # -- a deposed driver is fenced off --------------------------------------------------------------
 @pytest.mark.timeout(150)
 def test_deposed_driver_is_fenced_and_the_run_completes_once(
