@@ -188,7 +188,7 @@ def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) ->
     """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
     from rayorch.core.facts import RunCompleted
     from rayorch.runtime.manifest import ManifestError, RunManifest
-    from rayorch.runtime.sinks import check_delivery
+    from rayorch.runtime.sink_audit import check_delivery
 
     if out_dir is None:
         blob = store.load_manifest(run_id)

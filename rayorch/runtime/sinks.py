@@ -23,7 +23,7 @@ The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
     facts = sink.adopt(shard, indexes)                 # on taking a shard over: parts a
                                                        # dead holder wrote, claimed, not rewritten
     for record in read_outputs(out_dir): ...           # users
-    check_delivery(out_dir, emitted, complete=...)     # ``rayorch audit``: one line per problem
+    check_delivery(out_dir, emitted, complete=...)     # ``rayorch audit`` (sink_audit.py)
 
 Several driver processes may write one directory (different shards): nothing is shared
 but the manifest, written once; names are unique per shard (random suffix, no-replace
@@ -55,6 +55,8 @@ SINK_VERSION = 1
 FORMATS = ("jsonl", "parquet")
 HIDDEN_PREFIX = ".rayorch-"  # in-progress and claimed files: ignored by readers
 PART_RE = re.compile(r"^part-s(\d{5,})-(\d{12,})-(\d+)-([0-9a-f]{6})\.(jsonl|parquet)$")
+# A part's temp file (being written) or claim (being adopted): "<prefix>tmp-<part>-<8 hex>".
+LEFTOVER_RE = re.compile(rf"^{re.escape(HIDDEN_PREFIX)}(?:tmp|claim)-(?P<part>.+)-[0-9a-f]{{8}}$")
 OUTCOMES = frozenset(o.value for o in Outcome)
 # Sinks whose OutputEmitted facts need no file: the Pipeline.run caller, older writers.
 FILELESS_SINKS = ("", "caller")
@@ -204,7 +206,7 @@ class PartName:
         return f"part-s{shard:05d}-{first:012d}-{len(records)}-{secrets.token_hex(3)}.{fmt}"
 
 
-def _read_part(path: Path) -> list[tuple[SinkRecord, str]]:
+def read_part(path: Path) -> list[tuple[SinkRecord, str]]:
     """The records of one part file with their digests (of the bytes as stored)."""
     where = f"part file {path}"
     try:
@@ -431,6 +433,7 @@ class FileSink:
         under a new name with just those records, byte for byte: same digests, no second
         copy. Sources found in no part are not returned.
         """
+        self._remove_leftovers(shard)
         wanted = set(indexes)
         found: list[OutputEmitted] = []
         for name in sorted(os.listdir(self.directory)):
@@ -438,7 +441,7 @@ class FileSink:
             if not wanted or part is None or part.shard != shard or part.fmt != self.format:
                 continue
             try:
-                records = _read_part(self.directory / name)
+                records = read_part(self.directory / name)
             except SinkError:
                 if (self.directory / name).exists():
                     raise
@@ -461,6 +464,17 @@ class FileSink:
             found.extend(self._facts(new, hits))
             wanted -= {rec.index for rec in kept}
         return found
+
+
+    def _remove_leftovers(self, shard: int) -> None:
+        """Temp and claim files of ``shard``'s parts that a killed writer left: this driver
+        holds the shard's lease, so their writer was deposed (a deposed writer still going
+        finds its temp file gone and stops with a SinkError; its facts were fenced anyway)."""
+        for name in os.listdir(self.directory):
+            leftover = LEFTOVER_RE.match(name)
+            part = PartName.parse(leftover["part"]) if leftover else None
+            if part is not None and part.shard == shard:
+                (self.directory / name).unlink(missing_ok=True)
 
 
 def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
@@ -486,7 +500,7 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
 
 
 # -- readers -----------------------------------------------------------------------------------
-def _parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
+def sink_parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
     if not directory.is_dir():
         raise SinkError(f"{directory} is not a directory")
     meta = _load_manifest(directory)
@@ -507,10 +521,10 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     ...     print(record["index"], record["outcome"], record.get("value"))
     """
     directory = Path(out_dir)
-    _, names = _parts(directory)
+    _, names = sink_parts(directory)
     seen: dict[int, str] = {}
     for name in names:
-        for rec, _ in _read_part(directory / name):
+        for rec, _ in read_part(directory / name):
             if rec.index in seen:
                 raise SinkError(
                     f"source {rec.index} is in two part files of {directory} ({seen[rec.index]}"
@@ -529,65 +543,6 @@ def delivered_count(out_dir: str | Path) -> int:
     return sum(p.count for n in names if (p := PartName.parse(n)) is not None)
 
 
-def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted], *,
-                   complete: bool) -> list[str]:
-    """Problems with the delivery evidence of file sinks, one line each (none: all proven).
-
-    Every ``OutputEmitted`` naming a part must find that part in ``out_dir`` with the
-    source's record and the same digest. When the run is ``complete``, a part that no
-    fact names (a deposed driver's leftover) is a problem too.
-    """
-    by_part: dict[str, dict[int, str]] = {}
-    for fact in emitted:
-        if fact.sink in FILELESS_SINKS:
-            continue
-        by_part.setdefault(fact.sink, {})[fact.index] = fact.digest
-    if not by_part:
-        return []
-    if out_dir is None:
-        example = next(iter(by_part))
-        return [f"{sum(map(len, by_part.values()))} outputs were delivered to file sink parts "
-                f"(e.g. {example!r}) but the run records no output directory: pass --out-dir "
-                "DIR to check them"]
-    directory = Path(out_dir)
-    try:
-        meta, names = _parts(directory)
-    except SinkError as exc:
-        return [f"the output directory cannot be checked: {exc}"]
-    problems: list[str] = []
-    for sink, digests in sorted(by_part.items()):
-        fmt, _, name = sink.partition(":")
-        part = PartName.parse(name)
-        sources = ", ".join(map(str, sorted(digests)[:8])) + (", ..." if len(digests) > 8 else "")
-        if part is None or fmt != part.fmt or fmt != meta["format"]:
-            problems.append(f"sources {sources}: delivered to {sink!r}, which is not a "
-                            f"{meta['format']} part of {directory}")
-            continue
-        if name not in names:
-            problems.append(f"part {name} is missing from {directory}: sources {sources} were "
-                            "delivered to it")
-            continue
-        try:
-            stored = {rec.index: digest for rec, digest in _read_part(directory / name)}
-        except SinkError as exc:
-            problems.append(f"part {name} (sources {sources}): {exc}")
-            continue
-        for index, digest in sorted(digests.items()):
-            if index not in stored:
-                problems.append(f"source {index}: part {name} holds no record of it")
-            elif digest and stored[index] != digest:
-                problems.append(f"source {index}: its record in part {name} was altered "
-                                f"(sha256 {stored[index][:12]}..., delivered "
-                                f"{digest[:12]}...)")
-    if complete:
-        referenced = {sink.partition(":")[2] for sink in by_part}
-        for name in names:
-            if name not in referenced:
-                problems.append(f"part {name} in {directory} is named by no OutputEmitted fact "
-                                "(left by a driver that died while deposed): delete it")
-    return problems
-
-
-__all__ = ["FORMATS", "SINK_MANIFEST", "FileSink", "SinkError", "SinkRecord",
-           "check_delivery", "delivered_count", "encode_record", "read_outputs",
-           "sink_for_run"]
+__all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "FileSink", "PartName", "SinkError",
+           "SinkRecord", "delivered_count", "encode_record", "read_outputs", "read_part",
+           "sink_for_run", "sink_parts"]

@@ -194,3 +194,24 @@ def test_a_new_holder_adopts_parts_whose_facts_never_landed(
     assert adopted == {f.index: f.digest for f in orphan}
     code, lines = audit(run_id, redis_url, capsys)
     assert code == 0, lines
+
+
+@pytest.mark.timeout(180)
+def test_temp_and_claim_files_a_killed_writer_left_are_removed_when_the_shard_is_taken(
+    ray_local: None, redis_url: str, tmp_path: Path
+) -> None:
+    """A kill during a part's write leaves its hidden temp file; a kill during an adoption
+    its claim. The next holder of that shard removes them; another sink's files stay."""
+    out = tmp_path / "out"
+    docs, out, run_id = fault_run(redis_url, tmp_path, 8, shards=2, out_dir=str(out))
+    leftovers = [out / ".rayorch-tmp-part-s00000-000000000000-2-a1b2c3.jsonl-0123abcd",
+                 out / ".rayorch-claim-part-s00001-000000000002-2-d4e5f6.jsonl-89abcdef"]
+    for path in leftovers:
+        path.write_bytes(b'{"index": 0, "outcome": "pres')  # cut short by the kill
+    unrelated = out / ".rayorch-notes"
+    unrelated.write_text("not a part's")
+    assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2",
+                     "--quiet"]) == 0
+    assert records_of(out) == reference_records(docs)
+    assert [p for p in leftovers if p.exists()] == []
+    assert unrelated.exists()

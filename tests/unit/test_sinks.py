@@ -15,11 +15,11 @@ import pytest
 from rayorch.core.facts import OutputEmitted, pack_value
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.runtime.manifest import ManifestError, RunManifest
+from rayorch.runtime.sink_audit import check_delivery
 from rayorch.runtime.sinks import (
     SINK_MANIFEST,
     FileSink,
     SinkError,
-    check_delivery,
     delivered_count,
     read_outputs,
     sink_for_run,

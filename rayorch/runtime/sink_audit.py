@@ -1,0 +1,74 @@
+"""What ``rayorch audit`` checks of a file sink: every delivery proven by its part file.
+
+The sink's format and names are :mod:`rayorch.runtime.sinks`; this module only reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from rayorch.core.facts import OutputEmitted
+from rayorch.runtime.sinks import FILELESS_SINKS, PartName, SinkError, read_part, sink_parts
+
+
+def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted], *,
+                   complete: bool) -> list[str]:
+    """Problems with the delivery evidence of file sinks, one line each (none: all proven).
+
+    Every ``OutputEmitted`` naming a part must find that part in ``out_dir`` with the
+    source's record and the same digest. When the run is ``complete``, a part that no
+    fact names (a deposed driver's leftover) is a problem too.
+    """
+    by_part: dict[str, dict[int, str]] = {}
+    for fact in emitted:
+        if fact.sink in FILELESS_SINKS:
+            continue
+        by_part.setdefault(fact.sink, {})[fact.index] = fact.digest
+    if not by_part:
+        return []
+    if out_dir is None:
+        example = next(iter(by_part))
+        return [f"{sum(map(len, by_part.values()))} outputs were delivered to file sink parts "
+                f"(e.g. {example!r}) but the run records no output directory: pass --out-dir "
+                "DIR to check them"]
+    directory = Path(out_dir)
+    try:
+        meta, names = sink_parts(directory)
+    except SinkError as exc:
+        return [f"the output directory cannot be checked: {exc}"]
+    problems: list[str] = []
+    for sink, digests in sorted(by_part.items()):
+        fmt, _, name = sink.partition(":")
+        part = PartName.parse(name)
+        sources = ", ".join(map(str, sorted(digests)[:8])) + (", ..." if len(digests) > 8 else "")
+        if part is None or fmt != part.fmt or fmt != meta["format"]:
+            problems.append(f"sources {sources}: delivered to {sink!r}, which is not a "
+                            f"{meta['format']} part of {directory}")
+            continue
+        if name not in names:
+            problems.append(f"part {name} is missing from {directory}: sources {sources} were "
+                            "delivered to it")
+            continue
+        try:
+            stored = {rec.index: digest for rec, digest in read_part(directory / name)}
+        except SinkError as exc:
+            problems.append(f"part {name} (sources {sources}): {exc}")
+            continue
+        for index, digest in sorted(digests.items()):
+            if index not in stored:
+                problems.append(f"source {index}: part {name} holds no record of it")
+            elif digest and stored[index] != digest:
+                problems.append(f"source {index}: its record in part {name} was altered "
+                                f"(sha256 {stored[index][:12]}..., delivered "
+                                f"{digest[:12]}...)")
+    if complete:
+        referenced = {sink.partition(":")[2] for sink in by_part}
+        for name in names:
+            if name not in referenced:
+                problems.append(f"part {name} in {directory} is named by no OutputEmitted fact "
+                                "(left by a driver that died while deposed): delete it")
+    return problems
+
+
+__all__ = ["check_delivery"]
