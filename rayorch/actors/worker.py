@@ -130,7 +130,10 @@ class ModuleWorker:
                 os.getpid(), time.perf_counter() - started, replace_actor=True,
             )
         udf_seconds = time.perf_counter() - started
-        reports = tuple(reports_for(task.call.id, task.tags, done.results, time.time()))
+        # On a durable store (a binding) any run may be resumed into a file sink: outputs
+        # that JSON cannot hold fail their own records here, before the commit.
+        reports = tuple(reports_for(task.call.id, task.tags, done.results, time.time(),
+                                    json_rule=self._binding is not None))
         if self._binding is None:
             return BatchResult(
                 task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),

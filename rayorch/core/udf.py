@@ -31,6 +31,7 @@ from rayorch.core.facts import (
     storable_problem,
 )
 from rayorch.core.ids import CallId, Path
+from rayorch.core.json_values import json_problem
 from rayorch.core.outcome import ActorFailure, GroupFailure, RecordFailure
 from rayorch.core.plan import CallSpec, ModuleOptions, ModuleSpec
 from rayorch.core.recovery import DEFAULT_RECOVERY, RecoveryMode
@@ -319,28 +320,38 @@ def _clean_cause(cause: Any) -> str:
     return strip_ansi(_cause_text(cause))
 
 
-def _unstorable_output(call: CallId, outputs: tuple[Any, ...]) -> str | None:
+def _unstorable_output(call: CallId, outputs: tuple[Any, ...], json_rule: bool) -> str | None:
     """The one-line cause when an output cannot be stored faithfully, else None.
 
     Checked in the actor, before any commit, so such a value is a per-record failure on
     every store instead of a crash of the commit (docs/ARCHITECTURE.md, "Trust model").
+    With ``json_rule`` (a durable store, whose runs a file sink may write) an output JSON
+    cannot hold fails too, by the sinks' own rule (:mod:`rayorch.core.json_values`).
     """
-    if storable_problem(outputs) is None:
+    if storable_problem(outputs) is None and not (json_rule and json_problem(outputs)):
         return None
     for index, value in enumerate(outputs):
+        field = call if len(outputs) == 1 else f"{call}.{index}"
         problem = storable_problem(value)
         if problem is not None:
-            field = call if len(outputs) == 1 else f"{call}.{index}"
             cause = (f"{UNSTORABLE}: output {field!r} is a {type(value).__name__} that the "
                      f"lineage store cannot keep faithfully ({problem})")
-            return cause if len(cause) <= _CAUSE_LIMIT else cause[: _CAUSE_LIMIT - 3] + "..."
+        elif json_rule and (problem := json_problem(value)) is not None:
+            cause = f"{UNSTORABLE}: output {field!r} {problem} (file sinks write JSON)"
+        else:
+            continue
+        return cause if len(cause) <= _CAUSE_LIMIT else cause[: _CAUSE_LIMIT - 3] + "..."
     return f"{UNSTORABLE}: the outputs of {call!r} cannot be stored"
 
 
 def reports_for(
-    call: CallId, tags: Sequence[tuple[Path, int]], results: Sequence[RowResult], ts: float = 0.0
+    call: CallId, tags: Sequence[tuple[Path, int]], results: Sequence[RowResult], ts: float = 0.0,
+    *, json_rule: bool = False,
 ) -> list[GrainCommitted]:
-    """One ``GrainCommitted`` per ``(path, generation)`` tag, from ``invoke_batch`` results."""
+    """One ``GrainCommitted`` per ``(path, generation)`` tag, from ``invoke_batch`` results.
+
+    ``json_rule``: outputs a file sink could not write fail their records (durable stores).
+    """
     reports = []
     for (path, generation), result in zip(tags, results, strict=True):
         if isinstance(result, GroupFailure):
@@ -350,7 +361,7 @@ def reports_for(
             report = GrainCommitted(call, path, generation, REPORT_RECORD_FAILURE, None,
                                     _clean_cause(result.cause), ts=ts)
         else:
-            problem = _unstorable_output(call, result)
+            problem = _unstorable_output(call, result, json_rule)
             if problem is None:
                 report = GrainCommitted(call, path, generation, REPORT_PRESENT, result, ts=ts)
             else:

@@ -7,11 +7,12 @@ schema) and *part files* written whole and atomically, one per ``write_part`` ca
 
 Each record is one source: ``{"index": i, "outcome": "present", "value": ...}`` or
 ``{"index": i, "outcome": "dropped"|"failed"|"suppressed", "cause": ..., "output": NAME}``.
-Values are JSON (orjson): tuples and numpy arrays become lists, numpy scalars numbers,
-``bytes`` the tagged form ``{"$bytes": "<base64>"}``; anything else (a set, a 65-bit int,
-NaN, a dict with non-str keys) is a :class:`SinkError` naming the source, never a silent
-``str()``. Parquet parts have the columns ``index:int64, outcome, value_json, cause,
-output`` (strings). A record's *digest* is the SHA-256 of its canonical bytes: the JSONL
+Values are JSON by the one rule of :mod:`rayorch.core.json_values` (tuples and numpy
+arrays become lists, ``bytes`` ``{"$bytes": "<base64>"}``); anything else (a set, a 65-bit
+int, NaN, a dict with non-str keys) is a :class:`SinkError` naming the source, never a silent
+``str()`` (on a durable store the actor already failed that record alone, by the same
+rule). Parquet parts have the columns ``index:int64, outcome, value_json, cause, output``
+(strings). A record's *digest* is the SHA-256 of its canonical bytes: the JSONL
 line (keys in the order above, no spaces), rebuilt from the columns for Parquet.
 
 The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
@@ -32,9 +33,7 @@ publish).
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import math
 import os
 import re
 import secrets
@@ -48,6 +47,7 @@ import orjson
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import OutputEmitted
+from rayorch.core.json_values import json_bytes
 from rayorch.core.outcome import FailedResult, Outcome
 
 SINK_MANIFEST = "_rayorch_sink.json"
@@ -60,8 +60,6 @@ LEFTOVER_RE = re.compile(rf"^{re.escape(HIDDEN_PREFIX)}(?:tmp|claim)-(?P<part>.+
 OUTCOMES = frozenset(o.value for o in Outcome)
 # Sinks whose OutputEmitted facts need no file: the Pipeline.run caller, older writers.
 FILELESS_SINKS = ("", "caller")
-_JSON_OPTIONS = (orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATETIME
-                 | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 _RECORD_SCHEMA = {
     "index": "int (source index)",
     "outcome": "present | dropped | failed | suppressed",
@@ -110,52 +108,14 @@ class SinkRecord:
                 "output": self.output}
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, bytes | bytearray | memoryview):
-        return {"$bytes": base64.b64encode(bytes(obj)).decode("ascii")}
-    import numpy as np
-
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    raise TypeError(f"Type is not JSON serializable: {type(obj).__module__}."
-                    f"{type(obj).__qualname__}")
-
-
-def _non_finite(value: Any) -> bool:
-    """Whether a NaN or infinity hides in ``value`` (orjson would write it as null)."""
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_non_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_non_finite(v) for v in value)
-    import numpy as np
-
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind in "fc":
-            return not bool(np.isfinite(value).all())
-        return value.dtype.kind == "O" and _non_finite(value.tolist())
-    if isinstance(value, np.floating | np.complexfloating):
-        return not bool(np.isfinite(value))
-    return False
-
-
 def encode_record(index: int, value: Any) -> SinkRecord:
     """The record of source ``index`` (its output, or a :class:`FailedResult`)."""
     if isinstance(value, FailedResult):
         return SinkRecord(index, value.outcome.value, None, value.cause, value.port)
     try:
-        blob = orjson.dumps(value, default=_json_default, option=_JSON_OPTIONS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise SinkError(
-            f"source {index}: its output (type {type(value).__name__}) cannot be written as "
-            f"JSON: {exc}; file sinks take None, bool, 64-bit int, finite float, str, bytes, "
-            "lists, tuples, dicts with str keys and numpy arrays") from None
-    if b"null" in blob and _non_finite(value):
-        raise SinkError(f"source {index}: its output (type {type(value).__name__}) holds NaN "
-                        "or infinity, which JSON cannot hold; return None or a string instead")
+        blob = json_bytes(value)
+    except ValueError as exc:
+        raise SinkError(f"source {index}: its output {exc}") from None
     return SinkRecord(index, Outcome.PRESENT.value, blob)
 
 
