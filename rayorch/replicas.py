@@ -59,7 +59,7 @@ def create_run(
         pipeline_path,
     )
     from rayorch.runtime.sinks import FileSink
-    from rayorch.store.base import open_store
+    from rayorch.store.registry import open_store
 
     if micro_batch < 1 or shards < 1:
         raise DriverError("micro_batch and shards must be >= 1")
@@ -165,7 +165,7 @@ def join_run(
     from rayorch.runtime.sinks import sink_for_run
     from rayorch.runtime.trust import trusted_modules
     from rayorch.runtime.user_code import ship_user_code
-    from rayorch.store.base import open_store
+    from rayorch.store.registry import open_store
 
     lineage = open_store(with_quick_retries(store))
     try:

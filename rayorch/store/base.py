@@ -5,7 +5,7 @@ descendants live in one shard, so a commit or barrier check never crosses shards
 Each shard has one total order of facts, numbered by a per-shard sequence number
 starting at 1; a reader's cursor is the last sequence number it has seen.
 
-Example::
+Example (``open_store`` is in :mod:`rayorch.store.registry`)::
 
     store = open_store("memory://")
     store.open_run("run-1", plan, shards=2, micro_batch=8)
@@ -46,7 +46,6 @@ from rayorch.store.errors import (
     InvalidRunIdError,
     RunMismatchError,
     RunShapeError,
-    StoreURLError,
     UnknownRunPartError,
 )
 from rayorch.store.keys import barrier_member, grain_field, valid_run_id
@@ -56,10 +55,6 @@ REPORT_OUTCOMES = frozenset({REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP
 
 # How a driver fact changes the Grain table (same codes as append-fenced-6.lua).
 KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
-
-
-# Stores that several processes share (a run on them can be resumed, joined and audited).
-SHARED_STORE_SCHEMES = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
 
 
 def redact_url(url: str) -> str:
@@ -505,25 +500,3 @@ def check_reopen(info: RunInfo, fingerprint: str, shards: int, micro_batch: int)
     if info.micro_batch != micro_batch:
         raise RunMismatchError(info.run_id, "micro_batch =", str(info.micro_batch),
                                str(micro_batch))
-
-
-def open_store(url: str = "memory://") -> LineageStore:
-    """Open a lineage store by URL: ``memory://[name]``, ``redis://...``, ``rediss://...``,
-    or a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``).
-
-    ``redis://user:password@host:6379/0?payload_dir=/data/payloads&payload_threshold=65536``
-    """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme == "memory":
-        from rayorch.store.memory import MemoryStore
-
-        return MemoryStore.open(url)
-    if scheme in ("redis", "rediss"):
-        from rayorch.store.redis_store import RedisStore
-
-        return RedisStore(url)
-    if scheme in ("redis+cluster", "rediss+cluster"):
-        from rayorch.store.redis_cluster import RedisClusterStore
-
-        return RedisClusterStore(url)
-    raise StoreURLError(url, f"unknown scheme {scheme or '(none)'!r}")

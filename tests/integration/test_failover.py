@@ -28,7 +28,8 @@ from rayorch.replicas import create_run, join_run
 from rayorch.runtime.manifest import ManifestError
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store.audit import audit_run
-from rayorch.store.base import LineageStore, open_store
+from rayorch.store.base import LineageStore
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]
 
