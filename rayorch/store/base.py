@@ -19,14 +19,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.facts import (
-    REPORT_GROUP_FAILURE,
-    REPORT_PRESENT,
-    REPORT_RECORD_FAILURE,
     BarrierInstalled,
     ExpansionClosed,
     Fact,
@@ -41,6 +37,13 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import ROOT, CallId, DomainId, Path, domain_depth, format_grain
 from rayorch.core.plan import Plan
+from rayorch.core.vocabulary import (
+    REPORT_GROUP_FAILURE,
+    REPORT_OUTCOMES,
+    CommitVerdict,
+    FactKind,
+    GrainPhase,
+)
 from rayorch.store.errors import (
     FactNotAllowedError,
     InvalidRunIdError,
@@ -51,10 +54,13 @@ from rayorch.store.errors import (
 from rayorch.store.keys import barrier_member, grain_field, valid_run_id
 
 DEFAULT_READ_LIMIT = 10_000
-REPORT_OUTCOMES = frozenset({REPORT_PRESENT, REPORT_RECORD_FAILURE, REPORT_GROUP_FAILURE})
 
-# How a driver fact changes the Grain table (same codes as append-fenced-6.lua).
-KIND_OTHER, KIND_DISPATCHED, KIND_RETRIED, KIND_FAILED = 0, 1, 2, 3
+# How each driver fact changes the Grain table (the fenced append checks it), as plain ints.
+_KIND_OF: dict[type[Fact], int] = {
+    GrainDispatched: int(FactKind.DISPATCHED),
+    GrainRetried: int(FactKind.RETRIED),
+    GrainFailed: int(FactKind.FAILED),
+}
 
 
 def redact_url(url: str) -> str:
@@ -169,7 +175,7 @@ class RunLayout:
 class PreparedDriverFact(NamedTuple):
     """A driver fact with what the append check needs (kind, Grain field, generation)."""
 
-    kind: int
+    kind: int  # a FactKind value
     grain: str
     generation: int
     domain: DomainId
@@ -207,17 +213,13 @@ def prepare_driver_facts(
                 layout.info.run_id, f"{fact!r} belongs to shard {fact_shard}, not shard {shard}"
             )
         domain = layout.domain_of(fact)
-        if isinstance(fact, GrainDispatched):
-            out.append(PreparedDriverFact(KIND_DISPATCHED, grain_field(fact.call, fact.path),
-                                          fact.generation, domain, fact))
-        elif isinstance(fact, GrainRetried):
-            out.append(PreparedDriverFact(KIND_RETRIED, grain_field(fact.call, fact.path),
-                                          fact.generation, domain, fact))
-        elif isinstance(fact, GrainFailed):
-            out.append(PreparedDriverFact(KIND_FAILED, grain_field(fact.call, fact.path),
-                                          fact.generation, domain, fact))
+        kind = _KIND_OF.get(type(fact))
+        if kind is None:
+            out.append(PreparedDriverFact(int(FactKind.OTHER), "", 0, domain, fact))
         else:
-            out.append(PreparedDriverFact(KIND_OTHER, "", 0, domain, fact))
+            grain = cast(GrainDispatched, fact)  # or GrainRetried / GrainFailed: same fields
+            out.append(PreparedDriverFact(kind, grain_field(grain.call, grain.path),
+                                          grain.generation, domain, fact))
     return out
 
 

@@ -20,16 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
+from rayorch.core.commit import commit_verdict
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path, parse_path
 from rayorch.core.machine import barrier_fact
+from rayorch.core.vocabulary import PHASE_AFTER, CommitVerdict, FactKind, GrainPhase
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
-    KIND_DISPATCHED,
-    KIND_FAILED,
-    KIND_OTHER,
-    KIND_RETRIED,
     LeaseHolder,
     LineageStore,
     RunInfo,
@@ -51,12 +48,6 @@ from rayorch.store.errors import (
     StoreURLError,
 )
 from rayorch.store.keys import grain_field
-
-_NEW_PHASE = {
-    KIND_DISPATCHED: GrainPhase.IN_FLIGHT,
-    KIND_RETRIED: GrainPhase.READY,
-    KIND_FAILED: GrainPhase.SEALED,
-}
 
 
 @dataclass
@@ -275,14 +266,14 @@ class MemoryStore(LineageStore):
             overlay: dict[str, tuple[GrainPhase, int]] = {}
             conflicts: list[tuple[CallId, Path]] = []
             for item in prepared:
-                if item.kind == KIND_OTHER:
+                if item.kind == FactKind.OTHER:
                     continue
                 phase, _ = overlay.get(item.grain) or state.grains.get(item.grain) or (None, 0)
                 if phase is GrainPhase.SEALED:
                     call, _, path = item.grain.rpartition("|")
                     conflicts.append((call, parse_path(path)))
                 else:
-                    overlay[item.grain] = (_NEW_PHASE[item.kind], item.generation)
+                    overlay[item.grain] = (PHASE_AFTER[FactKind(item.kind)], item.generation)
             if conflicts:
                 raise GrainSealedError(run_id, shard, conflicts)
             state.grains.update(overlay)
