@@ -14,8 +14,7 @@ from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.runtime.ray_cluster import ensure_ray
-from rayorch.store.base import redact_url
-from rayorch.store.registry import scheme_of
+from rayorch.store.registry import redact_url, scheme_of
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run

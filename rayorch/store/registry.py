@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rayorch.store.errors import StoreURLError
 
@@ -60,6 +61,16 @@ for _scheme in ("redis+cluster", "rediss+cluster"):
     register_backend(_scheme, "rayorch.store.redis_cluster:RedisClusterStore", shared=True)
 
 
+def redact_url(url: str) -> str:
+    """The URL without its password (for messages and logs); also with several hosts."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not at or not colon:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
+
+
 def scheme_of(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
@@ -84,4 +95,5 @@ def open_store(url: str = "memory://") -> LineageStore:
     return backend.open(url)
 
 
-__all__ = ["BACKENDS", "Backend", "is_shared_store", "open_store", "register_backend"]
+__all__ = ["BACKENDS", "Backend", "is_shared_store", "open_store", "redact_url",
+           "register_backend", "scheme_of"]
