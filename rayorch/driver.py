@@ -33,7 +33,7 @@ from rayorch.runtime.session import (
     with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
-from rayorch.store.base import SHARED_STORE_SCHEMES
+from rayorch.store.registry import is_shared_store
 
 __all__ = ["DriverError", "Executor", "RunHandle", "run_pipeline"]
 
@@ -321,7 +321,7 @@ class Executor:
                 max_active_input_batches: int | None = None,
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
-        from rayorch.store.base import open_store
+        from rayorch.store.registry import open_store
 
         if self._closed:
             raise DriverError("this Executor is closed: make a new one")
@@ -347,7 +347,7 @@ class Executor:
                 created = not _run_exists(lineage, run_id)
             info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
                                     config={"max_active_sources": max_active_sources})
-            if store.lower().startswith(SHARED_STORE_SCHEMES):
+            if is_shared_store(store):
                 _record_manifest(lineage, run_id, self.pipeline, inputs, depth=self._depth,
                                  max_active_sources=max_active_sources)
             # The actors start while the driver takes the leases and admits sources.

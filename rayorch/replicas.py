@@ -60,7 +60,7 @@ def create_run(
         record_manifest,
     )
     from rayorch.runtime.sinks import FileSink
-    from rayorch.store.base import open_store
+    from rayorch.store.registry import open_store
 
     if micro_batch < 1 or shards < 1:
         raise DriverError("micro_batch and shards must be >= 1")
@@ -166,7 +166,7 @@ def join_run(
     from rayorch.runtime.sinks import sink_for_run
     from rayorch.runtime.trust import trusted_modules
     from rayorch.runtime.user_code import ship_user_code
-    from rayorch.store.base import open_store
+    from rayorch.store.registry import open_store
 
     lineage = open_store(with_quick_retries(store))
     try:

@@ -78,7 +78,7 @@ def start_orphan_watch(store_url: str, run_id: str, grace_s: float,
         os._exit(0)
 
     def loop() -> None:
-        from rayorch.store.base import open_store
+        from rayorch.store.registry import open_store
 
         store = open_store(store_url)
         watch = OrphanWatch(grace_s)

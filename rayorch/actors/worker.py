@@ -154,7 +154,7 @@ class ModuleWorker:
         """
         if self._store is None:
             assert self._binding is not None
-            from rayorch.store.base import open_store
+            from rayorch.store.registry import open_store
 
             self._store = open_store(self._binding.url)
         assert self._binding is not None

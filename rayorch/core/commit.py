@@ -2,36 +2,13 @@
 
 A report for Grain ``G`` is accepted iff ``phase(G) = in_flight``, its generation
 is ``generation(G)`` and no suppression barrier covers ``G``. The Redis store's
-Lua function ``commit_batch`` implements the same rule and the same verdict codes;
-a differential test keeps them equal.
+Lua function ``commit_batch`` implements the same rule with the same verdict codes
+(:mod:`rayorch.core.vocabulary`); a differential test keeps them equal.
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
-
-
-class GrainPhase(IntEnum):
-    """Phases of a Grain: ``waiting -> ready -> in_flight -> sealed``."""
-
-    WAITING = 0
-    READY = 1
-    IN_FLIGHT = 2
-    SEALED = 3
-
-
-class CommitVerdict(IntEnum):
-    """Why a report was accepted or rejected (same codes as the Lua function)."""
-
-    ACCEPTED = 1
-    NOT_DISPATCHED = -1  # unknown Grain, or waiting/ready: nothing in flight
-    STALE = -2  # in flight, but with another generation
-    SEALED = -3  # already committed, failed or suppressed (a duplicate or late report)
-    BARRED = -4  # a GroupFailure barrier covers the Grain
-
-    @property
-    def accepted(self) -> bool:
-        return self is CommitVerdict.ACCEPTED
+from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 
 
 def commit_verdict(
@@ -47,3 +24,6 @@ def commit_verdict(
     if report_generation != generation:
         return CommitVerdict.STALE
     return CommitVerdict.ACCEPTED
+
+
+__all__ = ["CommitVerdict", "GrainPhase", "commit_verdict"]

@@ -21,13 +21,12 @@ import msgpack
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.ids import CallId, DomainId, Path
+from rayorch.core.vocabulary import REPORT_GROUP_FAILURE as REPORT_GROUP_FAILURE
+from rayorch.core.vocabulary import REPORT_PRESENT as REPORT_PRESENT
+from rayorch.core.vocabulary import REPORT_RECORD_FAILURE as REPORT_RECORD_FAILURE
+from rayorch.core.vocabulary import Outcome
 
 CODEC_VERSION = 1
-
-# Outcomes a worker may report for one Grain.
-REPORT_PRESENT = "present"
-REPORT_RECORD_FAILURE = "record_failure"
-REPORT_GROUP_FAILURE = "group_failure"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +137,7 @@ class OutputEmitted(Fact):
 
     tag: ClassVar[str] = "output_emitted"
     index: int
-    outcome: str = "present"
+    outcome: str = Outcome.PRESENT.value
     sink: str = ""
     digest: str = ""
 

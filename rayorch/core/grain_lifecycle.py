@@ -27,7 +27,7 @@ from rayorch.core.ids import GrainKey, Path, format_grain, format_path
 from rayorch.core.outcome import Outcome
 from rayorch.core.plan_tables import CallInfo
 from rayorch.core.propagation import Absent, ItemPropagation
-from rayorch.core.scheduler import BARRED, IN_FLIGHT, PHASE_NAMES, READY, SEALED
+from rayorch.core.vocabulary import BARRED, IN_FLIGHT, READY, SEALED, phase_text
 
 
 class AlreadyApplied(Exception):
@@ -56,7 +56,7 @@ class GrainLifecycle(ItemPropagation):
             raise AlreadyApplied
         raise self._reject(
             f"GrainDispatched {format_grain(grain)} generation {fact.generation}: the grain is "
-            f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
+            f"{phase_text(phase)} at generation {generation}", grain)
 
     def _on_committed(self, fact: GrainCommitted) -> None:
         grain = (fact.call, fact.path)
@@ -194,7 +194,7 @@ class GrainLifecycle(ItemPropagation):
             raise AlreadyApplied
         raise self._reject(
             f"GrainRetried {format_grain(grain)} to generation {fact.generation}: the grain is "
-            f"{PHASE_NAMES.get(phase)} at generation {generation}", grain)
+            f"{phase_text(phase)} at generation {generation}", grain)
 
     def _on_failed(self, fact: GrainFailed) -> None:
         grain = (fact.call, fact.path)
@@ -215,7 +215,7 @@ class GrainLifecycle(ItemPropagation):
             raise AlreadyApplied
         raise self._reject(
             f"GrainFailed {format_grain(grain)} generation {fact.generation}: the grain is "
-            f"{PHASE_NAMES.get(phase)} at generation {self._gen.get(grain, 0)}", grain)
+            f"{phase_text(phase)} at generation {self._gen.get(grain, 0)}", grain)
 
 
     def physical_failure(

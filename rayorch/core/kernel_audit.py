@@ -13,7 +13,7 @@ from rayorch.core.errors import KernelError
 from rayorch.core.facts import Fact
 from rayorch.core.ids import Path, format_grain, format_path
 from rayorch.core.plan_tables import PlanTables
-from rayorch.core.scheduler import BARRED, IN_FLIGHT, READY, SEALED
+from rayorch.core.vocabulary import BARRED, IN_FLIGHT, READY, SEALED
 
 if TYPE_CHECKING:
     from rayorch.core.propagation import ItemPropagation

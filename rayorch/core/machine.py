@@ -38,7 +38,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, GrainKey, Path
-from rayorch.core.outcome import FailedResult, Item, source_result
+from rayorch.core.outcome import FailedResult, Item, Outcome, source_result
 from rayorch.core.plan import Plan
 from rayorch.core.state import Kernel
 
@@ -277,7 +277,7 @@ class ShardMachine:
         names = self.plan.output_names
         for index, items in self.kernel.pop_completed():
             value = item_result(index, items, names)
-            outcome = value.outcome.value if isinstance(value, FailedResult) else "present"
+            outcome = (value.outcome if isinstance(value, FailedResult) else Outcome.PRESENT).value
             self._outbox.append(OutputReady(index, value, outcome, tuple(items)))
 
 

@@ -11,17 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-
-class Outcome(StrEnum):
-    """The closed set of terminal outcomes of an Item."""
-
-    PRESENT = "present"
-    DROPPED = "dropped"
-    FAILED = "failed"
-    SUPPRESSED = "suppressed"
+from rayorch.core.vocabulary import Outcome as Outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,14 @@ from rayorch.core.kernel_audit import story_of
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.plan import Plan
 from rayorch.core.plan_tables import BroadcastInfo, CallInfo, ExpandInfo, PlanTables, ReduceInfo
-from rayorch.core.scheduler import READY, CallQueue
+from rayorch.core.scheduler import CallQueue
 from rayorch.core.udf import expansion_elements
+from rayorch.core.vocabulary import (
+    EXPANSION_DROPPED,
+    EXPANSION_FAILED,
+    EXPANSION_SUCCEEDED,
+    READY,
+)
 
 # == the item representation ==========================================================
 DROPPED_X = -1  # expansion states besides a child count
@@ -85,10 +91,10 @@ def as_item(value: Any) -> Item:
 
 def expansion_outcome(state: int) -> tuple[str, int]:
     if state == DROPPED_X:
-        return "dropped", 0
+        return EXPANSION_DROPPED, 0
     if state == FAILED_X:
-        return "failed", 0
-    return "succeeded", state
+        return EXPANSION_FAILED, 0
+    return EXPANSION_SUCCEEDED, state
 
 
 def broadcast_item(value: Any) -> Any:

@@ -32,6 +32,7 @@ from rayorch.core.ids import ROOT, CallId, DomainId, Path, format_grain, format_
 from rayorch.core.outcome import DROPPED, GroupFailure, Item, Outcome, RecordFailure, present
 from rayorch.core.plan import NodeKind, NodeSpec, Plan
 from rayorch.core.udf import UdfError, expansion_elements, instantiate, invoke_batch
+from rayorch.core.vocabulary import EXPANSION_DROPPED, EXPANSION_FAILED, EXPANSION_SUCCEEDED
 
 
 @dataclass
@@ -96,9 +97,9 @@ def evaluate(
                 columns = [expansion_elements(i.value) if i.present else None for i in aligned]
                 lengths = {len(c) for c in columns if c is not None}
                 if item.outcome is Outcome.DROPPED:
-                    result.expansions[(node.domain, path)] = ("dropped", 0)
+                    result.expansions[(node.domain, path)] = (EXPANSION_DROPPED, 0)
                 elif any(c is None for c in columns) or len(lengths) > 1:
-                    result.expansions[(node.domain, path)] = ("failed", 0)
+                    result.expansions[(node.domain, path)] = (EXPANSION_FAILED, 0)
                     bad_value = next((i.value for i, c in zip(aligned, columns) if c is None),
                                      None)
                     failed_expansions[(node.domain, path)] = (
@@ -112,7 +113,7 @@ def evaluate(
                     )
                 else:
                     count = lengths.pop()
-                    result.expansions[(node.domain, path)] = ("succeeded", count)
+                    result.expansions[(node.domain, path)] = (EXPANSION_SUCCEEDED, count)
                     for ordinal in range(count):
                         children.append((*path, ordinal))
                         for port, column in zip(node.outputs, columns):
@@ -133,9 +134,9 @@ def evaluate(
                 else:
                     failed = [(i, v, node.inputs[0]) for i, v in enumerate(values) if _bad(v)]
                     kept = [v for v in values if v.present]
-                if state == "dropped":
+                if state == EXPANSION_DROPPED:
                     out = DROPPED
-                elif state == "failed":
+                elif state == EXPANSION_FAILED:
                     out = failed_expansions[(node.source_domain, path)]
                 elif failed:
                     i, member, port = min(failed, key=lambda f: f[0])

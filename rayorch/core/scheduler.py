@@ -21,12 +21,11 @@ from collections import deque
 
 from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.plan import Policy
+from rayorch.core.vocabulary import READY
 
-# The phase codes of the kernel's ``_phase`` table (a Grain with no entry is waiting, or
-# was decided without running). The queues read them; the kernel writes them.
-READY, IN_FLIGHT, SEALED, BARRED = 1, 2, 3, 4
-PHASE_NAMES = {None: "waiting or decided without running", READY: "ready",
-               IN_FLIGHT: "in flight", SEALED: "sealed", BARRED: "barred (in flight, suppressed)"}
+# The kernel's ``_phase`` table holds GrainPhase values (rayorch.core.vocabulary) as plain
+# ints; a Grain with no entry is waiting, or was decided without running. The queues read
+# the table; the kernel writes it.
 
 
 class CallQueue:
@@ -111,4 +110,4 @@ class CallQueue:
         return recovery, fifo
 
 
-__all__ = ["BARRED", "IN_FLIGHT", "PHASE_NAMES", "READY", "SEALED", "CallQueue"]
+__all__ = ["CallQueue"]

@@ -22,7 +22,8 @@ from rayorch.core.facts import (
     GrainFailed,
 )
 from rayorch.core.ids import CallId, DomainId, Path
-from rayorch.store.base import LineageStore, RunLayout
+from rayorch.store.base import LineageStore
+from rayorch.store.layout import RunLayout
 
 GrainKey = tuple[CallId, Path]
 

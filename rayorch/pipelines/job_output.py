@@ -323,7 +323,7 @@ def write_rows(
     *,
     job: JobLayout,
     sources: list[str] | None,
-    summary: JobSummary | None,
+    summary: JobSummary,
     write_ok: Callable[[OutputDir, JobSummary, int, Any], dict[str, Any] | None],
 ) -> JobSummary:
     """One row per ``(id, value)`` result, written as it comes; returns the counts.
@@ -334,12 +334,9 @@ def write_rows(
     failed, with the same cause in its row and in ``summary``. A plain path is (re)made
     as an output directory whose earlier outputs are replaced.
     """
-    from rayorch.pipelines.job_cli import JobSummary
-
     sources = sources or []
     out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
         out_dir, job=job, sources=sources, options={}, overwrite=True)
-    summary = summary or JobSummary(job, total=len(sources))
     try:
         for index, value in results:
             source = sources[index] if 0 <= index < len(sources) else None

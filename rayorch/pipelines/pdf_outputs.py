@@ -59,6 +59,7 @@ def write_outputs(
     not make it; ``sources`` name the source of failed documents. A plain path is
     (re)made as an output directory whose earlier documents are replaced.
     """
+    summary = summary or JobSummary(PDF_JOB, total=len(sources or []))
     return write_rows(results, out_dir, job=PDF_JOB, sources=sources, summary=summary,
                       write_ok=_write_document)
 

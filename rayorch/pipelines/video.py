@@ -268,6 +268,7 @@ def write_outputs(
     failed result. A plain path is (re)made as an output directory whose earlier
     outputs are replaced.
     """
+    summary = summary or JobSummary(VIDEO_JOB, total=len(sources or []))
     return write_rows(results, out_dir, job=VIDEO_JOB, sources=sources, summary=summary,
                       write_ok=_write_clips)
 

@@ -52,6 +52,7 @@ from rayorch.core.machine import (
     WriteFacts,
 )
 from rayorch.core.plan import CallSpec, Plan, Policy
+from rayorch.core.vocabulary import REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
@@ -430,11 +431,11 @@ class ShardDriver(LeaseSide):
             st = self.shards.get(k)
             if st is None:
                 continue  # not ours (any more): the store has the commit, its holder folds it
-            present = sum(1 for r, c in zip(reports, codes) if c == 1 and r.outcome == "present")
+            accepted = [r.outcome for r, c in zip(reports, codes) if c == CommitVerdict.ACCEPTED]
+            present = accepted.count(REPORT_PRESENT)
             call_stats.record_done(present, now)
-            call_stats.failed += sum(1 for r, c in zip(reports, codes)
-                                     if c == 1 and r.outcome != "present")
-            call_stats.rejected += sum(1 for c in codes if c != 1)
+            call_stats.failed += len(accepted) - present
+            call_stats.rejected += len(codes) - len(accepted)
             self._perform(st, st.machine.handle(BatchCommitted(tuple(reports), tuple(codes))))
 
     def _batch_failed(self, call: CallId, tags: Sequence[tuple[Path, int]], cause: str) -> None:

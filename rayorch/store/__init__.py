@@ -9,7 +9,6 @@ from rayorch.store.base import (
     LineageStore,
     RunInfo,
     StoredFact,
-    open_store,
     shard_of,
 )
 from rayorch.store.errors import (
@@ -31,6 +30,7 @@ from rayorch.store.errors import (
     StoreVersionError,
     UnknownRunPartError,
 )
+from rayorch.store.registry import open_store, register_backend
 
 __all__ = [
     "FactNotAllowedError",
@@ -55,5 +55,6 @@ __all__ = [
     "StoredFact",
     "UnknownRunPartError",
     "open_store",
+    "register_backend",
     "shard_of",
 ]

@@ -33,6 +33,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, format_path
 from rayorch.core.plan import Plan
+from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
 from rayorch.store.base import LineageStore, StoredFact
 from rayorch.store.errors import PayloadError
 
@@ -112,7 +113,7 @@ class ShardAudit:
 
     def __init__(self, shard: int, shape: PlanShape, report: AuditReport) -> None:
         self.shard, self.shape, self.report = shard, shape, report
-        self.grain_state: dict[GrainKey, tuple[str, int]] = {}
+        self.grain_state: dict[GrainKey, tuple[GrainPhase, int]] = {}
         self.sealed: dict[GrainKey, int] = {}
         self.committed: dict[GrainKey, GrainCommitted] = {}
         self.barriers: set[tuple[CallId, Path]] = set()
@@ -137,7 +138,7 @@ class ShardAudit:
             self._dispatched(fact)
         elif isinstance(fact, GrainRetried):
             self._not_sealed(fact.call, fact.path, "retried")
-            self.grain_state[(fact.call, fact.path)] = ("ready", fact.generation)
+            self.grain_state[(fact.call, fact.path)] = (GrainPhase.READY, fact.generation)
             self.count("grains", "retried")
         elif isinstance(fact, GrainFailed):
             self._seal(fact.call, fact.path, "failed")
@@ -175,12 +176,13 @@ class ShardAudit:
                                           f"#{self.sealed[grain]})")
         else:
             self.sealed[grain] = self.seq
-        self.grain_state[grain] = ("sealed", self.grain_state.get(grain, ("", 0))[1])
+        self.grain_state[grain] = (GrainPhase.SEALED,
+                                   self.grain_state.get(grain, (GrainPhase.WAITING, 0))[1])
 
     def _dispatched(self, fact: GrainDispatched) -> None:
         grain = (fact.call, fact.path)
         self._not_sealed(fact.call, fact.path, "dispatched")
-        self.grain_state[grain] = ("in_flight", fact.generation)
+        self.grain_state[grain] = (GrainPhase.IN_FLIGHT, fact.generation)
         self.count("grains", "dispatched")
         self._check_ordinal_range(fact.call, fact.path)
         for _, child_call, _, child_domain in self.shape.reducers.get(fact.call, ()):
@@ -188,12 +190,12 @@ class ShardAudit:
 
     def _committed(self, fact: GrainCommitted) -> None:
         grain = (fact.call, fact.path)
-        state, generation = self.grain_state.get(grain, ("waiting", 0))
-        if state == "in_flight" and generation != fact.generation:
+        state, generation = self.grain_state.get(grain, (GrainPhase.WAITING, 0))
+        if state is GrainPhase.IN_FLIGHT and generation != fact.generation:
             self.bad(format_grain(grain), f"accepted a stale report (generation "
                                           f"{fact.generation}, in flight as {generation})")
-        elif state not in ("in_flight", "sealed"):
-            self.bad(format_grain(grain), f"committed while {state}, not in flight")
+        elif state not in (GrainPhase.IN_FLIGHT, GrainPhase.SEALED):
+            self.bad(format_grain(grain), f"committed while {state.label}, not in flight")
         parent = fact.path[:-1]
         self._check_ordinal_range(fact.call, fact.path)
         if parent and (fact.call, parent) in self.barriers:
@@ -217,8 +219,8 @@ class ShardAudit:
         self.expansions[key] = fact
         self.closed_under.setdefault(fact.parent, []).append(fact)
         expected = self.expected.get(key)
-        if expected is not None and expected[1] is not None and fact.outcome == "succeeded" \
-                and expected[1] != fact.count:
+        if expected is not None and expected[1] is not None \
+                and fact.outcome == EXPANSION_SUCCEEDED and expected[1] != fact.count:
             self.bad(name, f"closed with {fact.count} children but the expanded value "
                            f"has {expected[1]} elements")
 
@@ -229,7 +231,7 @@ class ShardAudit:
         for closed in self.closed_under.get(path[:-1], ()):
             # A parent may have several child Domains (one per expand): only the Call's own.
             if closed.domain == domain and \
-                    closed.outcome == "succeeded" and not 0 <= path[-1] < closed.count:
+                    closed.outcome == EXPANSION_SUCCEEDED and not 0 <= path[-1] < closed.count:
                 self.bad(format_grain((call, path)),
                          f"ordinal {path[-1]} outside 0..{closed.count - 1} of its expansion")
 
@@ -238,7 +240,7 @@ class ShardAudit:
         if closed is None:
             self.bad(format_grain(grain), f"dispatched before its expansion {domain} closed")
             return
-        for ordinal in range(closed.count if closed.outcome == "succeeded" else 0):
+        for ordinal in range(closed.count if closed.outcome == EXPANSION_SUCCEEDED else 0):
             child = (child_call, (*grain[1], ordinal))
             commit = self.committed.get(child)
             if child in self.grain_state and commit is None:

@@ -1,7 +1,7 @@
 """The in-process lineage store: the embedded default (one driver, no Redis needed).
 
-It implements the same interface and the same commit rule as the Redis store
-(:func:`rayorch.core.commit.commit_verdict`), under one lock. ``memory://NAME``
+It implements the same interfaces as the Redis store, with the rules of
+:mod:`rayorch.store.gate` (the lease fence, the commit gate) applied under one lock. ``memory://NAME``
 names a store shared by everything in this process; ``memory://`` makes a fresh one.
 
 A store opened by URL lives while someone has it open: every :meth:`MemoryStore.open`
@@ -20,61 +20,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
-from rayorch.core.ids import ROOT, CallId, DomainId, Path, parse_path
-from rayorch.core.machine import barrier_fact
-from rayorch.store.base import (
-    DEFAULT_READ_LIMIT,
-    KIND_DISPATCHED,
-    KIND_FAILED,
-    KIND_OTHER,
-    KIND_RETRIED,
-    LeaseHolder,
-    LineageStore,
+from rayorch.core.ids import ROOT, CallId, DomainId, Path
+from rayorch.core.vocabulary import CommitVerdict
+from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
+from rayorch.store.errors import RunNotFoundError, StoreClosedError, StoreURLError
+from rayorch.store.gate import GrainEntry, ShardLease, judge_reports, seal_check, split_field
+from rayorch.store.keys import grain_field
+from rayorch.store.layout import (
     RunInfo,
     RunLayout,
-    StoredFact,
     check_reopen,
     check_run_id,
     prepare_driver_facts,
     prepare_reports,
 )
-from rayorch.store.errors import (
-    FencedError,
-    GrainSealedError,
-    LeaseHeldError,
-    LeaseLostError,
-    LeaseRolledBackError,
-    RunNotFoundError,
-    StoreClosedError,
-    StoreURLError,
-)
-from rayorch.store.keys import grain_field
-
-_NEW_PHASE = {
-    KIND_DISPATCHED: GrainPhase.IN_FLIGHT,
-    KIND_RETRIED: GrainPhase.READY,
-    KIND_FAILED: GrainPhase.SEALED,
-}
-
-
-@dataclass
-class _Lease:
-    driver: str
-    epoch: int
-    deadline: float
 
 
 @dataclass
 class _Shard:
     facts: list[StoredFact] = field(default_factory=list)
     by_domain: dict[DomainId, list[int]] = field(default_factory=dict)  # domain -> seqs
-    grains: dict[str, tuple[GrainPhase, int]] = field(default_factory=dict)
+    grains: dict[str, GrainEntry] = field(default_factory=dict)
     barriers: set[str] = field(default_factory=set)
-    lease: _Lease | None = None  # the live lease
-    last: _Lease | None = None  # the last acquisition (who continued the shard)
-    epoch: int = 0
+    lease: ShardLease = field(default_factory=ShardLease)
 
     def add(self, domain: DomainId, fact: Fact) -> int:
         seq = len(self.facts) + 1
@@ -196,73 +165,32 @@ class MemoryStore(LineageStore):
             self._runs.pop(run_id, None)
 
     # -- leases ------------------------------------------------------------------
-    def _live_lease(self, shard: _Shard) -> _Lease | None:
-        lease = shard.lease
-        if lease is not None and lease.deadline <= self._clock():
-            shard.lease = lease = None
-        return lease
-
     def acquire_lease(self, run_id: str, shard: int, driver: str, ttl_s: float, *,
                       after_epoch: int | None = None) -> int:
         with self._changed:
             _, state = self._shard(run_id, shard)
-            lease = self._live_lease(state)
-            if after_epoch is not None:
-                try:
-                    lease = self._fence(run_id, shard, state, after_epoch, driver)
-                except LeaseLostError as exc:
-                    if type(exc) is not LeaseLostError:
-                        raise  # deposed; plain LeaseLostError: nobody held it since
-            elif lease is not None and lease.driver != driver:
-                raise LeaseHeldError(run_id, shard, lease.driver, lease.epoch)
-            deadline = self._clock() + ttl_s
-            if lease is not None:
-                lease.deadline = deadline
-                return lease.epoch
-            state.epoch = max(state.epoch, state.last.epoch if state.last else 0) + 1
-            state.lease = state.last = _Lease(driver, state.epoch, deadline)
-            state.add(ROOT, LeaseAcquired(shard, driver, state.epoch, ts=time.time()))
-            self._changed.notify_all()
-            return state.epoch
-
-    def _fence(self, run_id: str, shard: int, state: _Shard, epoch: int, driver: str
-               ) -> _Lease:
-        """The live lease if ``driver`` holds it with ``epoch``; else raise why not.
-
-        The same rule as ``lua/includes/lease.lua``: :class:`LeaseLostError` when the
-        lease lapsed and nobody held the shard since, :class:`FencedError` naming who
-        continued it, :class:`LeaseRolledBackError` for an epoch the store never handed out.
-        """
-        lease = self._live_lease(state)
-        if lease is not None and lease.epoch == epoch and lease.driver == driver:
-            return lease
-        last = lease or state.last
-        last_epoch, last_driver = (last.epoch, last.driver) if last else (state.epoch, "")
-        mine = last_epoch == epoch and (last is None or last.driver == driver)
-        state.epoch = max(state.epoch, epoch)
-        if lease is None and mine:
-            raise LeaseLostError(run_id, shard, epoch)
-        if last_epoch < epoch:
-            raise LeaseRolledBackError(run_id, shard, epoch, last_epoch, last_driver)
-        raise FencedError(run_id, shard, epoch, last_epoch, last_driver)
+            epoch, new = state.lease.acquire(run_id, shard, driver, ttl_s, self._clock(),
+                                             after_epoch=after_epoch)
+            if new:
+                state.add(ROOT, LeaseAcquired(shard, driver, epoch, ts=time.time()))
+                self._changed.notify_all()
+            return epoch
 
     def renew_lease(self, run_id: str, shard: int, driver: str, epoch: int, ttl_s: float) -> None:
         with self._lock:
             _, state = self._shard(run_id, shard)
-            lease = self._fence(run_id, shard, state, epoch, driver)
-            lease.deadline = self._clock() + ttl_s
+            now = self._clock()
+            state.lease.fence(run_id, shard, epoch, driver, now).deadline = now + ttl_s
 
     def release_lease(self, run_id: str, shard: int, driver: str, epoch: int) -> None:
         with self._lock:
             _, state = self._shard(run_id, shard)
-            lease = self._live_lease(state)
-            if lease is not None and lease.epoch == epoch and lease.driver == driver:
-                state.lease = None
+            state.lease.release(epoch, driver, self._clock())
 
     def lease_holder(self, run_id: str, shard: int) -> LeaseHolder | None:
         with self._lock:
             _, state = self._shard(run_id, shard)
-            lease = self._live_lease(state)
+            lease = state.lease.current(self._clock())
             return None if lease is None else LeaseHolder(lease.driver, lease.epoch)
 
     # -- facts -------------------------------------------------------------------
@@ -271,21 +199,8 @@ class MemoryStore(LineageStore):
         with self._changed:
             run, state = self._shard(run_id, shard)
             prepared = prepare_driver_facts(run.layout, shard, facts)
-            self._fence(run_id, shard, state, epoch, driver)
-            overlay: dict[str, tuple[GrainPhase, int]] = {}
-            conflicts: list[tuple[CallId, Path]] = []
-            for item in prepared:
-                if item.kind == KIND_OTHER:
-                    continue
-                phase, _ = overlay.get(item.grain) or state.grains.get(item.grain) or (None, 0)
-                if phase is GrainPhase.SEALED:
-                    call, _, path = item.grain.rpartition("|")
-                    conflicts.append((call, parse_path(path)))
-                else:
-                    overlay[item.grain] = (_NEW_PHASE[item.kind], item.generation)
-            if conflicts:
-                raise GrainSealedError(run_id, shard, conflicts)
-            state.grains.update(overlay)
+            state.lease.fence(run_id, shard, epoch, driver, self._clock())
+            state.grains.update(seal_check(run_id, shard, prepared, state.grains.get))
             seqs = [state.add(item.domain, item.fact) for item in prepared]
             self._changed.notify_all()
             return seqs
@@ -298,18 +213,13 @@ class MemoryStore(LineageStore):
             run = self._run(run_id)
             for shard, prepared in prepare_reports(run.layout, reports).items():
                 state = run.shards[shard]
-                for item in prepared:
-                    phase, generation = state.grains.get(item.grain) or (None, 0)
-                    barred = bool(item.barrier) and item.barrier in state.barriers
-                    verdict = commit_verdict(phase, generation, item.generation, barred)
-                    verdicts[item.position] = verdict
-                    if not verdict.accepted:
-                        continue
-                    state.grains[item.grain] = (GrainPhase.SEALED, item.generation)
-                    state.add(item.domain, item.report)
-                    if item.installs_barrier:
-                        state.barriers.add(item.barrier)
-                        state.add(item.domain, barrier_fact(item.report))
+                result = judge_reports(prepared, state.grains.get, state.barriers.__contains__)
+                for position, verdict in result.verdicts:
+                    verdicts[position] = verdict
+                state.grains.update(result.sealed)
+                state.barriers |= result.barriers
+                for domain, fact in result.facts:
+                    state.add(domain, fact)
             self._changed.notify_all()
         return verdicts
 
@@ -332,11 +242,6 @@ class MemoryStore(LineageStore):
                 run.drivers.pop(driver, None)
             else:
                 run.drivers[driver] = self._clock() + ttl_s
-
-    def live_drivers(self, run_id: str) -> list[str]:
-        with self._lock:
-            now = self._clock()
-            return sorted(d for d, deadline in self._run(run_id).drivers.items() if deadline > now)
 
     def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
         with self._lock:
@@ -384,7 +289,7 @@ class MemoryStore(LineageStore):
                 self._changed.wait(remaining)
 
     def grain_phase(self, run_id: str, shard: int, call: CallId, path: Path
-                    ) -> tuple[GrainPhase, int] | None:
+                    ) -> GrainEntry | None:
         with self._lock:
             _, state = self._shard(run_id, shard)
             return state.grains.get(grain_field(call, path))
@@ -393,9 +298,7 @@ class MemoryStore(LineageStore):
         with self._lock:
             _, state = self._shard(run_id, shard)
             members = list(state.barriers)
-        return frozenset(
-            (call, parse_path(path)) for call, _, path in (m.rpartition("|") for m in members)
-        )
+        return frozenset(split_field(member) for member in members)
 
 
 __all__ = ["MemoryStore"]

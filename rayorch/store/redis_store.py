@@ -36,20 +36,10 @@ from redis.exceptions import (
 from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.errors import StoreError
 from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
-from rayorch.core.ids import ROOT, CallId, DomainId, parse_path
+from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.machine import barrier_fact
-from rayorch.store.base import (
-    DEFAULT_READ_LIMIT,
-    LeaseHolder,
-    LineageStore,
-    RunInfo,
-    RunLayout,
-    StoredFact,
-    check_run_id,
-    prepare_driver_facts,
-    prepare_reports,
-)
+from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
 from rayorch.store.errors import (
     GrainSealedError,
     LeaseHeldError,
@@ -61,6 +51,7 @@ from rayorch.store.errors import (
     StoreURLError,
     StoreVersionError,
 )
+from rayorch.store.gate import split_field
 from rayorch.store.keys import (
     RUNS_KEY,
     ShardKeys,
@@ -69,6 +60,13 @@ from rayorch.store.keys import (
     grain_field,
     manifest_key,
     meta_key,
+)
+from rayorch.store.layout import (
+    RunInfo,
+    RunLayout,
+    check_run_id,
+    prepare_driver_facts,
+    prepare_reports,
 )
 from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs
 from rayorch.store.redis_support import (
@@ -91,7 +89,6 @@ from rayorch.store.scripts import (
     GRAIN_SEALED,
     HEARTBEAT,
     LEASE_HELD,
-    LIVE_DRIVERS,
     OPEN_RUN,
     RENEW_LEASE,
     VERDICTS,
@@ -378,11 +375,8 @@ class RedisStore(LineageStore):
             return list(range(first, first + len(prepared)))
         if code != GRAIN_SEALED:
             raise lease_refusal(run_id, shard, epoch, result)
-        sealed = []
-        for i in result[1:]:
-            call, _, path = prepared[int(i) - 1].grain.rpartition("|")
-            sealed.append((call, parse_path(path)))
-        raise GrainSealedError(run_id, shard, sealed)
+        raise GrainSealedError(run_id, shard,
+                               [split_field(prepared[int(i) - 1].grain) for i in result[1:]])
 
     def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
                token: str | None = None) -> list[CommitVerdict]:
@@ -527,10 +521,7 @@ class RedisStore(LineageStore):
         self._layout(run_id).check_shard(shard)
         with self._errors():
             members = self._client().smembers(ShardKeys(run_id, shard).barriers)
-        return frozenset(
-            (call, parse_path(path))
-            for call, _, path in (decode_text(m).rpartition("|") for m in members)
-        )
+        return frozenset(split_field(decode_text(member)) for member in members)
 
     # -- driver replicas -----------------------------------------------------------
     def save_manifest(self, run_id: str, manifest: bytes) -> bytes:
@@ -551,10 +542,6 @@ class RedisStore(LineageStore):
         # Server time (TIME in the script): a driver's wrong clock evicts nobody.
         ttl_ms = max(1, int(ttl_s * 1000)) if ttl_s > 0 else 0
         self._eval(HEARTBEAT, [drivers_key(run_id)], [driver, ttl_ms])
-
-    def live_drivers(self, run_id: str) -> list[str]:
-        members: Any = self._eval(LIVE_DRIVERS, [drivers_key(run_id)], [])
-        return sorted(decode_text(m) for m in members)
 
     def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
         raw: Any = self._eval(DRIVER_REGISTRY, [drivers_key(run_id)], [])

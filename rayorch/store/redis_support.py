@@ -8,7 +8,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
 from rayorch.core.commit import GrainPhase
-from rayorch.store.base import redact_url
+from rayorch.store.registry import redact_url
 
 
 class ReconnectRetry(Retry):

@@ -32,6 +32,7 @@ from rayorch.core.facts import (
 from rayorch.core.ids import Path
 from rayorch.core.plan import Plan
 from rayorch.core.program import PipelineBase, RayModule
+from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, Outcome
 from rayorch.store.base import LineageStore, shard_of
 
 
@@ -109,7 +110,7 @@ def write_scripted_run(
                        GrainDispatched("render", src, 0, ts=now())])
         page_values = [f"p{index}.{o}".ljust(page_bytes, "x") for o in range(count)]
         commit([GrainCommitted("render", src, 0, REPORT_PRESENT, (page_values,), ts=now())])
-        append(index, [ExpansionClosed("root/0", src, "succeeded", count, ts=now())])
+        append(index, [ExpansionClosed("root/0", src, EXPANSION_SUCCEEDED, count, ts=now())])
         children = [(index, o) for o in range(count)]
         if children:
             append(index, [GrainDispatched("ocr", p, 0, ts=now()) for p in children])
@@ -135,11 +136,11 @@ def write_scripted_run(
         mine = [(r, v) for r, v in result.verdicts if r.call == "ocr" and r.path[0] == index]
         if any(v is CommitVerdict.BARRED or (v.accepted and r.outcome != REPORT_PRESENT)
                for r, v in mine):
-            append(index, [OutputEmitted(index, "suppressed", ts=now())])
+            append(index, [OutputEmitted(index, Outcome.SUPPRESSED.value, ts=now())])
             continue
         append(index, [GrainDispatched("assemble", src, 0, ts=now())])
         commit([GrainCommitted("assemble", src, 0, REPORT_PRESENT, (f"doc {index}",), ts=now())])
-        append(index, [OutputEmitted(index, "present", ts=now())])
+        append(index, [OutputEmitted(index, Outcome.PRESENT.value, ts=now())])
     if complete:
         for k in range(shards):
             admitted = sum(1 for i in range(len(pages)) if shard(i) == k)

@@ -52,7 +52,6 @@ ACQUIRE_LEASE = _load_script("acquire-lease-5")
 RENEW_LEASE = _load_script("renew-lease-3")
 OPEN_RUN = _load_script("open-run-1")
 HEARTBEAT = _load_script("heartbeat-1")
-LIVE_DRIVERS = _load_script("live-drivers-1")
 DRIVER_REGISTRY = _load_script("driver-registry-1")
 
 # Return codes of the scripts (see their headers).

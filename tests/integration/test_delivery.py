@@ -27,7 +27,7 @@ from rayorch.cli import main as cli_main
 from rayorch.core.facts import GrainCommitted, OutputEmitted
 from rayorch.runtime.sinks import read_outputs
 from rayorch.store.audit import audit_run
-from rayorch.store.base import open_store
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]
 

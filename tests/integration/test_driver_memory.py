@@ -7,8 +7,8 @@ import sys
 import pytest
 
 import rayorch as ro
-from rayorch.store.base import open_store
 from rayorch.store.errors import RunNotFoundError, StoreClosedError
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

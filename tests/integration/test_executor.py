@@ -11,7 +11,7 @@ import ray
 
 import rayorch as ro
 from rayorch.store.audit import audit_run
-from rayorch.store.base import open_store
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

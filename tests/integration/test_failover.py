@@ -28,7 +28,8 @@ from rayorch.replicas import create_run, join_run
 from rayorch.runtime.manifest import ManifestError
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store.audit import audit_run
-from rayorch.store.base import LineageStore, open_store
+from rayorch.store.base import LineageStore
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]
 
@@ -53,35 +54,6 @@ def emitted_counts(store: LineageStore, run_id: str) -> Counter[int]:
             if isinstance(stored.fact, OutputEmitted):
                 counts[stored.fact.index] += 1
     return counts
-
-
-# -- store registry (both stores, no Ray) ------------------------------------------------------
-@pytest.fixture(params=["memory", "redis", "redis-cluster"])
-def any_store(request: pytest.FixtureRequest) -> LineageStore:
-    if request.param == "memory":
-        return open_store(f"memory://failover-{time.monotonic_ns()}")
-    if request.param == "redis-cluster":
-        return open_store(request.getfixturevalue("redis_cluster").url)
-    return open_store(request.getfixturevalue("redis_url"))
-
-
-@pytest.mark.timeout(30)
-def test_store_registry_manifest_and_done_shards(any_store: LineageStore) -> None:
-    plan = FaultPipeline().compile()
-    any_store.open_run("reg", plan, shards=3, micro_batch=2)
-    assert any_store.load_manifest("reg") is None
-    assert any_store.save_manifest("reg", b"first") == b"first"
-    assert any_store.save_manifest("reg", b"second") == b"first"  # first writer wins
-    any_store.heartbeat("reg", "b", 30)
-    any_store.heartbeat("reg", "a", 30)
-    any_store.heartbeat("reg", "c", 0.05)
-    time.sleep(0.2)
-    assert any_store.live_drivers("reg") == ["a", "b"]
-    any_store.heartbeat("reg", "b", 0)  # left
-    assert any_store.live_drivers("reg") == ["a"]
-    any_store.mark_shard_done("reg", 2)
-    any_store.mark_shard_done("reg", 2)
-    assert any_store.done_shards("reg") == frozenset({2})
 
 
 # -- manifest -------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from rayorch.pipelines.pdf import (
     failure_kind,
     find_pdfs,
 )
-from rayorch.store.base import open_store
+from rayorch.store.registry import open_store
 from rayorch.testing import shared_share, text_words
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

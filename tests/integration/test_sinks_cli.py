@@ -18,7 +18,7 @@ from rayorch.core.facts import OutputEmitted
 from rayorch.core.reference import evaluate
 from rayorch.replicas import create_run, join_run
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, delivered_count, read_outputs
-from rayorch.store.base import open_store
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]
 

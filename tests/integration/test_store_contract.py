@@ -1,5 +1,6 @@
-"""One contract for every lineage store: the memory store, a real redis-server and a real
-Redis Cluster (3 masters, 3 replicas)."""
+"""One contract per store interface (``FactLog``, ``Leases``, ``RunRegistry``,
+``DriverRegistry``), each run over every backend: the memory store, a real redis-server and a
+real Redis Cluster (3 masters, 3 replicas). A new backend is one more entry in ``BACKENDS``."""
 
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ from rayorch.store import (
     open_store,
 )
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
-from rayorch.testing import RedisClusterNodes
 
 pytestmark = pytest.mark.integration
 
@@ -55,20 +55,36 @@ def committed(call: str, path: tuple[int, ...], gen: int = 0, outcome: str = REP
     return GrainCommitted(call, path, gen, outcome, outputs, cause)
 
 
-class StoreContract:
-    """Behaviour every LineageStore must have; subclasses provide the ``store`` fixture."""
+BACKENDS = ["memory", "redis", "redis-cluster"]
 
-    @pytest.fixture
-    def run(self, store: LineageStore) -> str:
-        run_id = f"run-{uuid.uuid4().hex[:8]}"
-        store.open_run(run_id, PLAN, shards=2, micro_batch=2, config={"note": "contract"})
-        return run_id
 
-    @pytest.fixture
-    def epoch(self, store: LineageStore, run: str) -> int:
-        return store.acquire_lease(run, 0, "driver-a", ttl_s=60)
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LineageStore]:
+    if request.param == "memory":
+        opened = open_store("memory://")
+    else:
+        url = (request.getfixturevalue("redis_url") if request.param == "redis"
+               else request.getfixturevalue("redis_cluster").url)
+        opened = open_store(f"{url}?payload_dir={tmp_path / 'payloads'}")
+    yield opened
+    opened.close()
 
-    # -- runs --------------------------------------------------------------------
+
+@pytest.fixture
+def run(store: LineageStore) -> str:
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    store.open_run(run_id, PLAN, shards=2, micro_batch=2, config={"note": "contract"})
+    return run_id
+
+
+@pytest.fixture
+def epoch(store: LineageStore, run: str) -> int:
+    return store.acquire_lease(run, 0, "driver-a", ttl_s=60)
+
+
+class TestRunRegistry:
+    """Runs: create, reopen, refuse a mismatch, list, delete; manifests."""
+
     def test_open_run_records_plan_and_config(self, store: LineageStore, run: str) -> None:
         info = store.run_info(run)
         assert info.fingerprint == PLAN.fingerprint()
@@ -106,7 +122,43 @@ class StoreContract:
         store.open_run(run, PLAN, shards=2, micro_batch=2)
         assert store.read(run, 0) == []
 
-    # -- leases ------------------------------------------------------------------
+    def test_manifest_first_writer_wins(self, store: LineageStore, run: str) -> None:
+        assert store.load_manifest(run) is None
+        assert store.save_manifest(run, b"first") == b"first"
+        assert store.save_manifest(run, b"second") == b"first"
+        assert store.load_manifest(run) == b"first"
+        with pytest.raises(RunNotFoundError):
+            store.save_manifest("nope", b"x")
+
+
+class TestDriverRegistry:
+    """Heartbeats in the store's clock, live drivers, finished shards."""
+
+    def test_heartbeats_and_live_drivers(self, store: LineageStore, run: str) -> None:
+        store.heartbeat(run, "b", 30)
+        store.heartbeat(run, "a", 30)
+        store.heartbeat(run, "c", 0.05)
+        time.sleep(0.2)
+        assert store.live_drivers(run) == ["a", "b"]
+        now, deadlines = store.driver_registry(run)
+        assert set(deadlines) == {"a", "b", "c"}  # expired entries too
+        assert deadlines["c"] <= now < deadlines["a"] <= now + 30
+        store.heartbeat(run, "b", 0)  # left
+        assert store.live_drivers(run) == ["a"]
+        assert "b" not in store.driver_registry(run)[1]
+
+    def test_done_shards(self, store: LineageStore, run: str) -> None:
+        assert store.done_shards(run) == frozenset()
+        store.mark_shard_done(run, 1)
+        store.mark_shard_done(run, 1)
+        assert store.done_shards(run) == frozenset({1})
+        with pytest.raises(UnknownRunPartError, match="shard 2"):
+            store.mark_shard_done(run, 2)
+
+
+class TestLeases:
+    """One live holder per shard; epochs only go forward; a deposed driver is fenced."""
+
     def test_lease_epochs_only_go_forward(self, store: LineageStore, run: str) -> None:
         first = store.acquire_lease(run, 0, "driver-a", ttl_s=60)
         assert store.acquire_lease(run, 0, "driver-a", ttl_s=60) == first
@@ -188,6 +240,11 @@ class StoreContract:
         store.release_lease(run, 0, "driver-b", epoch)  # not its lease: nothing happens
         assert store.lease_holder(run, 0) == ("driver-a", epoch)
         assert store.read(run, 0) == before
+
+
+
+class TestFactLog:
+    """Fenced appends, reads in the shard's order, the commit gate."""
 
     # -- append / read -----------------------------------------------------------
     def test_read_back_equals_appended_in_order(self, store: LineageStore, run: str, epoch: int
@@ -388,26 +445,3 @@ class StoreContract:
         assert ((3, 1), CommitVerdict.BARRED) in rejected
         clone = pickle.loads(pickle.dumps(store))
         assert clone.read_run("scripted") == store.read_run("scripted")
-
-
-class TestMemoryStore(StoreContract):
-    @pytest.fixture
-    def store(self) -> LineageStore:
-        return open_store("memory://")
-
-
-class TestRedisStore(StoreContract):
-    @pytest.fixture
-    def store(self, redis_url: str, tmp_path: Path) -> Iterator[LineageStore]:
-        store = open_store(f"{redis_url}?payload_dir={tmp_path / 'payloads'}")
-        yield store
-        store.close()
-
-
-class TestRedisClusterStore(StoreContract):
-    @pytest.fixture
-    def store(self, redis_cluster: RedisClusterNodes, tmp_path: Path
-              ) -> Iterator[LineageStore]:
-        store = open_store(f"{redis_cluster.url}?payload_dir={tmp_path / 'payloads'}")
-        yield store
-        store.close()

@@ -18,7 +18,7 @@ import pytest
 
 import rayorch as ro
 from rayorch.store.audit import audit_run
-from rayorch.store.base import open_store
+from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -26,7 +26,7 @@ from rayorch.core.outcome import FailedResult
 from rayorch.core.udf import reports_for
 from rayorch.runtime.status import RunFinishedError
 from rayorch.store.audit import audit_run
-from rayorch.store.base import open_store
+from rayorch.store.registry import open_store
 
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests
 

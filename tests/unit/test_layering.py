@@ -27,3 +27,92 @@ def test_core_imports_neither_ray_nor_redis() -> None:
                                                         "rayorch.driver", "rayorch.cli")):
                     offenders.append(f"{path.name}:{node.lineno} imports {name}")
     assert not offenders, offenders
+
+
+def _imports_that_run(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at module level or in a function, except type-only ones
+    (``if TYPE_CHECKING:``): those never run, so they cannot make an import circle."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """``module -> modules of the package it imports`` (``from pkg import sub`` is ``pkg.sub``)."""
+    files = {}
+    for path in (root / package).rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        files[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        deps: set[str] = set()
+        for node in _imports_that_run(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in files)
+                continue
+            module = node.module or ""
+            if node.level:
+                here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = here[:len(here) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            for alias in node.names:
+                target = f"{module}.{alias.name}"
+                deps.add(target if target in files else module)
+        graph[name] = {d for d in deps if d in files and d != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``, one path ``a -> b -> ... -> a`` per circle found."""
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep):], dep])
+            elif dep not in state:
+                walk(dep)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module)
+    return cycles
+
+
+def test_rayorch_has_no_import_circle() -> None:
+    root = Path(rayorch.core.__file__).parent.parent.parent
+    cycles = import_cycles(import_graph(root, "rayorch"))
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_circle_finder_sees_circles_through_packages_and_functions(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub.b import B\n")
+    (pkg / "a.py").write_text("def f():\n    from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from ..a import f\nB = 1\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from pkg import a\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.c"] == set()  # type-only imports never run
+    assert import_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]

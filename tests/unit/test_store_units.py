@@ -25,12 +25,14 @@ from rayorch.store import (
     open_store,
     shard_of,
 )
+from rayorch.store.base import DriverRegistry, FactLog, Leases, LineageStore, RunRegistry
 from rayorch.store.errors import StoreClosedError
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
 from rayorch.store.payload import PayloadStore, content_digest
 from rayorch.store.redis_store import RedisStore
 from rayorch.store.redis_support import parse_version, redact_url
+from rayorch.store.registry import BACKENDS, Backend, is_shared_store
 from rayorch.store.scripted_run import scripted_plan
 
 
@@ -64,6 +66,24 @@ def test_bad_urls_are_plain_errors() -> None:
         open_store("redis://h/0?payload_threshold=big")
     with pytest.raises(StoreURLError):
         open_store("memory://a/b")
+
+
+def test_a_backend_is_a_module_and_its_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(BACKENDS, "scratch", Backend("scratch", "rayorch.store.memory:MemoryStore",
+                                                     shared=False))
+    store = open_store("scratch://x")
+    assert type(store) is MemoryStore and store.url == "scratch://x"
+    assert not is_shared_store("scratch://x") and is_shared_store("rediss+cluster://h:1")
+    with pytest.raises(StoreURLError, match="known: memory://, redis"):
+        open_store("nope://x")
+
+
+@pytest.mark.parametrize("interface", [FactLog, Leases, RunRegistry, DriverRegistry])
+def test_each_store_interface_is_small(interface: type) -> None:
+    methods = [name for name, value in vars(interface).items()
+               if callable(value) and not name.startswith("__")]
+    assert len(methods) <= 7, f"{interface.__name__}: {methods}"
+    assert issubclass(LineageStore, interface)
 
 
 def test_redis_store_options_stay_out_of_the_redis_url(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ ARGV[3]      n, the number of facts
 ARGV[4]      the caller's driver id
 ARGV[5]      the caller's holder token ("" when unknown: epoch and driver only)
 then 5 per fact i (base = 5 + (i-1)*5):
-  +1 kind: 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed
+  +1 kind (FactKind): 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed
   +2 grain field "call|path" ("" for kind 0)     +3 generation
   +4 stream index: the fact's stream is KEYS[6 + index]
   +5 msgpack bytes of the fact
@@ -27,11 +27,12 @@ Returns: {1, first_seq}            appended as first_seq .. first_seq + n - 1
                                    from an older state)
          {-12, i, j, ...}          facts i, j, ... name sealed Grains (nothing written)
 Appends: every fact, in order, as an entry {f = fact bytes} with id "<seq>-0".
-Grain table: Dispatched -> "2:gen" (in flight), Retried -> "1:gen" (ready),
+Grain table (PHASE_AFTER): Dispatched -> "2:gen" (in flight), Retried -> "1:gen" (ready),
 Failed -> "3:gen" (sealed). Every check runs before any write (a refused fence only
 raises the epoch counter).
 ]]
 --- @include "lease"
+--- @include "vocabulary"
 local grains, seqkey, lastop = KEYS[4], KEYS[5], KEYS[6]
 local token, n = ARGV[2], tonumber(ARGV[3])
 local FACT0 = 5
@@ -49,19 +50,15 @@ local overlay = {}
 local conflicts = {}
 for i = 1, n do
   local b = FACT0 + (i - 1) * 5
-  local kind = ARGV[b + 1]
-  if kind ~= '0' then
+  local kind = tonumber(ARGV[b + 1])
+  if kind ~= KIND_OTHER then
     local field = ARGV[b + 2]
     local cur = overlay[field]
     if cur == nil then cur = redis.call('HGET', grains, field) end
-    if cur and string.sub(cur, 1, 2) == '3:' then
+    if entry_phase(cur) == PHASE_SEALED then
       conflicts[#conflicts + 1] = i
-    elseif kind == '1' then
-      overlay[field] = '2:' .. ARGV[b + 3]
-    elseif kind == '2' then
-      overlay[field] = '1:' .. ARGV[b + 3]
     else
-      overlay[field] = '3:' .. ARGV[b + 3]
+      overlay[field] = PHASE_AFTER[kind] .. ':' .. ARGV[b + 3]
     end
   end
 end

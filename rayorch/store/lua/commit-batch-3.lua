@@ -21,9 +21,11 @@ Returns: one verdict per report, the codes of rayorch.core.commit.CommitVerdict:
 Appends: for each accepted report, in order, GrainCommitted and (if it installs one)
 BarrierInstalled, each as an entry {f = fact bytes} with id "<seq>-0".
 Every check runs before any write; later reports see earlier reports' effects.
+Grain entries: an accepted report seals its Grain as "3:gen:token:i" (PHASE_SEALED).
 Cost per report: the Grain entries are read with one HMGET and sealed with one HSET per
 call (in chunks of CHUNK fields: unpack() has a stack limit); one XADD per fact written.
 ]]
+--- @include "vocabulary"
 local grains, barriers, seqkey = KEYS[1], KEYS[2], KEYS[3]
 local n = tonumber(ARGV[1])
 local token = ARGV[2]
@@ -56,22 +58,23 @@ for i = 1, n do
   if installs then barrier_arg = barrier_arg + 1 end
   local cur = overlay[field]
   if cur == nil then cur = current[i] end
-  local phase = cur and string.byte(cur, 1) or 0   -- 49 '1' ready, 50 '2' in flight, 51 '3' sealed
+  local phase = entry_phase(cur)
   local v
-  if phase == 51 then
+  if phase == PHASE_SEALED then
     local ctoken = string.match(cur, '^%d+:%d+:(.*)$')
-    if ctoken == token .. ':' .. i then v = 1 else v = -3 end  -- 1: replay of this very call
-  elseif phase ~= 50 then
-    v = -1
+    if ctoken == token .. ':' .. i then v = VERDICT_ACCEPTED else v = VERDICT_SEALED end  -- replay
+  elseif phase ~= PHASE_IN_FLIGHT then
+    v = VERDICT_NOT_DISPATCHED
   elseif member ~= '' and barred[member] ~= false and
       (barred[member] or redis.call('SISMEMBER', barriers, member) == 1) then
     barred[member] = true
-    v = -4
-  elseif cur ~= '2:' .. gen and tonumber(string.match(cur, '^%d+:(%d+)')) ~= tonumber(gen) then
-    v = -2
+    v = VERDICT_BARRED
+  elseif cur ~= PHASE_IN_FLIGHT .. ':' .. gen and
+      tonumber(string.match(cur, '^%d+:(%d+)')) ~= tonumber(gen) then
+    v = VERDICT_STALE
   else
-    v = 1
-    local value = '3:' .. gen .. ':' .. token .. ':' .. i
+    v = VERDICT_ACCEPTED
+    local value = PHASE_SEALED .. ':' .. gen .. ':' .. token .. ':' .. i
     overlay[field] = value
     sealed[#sealed + 1] = field
     sealed[#sealed + 1] = value

@@ -1,0 +1,170 @@
+"""The store's rules, written once: lease fence, seal check of driver facts, commit gate.
+
+A backend that keeps a shard's lease and Grain table as records it reads and writes
+under its own lock or transaction (the memory store; a SQL store under a row lock)
+calls these and stores what they return. The Redis stores run the same rules in Lua
+(``lua/includes/lease.lua``, ``append-fenced-6.lua``, ``commit-batch-3.lua``), because a
+script is Redis's unit of atomicity; the contract suite and
+``tests/property/test_store_commit_rule.py`` keep the two equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rayorch.core.commit import commit_verdict
+from rayorch.core.facts import Fact
+from rayorch.core.ids import CallId, DomainId, Path, parse_path
+from rayorch.core.machine import barrier_fact
+from rayorch.core.vocabulary import PHASE_AFTER, CommitVerdict, FactKind, GrainPhase
+from rayorch.store.errors import (
+    FencedError,
+    GrainSealedError,
+    LeaseHeldError,
+    LeaseLostError,
+    LeaseRolledBackError,
+)
+from rayorch.store.layout import PreparedDriverFact, PreparedReport
+
+GrainEntry = tuple[GrainPhase, int]  # (phase, generation) of one Grain in the store's table
+
+
+@dataclass
+class Lease:
+    driver: str
+    epoch: int
+    deadline: float  # in the backend's clock
+
+
+@dataclass
+class ShardLease:
+    """One shard's lease record: the live lease, the last acquisition, the epoch counter.
+
+    Epochs only go forward: a new holder gets one above every epoch the shard handed out
+    and every epoch a caller presented (after a restore, the counter catches up).
+    """
+
+    live: Lease | None = None
+    last: Lease | None = None  # who continued the shard last (kept after the lease ends)
+    counter: int = 0
+
+    def current(self, now: float) -> Lease | None:
+        """The live lease, or None (an expired one is dropped)."""
+        if self.live is not None and self.live.deadline <= now:
+            self.live = None
+        return self.live
+
+    def fence(self, run_id: str, shard: int, epoch: int, driver: str, now: float) -> Lease:
+        """The live lease if ``driver`` holds it with ``epoch``; else raise why not.
+
+        :class:`LeaseLostError` when the lease lapsed and nobody held the shard since,
+        :class:`FencedError` naming who continued it, :class:`LeaseRolledBackError` for an
+        epoch the store never handed out (the same rule as ``lua/includes/lease.lua``).
+        """
+        lease = self.current(now)
+        if lease is not None and lease.epoch == epoch and lease.driver == driver:
+            return lease
+        last = lease or self.last
+        last_epoch, last_driver = (last.epoch, last.driver) if last else (self.counter, "")
+        mine = last_epoch == epoch and (last is None or last.driver == driver)
+        self.counter = max(self.counter, epoch)
+        if lease is None and mine:
+            raise LeaseLostError(run_id, shard, epoch)
+        if last_epoch < epoch:
+            raise LeaseRolledBackError(run_id, shard, epoch, last_epoch, last_driver)
+        raise FencedError(run_id, shard, epoch, last_epoch, last_driver)
+
+    def acquire(self, run_id: str, shard: int, driver: str, ttl_s: float, now: float, *,
+                after_epoch: int | None = None) -> tuple[int, bool]:
+        """``(epoch, new)``: the caller's epoch, and whether it is a new holder (a
+        ``LeaseAcquired`` fact is then due). See ``LineageStore.acquire_lease``."""
+        lease = self.current(now)
+        if after_epoch is not None:
+            try:
+                lease = self.fence(run_id, shard, after_epoch, driver, now)
+            except LeaseLostError as exc:
+                if type(exc) is not LeaseLostError:
+                    raise  # deposed; plain LeaseLostError: nobody held it since
+        elif lease is not None and lease.driver != driver:
+            raise LeaseHeldError(run_id, shard, lease.driver, lease.epoch)
+        if lease is not None:
+            lease.deadline = now + ttl_s
+            return lease.epoch, False
+        self.counter = max(self.counter, self.last.epoch if self.last else 0) + 1
+        self.live = self.last = Lease(driver, self.counter, now + ttl_s)
+        return self.counter, True
+
+    def release(self, epoch: int, driver: str, now: float) -> None:
+        """Give the lease up (nothing happens unless ``driver`` holds it with ``epoch``)."""
+        lease = self.current(now)
+        if lease is not None and lease.epoch == epoch and lease.driver == driver:
+            self.live = None
+
+
+def split_field(grain: str) -> tuple[CallId, Path]:
+    """``"call|path"`` (:func:`~rayorch.store.keys.grain_field`) -> ``(call, path)``."""
+    call, _, path = grain.rpartition("|")
+    return call, parse_path(path)
+
+
+def seal_check(run_id: str, shard: int, prepared: Sequence[PreparedDriverFact],
+               entry: Callable[[str], GrainEntry | None]) -> dict[str, GrainEntry]:
+    """The Grain entries the driver facts leave behind (a later fact sees an earlier one's).
+
+    Raises :class:`GrainSealedError` naming every fact that dispatches, retries or fails
+    a sealed Grain; the caller then writes nothing.
+    """
+    overlay: dict[str, GrainEntry] = {}
+    conflicts: list[tuple[CallId, Path]] = []
+    for item in prepared:
+        if item.kind == FactKind.OTHER:
+            continue
+        current = overlay.get(item.grain) or entry(item.grain)
+        if current is not None and current[0] is GrainPhase.SEALED:
+            conflicts.append(split_field(item.grain))
+        else:
+            overlay[item.grain] = (PHASE_AFTER[FactKind(item.kind)], item.generation)
+    if conflicts:
+        raise GrainSealedError(run_id, shard, conflicts)
+    return overlay
+
+
+@dataclass
+class CommitResult:
+    """What the commit gate decided for one shard's reports, and what to write."""
+
+    verdicts: list[tuple[int, CommitVerdict]] = field(default_factory=list)  # (position, v)
+    sealed: dict[str, GrainEntry] = field(default_factory=dict)
+    barriers: set[str] = field(default_factory=set)
+    facts: list[tuple[DomainId, Fact]] = field(default_factory=list)  # to append, in order
+
+
+def judge_reports(prepared: Sequence[PreparedReport],
+                  entry: Callable[[str], GrainEntry | None],
+                  barred: Callable[[str], bool]) -> CommitResult:
+    """The commit rule (:func:`~rayorch.core.commit.commit_verdict`) over one shard's reports.
+
+    Later reports see earlier reports' effects: a duplicate is SEALED, a sibling after an
+    accepted ``group_failure`` is BARRED. An accepted report seals its Grain and is
+    appended, followed by its ``BarrierInstalled`` when it installs one.
+    """
+    result = CommitResult()
+    sealed, barriers = result.sealed, result.barriers
+    for item in prepared:
+        phase, generation = sealed.get(item.grain) or entry(item.grain) or (None, 0)
+        covered = bool(item.barrier) and (item.barrier in barriers or barred(item.barrier))
+        verdict = commit_verdict(phase, generation, item.generation, covered)
+        result.verdicts.append((item.position, verdict))
+        if not verdict.accepted:
+            continue
+        sealed[item.grain] = (GrainPhase.SEALED, item.generation)
+        result.facts.append((item.domain, item.report))
+        if item.installs_barrier:
+            barriers.add(item.barrier)
+            result.facts.append((item.domain, barrier_fact(item.report)))
+    return result
+
+
+__all__ = ["CommitResult", "GrainEntry", "Lease", "ShardLease", "judge_reports", "seal_check",
+           "split_field"]

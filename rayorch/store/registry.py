@@ -1,0 +1,99 @@
+"""Lineage store backends by URL scheme, and :func:`open_store`.
+
+A backend is one module holding a class (or a function) that opens a store from its URL,
+and one :class:`Backend` line in ``BACKENDS`` (or a :func:`register_backend` call). The
+registry names a backend by its import path and imports it on first use, so neither the
+interfaces (:mod:`rayorch.store.base`) nor this module import any backend, and a
+``memory://`` store never imports redis.
+
+Example::
+
+    register_backend("postgres", "mypkg.pg_store:PostgresStore", shared=True)
+    store = open_store("postgres://db/rayorch")
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from rayorch.store.errors import StoreURLError
+
+if TYPE_CHECKING:
+    from rayorch.store.base import LineageStore
+
+
+@dataclass(frozen=True)
+class Backend:
+    """``opener`` is ``"module:attribute"`` (dots after the colon reach into a class).
+
+    ``shared``: several processes reach the same runs through the URL (a run on it can be
+    resumed, joined by more drivers and audited from elsewhere).
+    """
+
+    scheme: str
+    opener: str
+    shared: bool
+
+    def open(self, url: str) -> LineageStore:
+        module, _, attribute = self.opener.partition(":")
+        target: Any = importlib.import_module(module)
+        for name in attribute.split("."):
+            target = getattr(target, name)
+        store: LineageStore = target(url)
+        return store
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(scheme: str, opener: str, *, shared: bool) -> None:
+    """Open URLs ``<scheme>://...`` with ``opener`` (``"module:attribute"``, imported lazily)."""
+    BACKENDS[scheme.lower()] = Backend(scheme.lower(), opener, shared)
+
+
+register_backend("memory", "rayorch.store.memory:MemoryStore.open", shared=False)
+for _scheme in ("redis", "rediss"):
+    register_backend(_scheme, "rayorch.store.redis_store:RedisStore", shared=True)
+for _scheme in ("redis+cluster", "rediss+cluster"):
+    register_backend(_scheme, "rayorch.store.redis_cluster:RedisClusterStore", shared=True)
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (for messages and logs); also with several hosts."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not at or not colon:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
+
+
+def scheme_of(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def is_shared_store(url: str) -> bool:
+    """Whether the URL names a store that several processes share (see :class:`Backend`)."""
+    backend = BACKENDS.get(scheme_of(url))
+    return backend is not None and backend.shared
+
+
+def open_store(url: str = "memory://") -> LineageStore:
+    """Open a lineage store by URL: ``memory://[name]``, ``redis://...``, ``rediss://...``,
+    or a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``).
+
+    ``redis://user:password@host:6379/0?payload_dir=/data/payloads&payload_threshold=65536``
+    """
+    scheme = scheme_of(url)
+    backend = BACKENDS.get(scheme)
+    if backend is None:
+        known = ", ".join(f"{s}://" for s in sorted(BACKENDS))
+        raise StoreURLError(url, f"unknown scheme {scheme or '(none)'!r} (known: {known})")
+    return backend.open(url)
+
+
+__all__ = ["BACKENDS", "Backend", "is_shared_store", "open_store", "redact_url",
+           "register_backend", "scheme_of"]
