@@ -41,6 +41,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
 from rayorch.core.sanitize import json_safe, sanitize
+from rayorch.core.words import plural
 from rayorch.runtime.sinks import FORMATS
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
@@ -163,7 +164,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         _print_json({"dry_run": args.dry_run, **plan.as_dict()})
         return EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
-    lines = [f"gc: {verb} {len(plan.runs)} runs and {len(plan.orphans)} orphaned payload files"]
+    lines = [f"gc: {verb} {plural(len(plan.runs), 'run')} and "
+             f"{plural(len(plan.orphans), 'orphaned payload file')}"]
     lines += [f"  run {r}" for r in plan.runs]
     lines += [f"  payload {ref}" for ref in plan.orphans]
     lines += [f"  kept run {r}: a driver is running it" for r in plan.kept_running]
@@ -215,8 +217,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         _print_json({**report.as_dict(), "ok": ok, "delivery": problems})
     else:
         failures = len(report.violations) + len(problems)
-        verdict = "OK" if ok else f"FAILED ({failures} violations)"
-        _say(f"run {report.run_id}: {verdict} - {report.facts} facts in {report.shards} shards")
+        verdict = "OK" if ok else f"FAILED ({plural(failures, 'violation')})"
+        _say(f"run {report.run_id}: {verdict} - {plural(report.facts, 'fact')} in "
+             f"{plural(report.shards, 'shard')}")
         for group, counter in report.counts.items():
             if group == "facts":
                 continue
@@ -262,6 +265,18 @@ def _grain_line(grain: GrainKey, facts: list[Fact], barriers: dict[tuple[str, Pa
     return f"{format_grain(grain)}: " + "; ".join([*steps, end])
 
 
+def _ordinal_ranges(parent: Path, ordinals: list[int]) -> str:
+    """``3.0-3.17, 3.19``: the entities of ``parent`` with these ordinals (ascending)."""
+    runs: list[list[int]] = []
+    for i in ordinals:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    name = format_path(parent)
+    return ", ".join(f"{name}.{a}" if a == b else f"{name}.{a}-{name}.{b}" for a, b in runs)
+
+
 def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
     facts = [s.fact for s in stored]
     by_grain: dict[GrainKey, list[Fact]] = {}
@@ -285,8 +300,14 @@ def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
             if gpath == p:
                 lines.append(f"{indent}  {_grain_line((call, gpath), gfacts, barriers)}")
         for closed in expansions.get(p, []):
-            detail = f", {closed.count} children" if closed.outcome == "succeeded" else ""
+            detail = f", {plural(closed.count, 'child', 'children')}" \
+                if closed.outcome == "succeeded" else ""
             lines.append(f"{indent}  expansion {closed.domain}: {closed.outcome}{detail}")
+            quiet = [i for i in range(closed.count) if (*p, i) not in children.get(p, ())]
+            if quiet:
+                lines.append(f"{indent}    {plural(len(quiet), 'child', 'children')} "
+                             f"({_ordinal_ranges(p, quiet)}): no Grain ran, their Items "
+                             "were decided by their inputs (e.g. Dropped by F.filter)")
         for child in sorted(children.get(p, ())):
             lines.append(f"{indent}  entity {format_path(child)} (ordinal {child[-1]})")
             entity(child, indent + "  ")
@@ -355,8 +376,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(timeline.as_dict())
     else:
-        _say(f"run {timeline.run_id}: {len(timeline.windows)} Calls, {timeline.committed} "
-             f"grains committed in {format_seconds(timeline.elapsed)}; wrote {args.output}")
+        fan_out = "".join(f", {plural(n, 'child', 'children')} in {domain}"
+                          for domain, n in sorted(timeline.children.items()))
+        _say(f"run {timeline.run_id}: {plural(len(timeline.windows), 'Call')}, "
+             f"{plural(timeline.committed, 'grain')} committed in "
+             f"{format_seconds(timeline.elapsed)}{fan_out}; wrote {args.output}")
     return EXIT_OK
 
 

@@ -23,19 +23,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TextIO
 
 import orjson
 
-from rayorch.core.outcome import FailedResult
+from rayorch.core.words import plural
 from rayorch.pipelines.job_output import (
     DOCUMENT_NAME,
     MARKER,
@@ -52,15 +51,6 @@ from rayorch.pipelines.sources import failure_kind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_NAMED_FAILURES = 10
-
-
-def plural(count: int, noun: str) -> str:
-    """``"1 document"``, ``"2 documents"``.
-
-    >>> plural(1, "document"), plural(0, "page")
-    ('1 document', '0 pages')
-    """
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # -- summary ------------------------------------------------------------------------------
@@ -329,25 +319,6 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
-_LEADING_GRAIN = re.compile(r"^([A-Za-z_]\w*)\[(\d+)((?:\.\d+)*)\]")
-
-
-def iter_with_ids(results: Iterable[tuple[int, Any]], ids: list[int]
-                  ) -> Iterable[tuple[int, Any]]:
-    """Map a run's source positions back to the job's source ids (after ``--resume``, or
-    with the largest files first), in a failure's cause too: ``render[0] failed: ...`` of
-    the run's first source names the document's id, ``render[17] failed: ...``."""
-    def with_id(grain: re.Match[str]) -> str:
-        position = int(grain[2])
-        source = ids[position] if position < len(ids) else position
-        return f"{grain[1]}[{source}{grain[3]}]"
-
-    for position, value in results:
-        if isinstance(value, FailedResult) and value.cause:
-            value = replace(value, cause=_LEADING_GRAIN.sub(with_id, value.cause, count=1))
-        yield ids[position], value
-
-
 def largest_first(ids: list[int], sources: list[str]) -> list[int]:
     """``ids`` with the largest source files first (ties keep their order).
 
@@ -404,15 +375,18 @@ def run_job(
             start_ray_for(plan, args.address)
             clock.starting_pools(plan)
             progress = False if args.no_progress or not tty else None
-            handle = pipeline.run([sources[i] for i in ids], store=args.store, ordered=True,
-                                  progress=progress, address=args.address)
+            # Each source keeps its input position as its lineage index (the ids of its
+            # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
+            handle = pipeline.run(sources, store=args.store, ordered=False,
+                                  progress=progress, address=args.address,
+                                  admission_order=ids)
             run_id = handle.run_id
             out.note_run(run_id)
             summary.run_started = clock.running()
             lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
                                   every_s=args.progress_every)
             with lines:
-                write(iter_with_ids(handle, ids), out, sources=sources, summary=summary)
+                write(handle, out, sources=sources, summary=summary)
             clock.actors_up(handle.actors_up_at)
         else:
             summary.run_started = clock.running()
@@ -438,7 +412,7 @@ def run_job(
 __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
     "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
-    "add_job_options", "add_job_parser", "format_seconds", "iter_with_ids", "largest_first",
+    "add_job_options", "add_job_parser", "format_seconds", "largest_first",
     "plural",
     "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
     "write_rows",

@@ -2,14 +2,17 @@
 
 Three batched modules and the pipeline that wires them::
 
-    pages, meta = render(pdfs)           # RenderPdf: per PDF, the pages to OCR + metadata
-    texts = ocr(F.expand(pages))         # OcrPage: one Grain per page to OCR, batched
+    pages, to_ocr, meta = render(pdfs)   # RenderPages: per PDF, every page + metadata
+    page, wanted = F.expand_aligned(pages, to_ocr)   # one child Entity per page
+    texts = ocr(F.filter(page, wanted))  # OcrPage: one Grain per page to OCR, batched
     docs = assemble(F.reduce(texts), meta)   # AssembleDocument: Markdown in page order
 
 The renderer turns every page with a usable text layer into Markdown itself
-(:mod:`rayorch.pipelines.pdf_markdown`), so such pages never travel to an OCR actor;
-only pages that need OCR (all of them for ``rapidocr``/``vllm``; those without a
-usable text layer for ``auto``) are rendered to PNG and expanded into OCR Grains.
+(:mod:`rayorch.pipelines.pdf_markdown`), so such pages never travel to an OCR actor:
+every page is a child in the lineage (``rayorch show RUN N`` lists them), and a page
+done from its text layer is Dropped before the OCR Call by ``F.filter`` (decided by
+the kernel, no dispatch). Only pages that need OCR (all of them for ``rapidocr``/
+``vllm``; those without a usable text layer for ``auto``) carry a PNG and are OCR Grains.
 
 Bad input (missing, empty, non-PDF, encrypted, truncated, damaged, zero pages, absurd
 page sizes) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that document only.
@@ -441,6 +444,27 @@ class AssembleDocument:
         return documents
 
 
+class RenderPages(RenderPdf):
+    """:class:`RenderPdf` with every page as a child: ``(pages, to_ocr, meta)`` per PDF.
+
+    ``pages[i]`` is page ``i + 1``: the page to OCR (with its PNG) when ``to_ocr[i]``,
+    else ``{"page": n, "engine": "text"|"blank"}`` (its Markdown is in ``meta``).
+    """
+
+    def __call__(self, paths: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for result in super().__call__(paths):
+            if isinstance(result, RecordFailure):
+                out.append(result)
+                continue
+            to_ocr, meta = result
+            ocr = {page["page"]: page for page in to_ocr}
+            pages = [ocr.get(r["page"]) or {"page": r["page"], "engine": r["engine"]}
+                     for r in meta["pages"]]
+            out.append((pages, [r["page"] in ocr for r in meta["pages"]], meta))
+        return out
+
+
 def ocr_module_cpus(engine: str) -> float:
     """CPUs an OCR actor declares: rapidocr works all the time, ``auto`` now and then."""
     return {"rapidocr": 1.0, "auto": 0.5}.get(engine, 0.25)
@@ -480,12 +504,12 @@ class PdfPipeline(ro.Pipeline):
         ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
         ocr_options.update(engine_options or {})
         self.render = ro.RayModule(
-            RenderPdf,
+            RenderPages,
             needs_image=not auto and engine_needs_image(engine),
             ocr_fallback=auto,
             tables=tables,
             dpi=dpi,
-            num_outputs=2,
+            num_outputs=3,
             batch_size=render_batch_size,
             replicas=render_replicas,
             num_cpus=1.0,
@@ -503,8 +527,9 @@ class PdfPipeline(ro.Pipeline):
         self.assemble = ro.RayModule(AssembleDocument, batch_size=8, num_cpus=0.25)
 
     def forward(self, pdfs: Any) -> Any:
-        pages, meta = self.render(pdfs)
-        texts = self.ocr(F.expand(pages))
+        pages, to_ocr, meta = self.render(pdfs)
+        page, wanted = F.expand_aligned(pages, to_ocr)
+        texts = self.ocr(F.filter(page, wanted))
         return self.assemble(F.reduce(texts), meta)
 
 
@@ -520,7 +545,8 @@ from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's p
 )
 
 __all__ = [
-    "OCR_MODES", "AssembleDocument", "OcrPage", "PdfPipeline", "RenderPdf", "assemble_markdown",
+    "OCR_MODES", "AssembleDocument", "OcrPage", "PdfPipeline", "RenderPages", "RenderPdf",
+    "assemble_markdown",
     "document_pages", "document_warnings", "failure_kind", "find_pdfs", "summary_dict",
     "write_outputs",
 ]
