@@ -18,6 +18,7 @@ The store URL defaults to ``$RAYORCH_STORE``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
@@ -48,6 +49,8 @@ from rayorch.store.audit import audit_run, entity_story
 from rayorch.store.base import LineageStore, StoredFact
 
 EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell command says when its reader went away."""
 
 
 def _print_json(data: Any) -> None:
@@ -458,9 +461,45 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 ]
 
 
+class CliParser(argparse.ArgumentParser):
+    """argparse whose sub-commands report their own mistakes, naming the closest option.
+
+    A sub-command (a parser without sub-commands of its own) checks its options before
+    argparse does: ``--ouput`` is "unrecognized option --ouput: did you mean --output?"
+    (not "--output is required"), and an unknown argument is reported with that
+    sub-command's usage, not the top-level one. Every sub-parser is of this class.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._subparsers is not None or args is None:
+            return super().parse_known_args(args, namespace)
+        self._check_options(list(args))
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def _check_options(self, args: list[str]) -> None:
+        known = [name for action in self._actions for name in action.option_strings]
+        for arg in args:
+            if arg == "--":
+                return
+            name = arg.split("=", 1)[0]
+            if not name.startswith("--") or name in known or (
+                    self.allow_abbrev and any(k.startswith(name) for k in known)):
+                continue
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            self.error(f"unrecognized option {name}"
+                       + (f": did you mean {close[0]}?" if close else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rayorch",
-                                     description=__doc__.splitlines()[0].replace("``", ""))
+    from rayorch import __version__
+
+    parser = CliParser(prog="rayorch", description=__doc__.splitlines()[0].replace("``", ""))
+    parser.add_argument("--version", action="version", version=f"rayorch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(sub)
@@ -468,13 +507,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rayorch`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``rayorch`` console script; returns the exit code.
+
+    A reader that stops early (``rayorch show ... | head -1``) ends the command quietly.
+    """
     try:
-        code: int = args.func(args)
-    except (RayorchError, ValueError) as exc:
-        print(sanitize(f"rayorch {args.command}: {exc}", newlines=True), file=sys.stderr)
-        return EXIT_ERROR
+        args = build_parser().parse_args(argv)
+        try:
+            code: int = args.func(args)
+        except (RayorchError, ValueError) as exc:
+            print(sanitize(f"rayorch {args.command}: {exc}", newlines=True), file=sys.stderr)
+            return EXIT_ERROR
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that says nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 

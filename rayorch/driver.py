@@ -356,11 +356,12 @@ class Executor:
         order = _checked_order(admission_order, total)
         fresh = run_id is None
         run_id = run_id or _new_run_id(plan)
-        if self._ray_init_kwargs:
-            _init_ray(self._address, self._ray_init_kwargs)
-        ensure_ray(self._address)
         lineage = open_store(with_quick_retries(store))
-        try:
+        try:  # the store first: a wrong URL fails before Ray starts
+            lineage.check()
+            if self._ray_init_kwargs:
+                _init_ray(self._address, self._ray_init_kwargs)
+            ensure_ray(self._address)
             created = fresh
             if not fresh:
                 _refuse_finished_run(lineage, run_id, store)

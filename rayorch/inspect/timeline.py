@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any
 
-from rayorch.core.errors import RayorchError
+from rayorch.core.errors import MissingExtraError, RayorchError
 from rayorch.core.facts import (
     BarrierInstalled,
     ExpansionClosed,
@@ -57,14 +57,18 @@ class NoFactsError(RayorchError):
         )
 
 
-class PlottingUnavailableError(RayorchError):
-    """matplotlib is not installed, so no picture can be drawn."""
+class PlottingUnavailableError(MissingExtraError):
+    """matplotlib is not installed, so no picture can be drawn (``--json`` still works)."""
+
+    def __init__(self) -> None:
+        super().__init__("drawing a timeline (rayorch timeline -o FILE.png)", "matplotlib",
+                         "timeline")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (type(self), ())
 
     def __str__(self) -> str:
-        return (
-            "drawing a timeline needs matplotlib, which is not installed: "
-            "`pip install matplotlib`, or pass --json for the numbers alone"
-        )
+        return super().__str__() + "; or pass --json for the numbers alone"
 
 
 @dataclass(frozen=True)

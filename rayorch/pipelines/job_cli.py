@@ -74,6 +74,10 @@ class JobSummary:
     warnings: list[str] = field(default_factory=list)
     engines: Counter[str] = field(default_factory=Counter)
     run_started: float | None = None
+    """``time.monotonic()`` when start-up ended: the run's actors were up (see :meth:`rate`)."""
+    run_ended: float | None = None
+    actors_up: Callable[[], float | None] = field(default=lambda: None, repr=False)
+    """When the run's actors were all up (``None`` while some start); moves ``run_started``."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     layout: JobLayout = field(init=False, repr=False)
 
@@ -102,13 +106,24 @@ class JobSummary:
     def failure_kinds(self) -> dict[str, int]:
         return dict(sorted(Counter(failure_kind(c) for _, c in self.failures).items()))
 
+    def rate(self) -> float | None:
+        """Parts per second after start-up: parts so far over the time since every actor
+        was up (the run's start when that was earlier) until now or the run's end. The
+        progress lines and the summary both say this figure."""
+        now = self.run_ended or time.monotonic()
+        start = self.run_started or now
+        up = self.actors_up()
+        if up is not None and start < up <= now:
+            start = up
+        return self.parts / (now - start) if now > start else None
+
     def progress_line(self) -> str:
         unit, part = self.layout.unit, self.layout.part
         with self.lock:
-            elapsed = time.monotonic() - (self.run_started or time.monotonic())
-            rate = self.parts / elapsed if elapsed > 0 else 0.0
+            rate = self.rate()
+            shown = "-" if rate is None else f"{rate:.1f}"
             return (f"rayorch: {self.done + self.kept}/{self.total} {unit}s, "
-                    f"{plural(self.parts, part)}, {rate:.1f} {part}s/s, "
+                    f"{plural(self.parts, part)}, {shown} {part}s/s after start-up, "
                     f"{plural(self.failed, 'failure')}")
 
     def failure_lines(self) -> list[str]:
@@ -155,10 +170,12 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
             f"({result['succeeded']} ok, {result['failed']} failed")
     head += f", {result['kept']} kept from the earlier run)" if result["kept"] else ")"
     engines = ", ".join(f"{n} {e}" for e, n in result[f"{part}_engines"].items())
+    rate = result[f"{part}s_per_s"]
     lines = [
         head,
-        f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} = "
-        f"{result[f'{part}s_per_s']} {part}s/s ({result['engine_option']} {result['engine']}"
+        f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} after "
+        f"start-up = {'-' if rate is None else f'{rate:.1f}'} {part}s/s "
+        f"({result['engine_option']} {result['engine']}"
         + (f"; {part}s by engine: {engines})" if engines else ")"),
         f"start-up {format_seconds(result['startup_s'])} (Ray "
         f"{format_seconds(result['ray_start_s'])}, pools "
@@ -178,7 +195,23 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
     return "\n".join(lines)
 
 
-# -- Ray start-up and progress -----------------------------------------------------------
+# -- store, Ray start-up and progress ----------------------------------------------------
+def check_store(url: str) -> None:
+    """Fail now, before ``--output`` is touched or Ray starts, unless the store is usable."""
+    from rayorch.store import open_store
+    from rayorch.store.base import redact_url, with_quick_retries
+    from rayorch.store.errors import StoreUnavailableError
+
+    store = open_store(with_quick_retries(url, retries=1))
+    try:
+        store.check()
+    except StoreUnavailableError as exc:  # named by the URL as given (no retries= added)
+        raise StoreUnavailableError(redact_url(url), exc.detail) from None
+    finally:
+        store.close()
+
+
+
 def start_ray_for(plan: Any, address: str | None) -> str:
     """Attach or start a private local Ray sized for ``plan``'s pools (see ``ray_cluster``)."""
     from rayorch.runtime.ray_cluster import ensure_ray
@@ -359,6 +392,7 @@ def run_job(
     first (outputs keep their ids and order). Returns the exit code.
     """
     plan = pipeline.compile()
+    check_store(args.store)
     out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
                             overwrite=args.overwrite, resume=args.resume)
     ids = out.remaining(sources)
@@ -383,25 +417,29 @@ def run_job(
             run_id = handle.run_id
             out.note_run(run_id)
             summary.run_started = clock.running()
+            summary.actors_up = lambda: handle.actors_up_at
             lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
                                   every_s=args.progress_every)
             with lines:
                 write(handle, out, sources=sources, summary=summary)
-            clock.actors_up(handle.actors_up_at)
+                clock.actors_up(handle.actors_up_at)
+                clock.done()
+                summary.run_ended = clock.t_end
         else:
             summary.run_started = clock.running()
             out.close()
         complete = True
     finally:
-        clock.done()
+        if clock.t_end is None:
+            clock.done()
         out.finish(complete)
     order = {source: i for i, source in enumerate(sources)}
     summary.failures.sort(key=lambda failure: order.get(failure[0], len(order)))
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
               "engine": engine[1], "engine_option": engine[0]}
-    run_s = result["run_s"]
-    part = job.part
-    result[f"{part}s_per_s"] = round(summary.parts / run_s, 2) if run_s > 0 else None
+    summary.run_ended = clock.t_end
+    rate = summary.rate() if run_id is not None else None
+    result[f"{job.part}s_per_s"] = None if rate is None else round(rate, 1)
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -412,7 +450,7 @@ def run_job(
 __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
     "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
-    "add_job_options", "add_job_parser", "format_seconds", "largest_first",
+    "add_job_options", "add_job_parser", "check_store", "format_seconds", "largest_first",
     "plural",
     "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
     "write_rows",

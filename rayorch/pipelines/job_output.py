@@ -104,6 +104,8 @@ class OutputDir:
         self._rows = (path / layout.rows).open("a", encoding="utf-8")
         self._lines = (path / layout.lines).open("a", encoding="utf-8") if layout.lines else None
         self.written: list[str] = []
+        self.started = False
+        """Whether a run began writing here (:meth:`note_run`)."""
 
     @classmethod
     def prepare(cls, out: str | Path, *, job: JobLayout | str, sources: list[str],
@@ -166,6 +168,7 @@ class OutputDir:
         return [i for i in range(len(sources)) if i not in self.kept]
 
     def note_run(self, run_id: str) -> None:
+        self.started = True
         self.marker["runs"].append(run_id)
         _write_json(self.path / MARKER, self.marker)
 
@@ -193,8 +196,17 @@ class OutputDir:
         self._rows.flush()
 
     def finish(self, complete: bool) -> None:
-        """Sort the rows by id (and the lines by their source's id); record the run's end."""
+        """Sort the rows by id (and the lines by their source's id); record the run's end.
+
+        A run that never started (Ray or the store failed first) and keeps nothing leaves
+        no marker: a retry is not refused as if an earlier run were there.
+        """
         self.close()
+        if not complete and not self.started and not self.kept:
+            for name in (MARKER, self.layout.rows, self.layout.lines):
+                if name:
+                    (self.path / name).unlink(missing_ok=True)
+            return
         rows: dict[int, dict[str, Any]] = {}
         for row in _read_rows(self.path / self.layout.rows):
             rows[int(row["id"])] = row

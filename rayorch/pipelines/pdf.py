@@ -400,6 +400,7 @@ def document_pages(page_texts: list[PageText], meta: DocumentMeta) -> list[dict[
             engine = str(record.get("engine") or "missing")
             text = str(record.get("markdown") or "")
         pages.append({"page": number, "engine": engine, "text": text,
+                      "layer": record.get("layer"),
                       "garbage": engine == "text" and record.get("layer") == "garbage"})
     return pages
 
@@ -414,13 +415,23 @@ def assemble_markdown(pages: list[dict[str, Any]], meta: DocumentMeta) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _empty(page: dict[str, Any]) -> bool:
+    """A page that shows ink yet ended without text (a summary warning)."""
+    if page["text"].strip() or page["engine"] == "blank":
+        return False
+    return not (page["engine"] == "text" and page["layer"] == "usable")
+
+
 class AssembleDocument:
     """OCR'd page texts plus the document's metadata -> one Markdown document.
 
     Returns per document ``{"path", "title", "pages", "markdown", "page_engines",
     "empty_pages", "garbage_pages"}``: ``page_engines[i]`` says what produced page
     ``i + 1`` (``text``, an OCR engine, or ``blank`` for a page without ink),
-    ``empty_pages`` the page numbers that show ink but ended without text,
+    ``empty_pages`` the page numbers that show ink but ended without text (not a page
+    whose usable text layer held only running page or line numbers, which the Markdown
+    drops), ``no_layer_pages`` those of them kept from an empty text layer (``--ocr text``:
+    not OCR'd),
     ``garbage_pages`` the pages whose garbage text layer was kept (``--ocr text``);
     both are summary warnings.
     """
@@ -437,8 +448,9 @@ class AssembleDocument:
                 "pages": len(pages),
                 "markdown": assemble_markdown(pages, meta),
                 "page_engines": [p["engine"] for p in pages],
-                "empty_pages": [p["page"] for p in pages
-                                if not p["text"].strip() and p["engine"] != "blank"],
+                "empty_pages": [p["page"] for p in pages if _empty(p)],
+                "no_layer_pages": [p["page"] for p in pages
+                                   if _empty(p) and p["engine"] == "text"],
                 "garbage_pages": [p["page"] for p in pages if p["garbage"]],
             })
         return documents

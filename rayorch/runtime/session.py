@@ -14,7 +14,7 @@ from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.runtime.ray_cluster import ensure_ray
-from rayorch.store.base import SHARED_STORE_SCHEMES, redact_url
+from rayorch.store.base import redact_url, with_quick_retries
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run
@@ -88,17 +88,6 @@ def build_pools(
             pool.shutdown()
         raise
     return pools, call_module
-
-
-def with_quick_retries(url: str, retries: int = 3) -> str:
-    """A Redis URL whose client gives up reconnecting after ``retries`` attempts.
-
-    A driver's store outage then surfaces within about a second, is reported once, and
-    the driver backs off and rebuilds from the store (docs/ARCHITECTURE.md, "Store outages").
-    """
-    if not url.lower().startswith(SHARED_STORE_SCHEMES) or "retries=" in url:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}retries={retries}"
 
 
 __all__: list[Any] = [

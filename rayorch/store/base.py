@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from rayorch.core.commit import CommitVerdict, GrainPhase
+from rayorch.core.errors import MissingExtraError
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     REPORT_PRESENT,
@@ -70,6 +71,17 @@ def redact_url(url: str) -> str:
     if not at or not colon:
         return url
     return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
+
+
+def with_quick_retries(url: str, retries: int = 3) -> str:
+    """A Redis URL whose client gives up reconnecting after ``retries`` attempts.
+
+    A driver's store outage then surfaces within about a second, is reported once, and
+    the driver backs off and rebuilds from the store (docs/ARCHITECTURE.md, "Store outages").
+    """
+    if not url.lower().startswith(SHARED_STORE_SCHEMES) or "retries=" in url:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}retries={retries}"
 
 
 def shard_of(index: int, micro_batch: int, shards: int) -> int:
@@ -324,6 +336,13 @@ class LineageStore(ABC):
                   micro_batch: int, config: dict[str, Any]) -> RunInfo:
         """Store-specific part of :meth:`open_run` (arguments already checked)."""
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise a ``StoreError`` unless the store is reachable and takes writes.
+
+        Called before anything else of a run starts (Ray, actors), so a wrong URL fails
+        at once with its cause. An in-process store is always usable.
+        """
+
     @abstractmethod
     def run_info(self, run_id: str) -> RunInfo:
         """The stored run; raises :class:`RunNotFoundError`."""
@@ -518,6 +537,12 @@ def open_store(url: str = "memory://") -> LineageStore:
         from rayorch.store.memory import MemoryStore
 
         return MemoryStore.open(url)
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
+        try:
+            import redis  # noqa: F401 - the optional client: a clear error when missing
+        except ModuleNotFoundError as exc:
+            raise MissingExtraError(f"a {scheme}:// lineage store", "the redis client",
+                                    "redis") from exc
     if scheme in ("redis", "rediss"):
         from rayorch.store.redis_store import RedisStore
 
