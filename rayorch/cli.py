@@ -490,9 +490,11 @@ class CliParser(argparse.ArgumentParser):
             if not name.startswith("--") or name in known or (
                     self.allow_abbrev and any(k.startswith(name) for k in known)):
                 continue
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            # Compared without their dashes, which every long option shares.
+            bare = {k.lstrip("-"): k for k in known if k.startswith("--")}
+            close = difflib.get_close_matches(name.lstrip("-"), bare, n=1, cutoff=0.7)
             self.error(f"unrecognized option {name}"
-                       + (f": did you mean {close[0]}?" if close else ""))
+                       + (f": did you mean {bare[close[0]]}?" if close else ""))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -105,7 +105,7 @@ class OutputDir:
         self._lines = (path / layout.lines).open("a", encoding="utf-8") if layout.lines else None
         self.written: list[str] = []
         self.started = False
-        """Whether a run began writing here (:meth:`note_run`)."""
+        """Whether a run began here (:meth:`note_run`) or wrote anything."""
 
     @classmethod
     def prepare(cls, out: str | Path, *, job: JobLayout | str, sources: list[str],
@@ -175,6 +175,7 @@ class OutputDir:
     def write_document(self, index: int, stem: str, suffix: str, content: str) -> str:
         """Write one source's file atomically; returns its name."""
         name = f"{index:05d}-{slug(stem)}{suffix}"
+        self.started = True
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(content, encoding="utf-8")
         os.replace(tmp, self.path / name)
@@ -185,6 +186,7 @@ class OutputDir:
         """Append one source's lines to ``layout.lines`` (before its row: see ``_finished``)."""
         if self._lines is None:
             raise RayorchError(f"the {self.layout.job} job writes no lines file")
+        self.started = True
         self._lines.write("".join(json.dumps(line, ensure_ascii=False) + "\n"
                                   for line in lines))
         self._lines.flush()
@@ -192,6 +194,7 @@ class OutputDir:
 
     def add_row(self, row: dict[str, Any]) -> None:
         """Append one row to the rows file (flushed: a resume reads it back)."""
+        self.started = True
         self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
         self._rows.flush()
 
