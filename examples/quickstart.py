@@ -5,7 +5,8 @@ Run it::
     python examples/quickstart.py                          # in-memory lineage store
     python examples/quickstart.py redis://127.0.0.1:6379/0 # lineage in Redis
 
-and then ``rayorch audit RUN --store URL`` with the run id it prints.
+With Redis the lineage outlives the script: audit it with the command it prints
+(``rayorch audit RUN --store redis://...``). The in-memory lineage ends with the script.
 
 Every document comes back once, with its pages in order, even though the ``Shout``
 stage batches pages of different documents together and one page fails.
@@ -76,9 +77,12 @@ def main() -> None:
         "Pages come back. In order. Every time",
     ]
     run = Quickstart().run(docs, store=store, progress=False)
-    for index, result in run:
-        print(f"doc {index}: {result!r}")
-    print(f"run id: {run.run_id}")
+    for index, result in run:  # a FailedResult prints its outcome and cause in words
+        print(f"doc {index}: {result}")
+    if store.startswith("memory://"):
+        print(f"run {run.run_id}: its lineage was in memory, gone when this script ends")
+    else:
+        print(f"run {run.run_id}: rayorch audit {run.run_id} --store {store}")
     ray.shutdown()
 
 

@@ -18,6 +18,7 @@ The store URL defaults to ``$RAYORCH_STORE``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
@@ -41,12 +42,15 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
 from rayorch.core.sanitize import json_safe, sanitize
+from rayorch.core.words import plural
 from rayorch.runtime.sinks import FORMATS
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
 from rayorch.store.base import LineageStore, StoredFact
 
 EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell command says when its reader went away."""
 
 
 def _print_json(data: Any) -> None:
@@ -163,7 +167,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         _print_json({"dry_run": args.dry_run, **plan.as_dict()})
         return EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
-    lines = [f"gc: {verb} {len(plan.runs)} runs and {len(plan.orphans)} orphaned payload files"]
+    lines = [f"gc: {verb} {plural(len(plan.runs), 'run')} and "
+             f"{plural(len(plan.orphans), 'orphaned payload file')}"]
     lines += [f"  run {r}" for r in plan.runs]
     lines += [f"  payload {ref}" for ref in plan.orphans]
     lines += [f"  kept run {r}: a driver is running it" for r in plan.kept_running]
@@ -215,8 +220,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         _print_json({**report.as_dict(), "ok": ok, "delivery": problems})
     else:
         failures = len(report.violations) + len(problems)
-        verdict = "OK" if ok else f"FAILED ({failures} violations)"
-        _say(f"run {report.run_id}: {verdict} - {report.facts} facts in {report.shards} shards")
+        verdict = "OK" if ok else f"FAILED ({plural(failures, 'violation')})"
+        _say(f"run {report.run_id}: {verdict} - {plural(report.facts, 'fact')} in "
+             f"{plural(report.shards, 'shard')}")
         for group, counter in report.counts.items():
             if group == "facts":
                 continue
@@ -262,6 +268,18 @@ def _grain_line(grain: GrainKey, facts: list[Fact], barriers: dict[tuple[str, Pa
     return f"{format_grain(grain)}: " + "; ".join([*steps, end])
 
 
+def _ordinal_ranges(parent: Path, ordinals: list[int]) -> str:
+    """``3.0-3.17, 3.19``: the entities of ``parent`` with these ordinals (ascending)."""
+    runs: list[list[int]] = []
+    for i in ordinals:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    name = format_path(parent)
+    return ", ".join(f"{name}.{a}" if a == b else f"{name}.{a}-{name}.{b}" for a, b in runs)
+
+
 def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
     facts = [s.fact for s in stored]
     by_grain: dict[GrainKey, list[Fact]] = {}
@@ -285,8 +303,14 @@ def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
             if gpath == p:
                 lines.append(f"{indent}  {_grain_line((call, gpath), gfacts, barriers)}")
         for closed in expansions.get(p, []):
-            detail = f", {closed.count} children" if closed.outcome == "succeeded" else ""
+            detail = f", {plural(closed.count, 'child', 'children')}" \
+                if closed.outcome == "succeeded" else ""
             lines.append(f"{indent}  expansion {closed.domain}: {closed.outcome}{detail}")
+            quiet = [i for i in range(closed.count) if (*p, i) not in children.get(p, ())]
+            if quiet:
+                lines.append(f"{indent}    {plural(len(quiet), 'child', 'children')} "
+                             f"({_ordinal_ranges(p, quiet)}): no Grain ran, their Items "
+                             "were decided by their inputs (e.g. Dropped by F.filter)")
         for child in sorted(children.get(p, ())):
             lines.append(f"{indent}  entity {format_path(child)} (ordinal {child[-1]})")
             entity(child, indent + "  ")
@@ -355,8 +379,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(timeline.as_dict())
     else:
-        _say(f"run {timeline.run_id}: {len(timeline.windows)} Calls, {timeline.committed} "
-             f"grains committed in {format_seconds(timeline.elapsed)}; wrote {args.output}")
+        fan_out = "".join(f", {plural(n, 'child', 'children')} in {domain}"
+                          for domain, n in sorted(timeline.children.items()))
+        _say(f"run {timeline.run_id}: {plural(len(timeline.windows), 'Call')}, "
+             f"{plural(timeline.committed, 'grain')} committed in "
+             f"{format_seconds(timeline.elapsed)}{fan_out}; wrote {args.output}")
     return EXIT_OK
 
 
@@ -434,9 +461,47 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 ]
 
 
+class CliParser(argparse.ArgumentParser):
+    """argparse whose sub-commands report their own mistakes, naming the closest option.
+
+    A sub-command (a parser without sub-commands of its own) checks its options before
+    argparse does: ``--ouput`` is "unrecognized option --ouput: did you mean --output?"
+    (not "--output is required"), and an unknown argument is reported with that
+    sub-command's usage, not the top-level one. Every sub-parser is of this class.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._subparsers is not None or args is None:
+            return super().parse_known_args(args, namespace)
+        self._check_options(list(args))
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def _check_options(self, args: list[str]) -> None:
+        known = [name for action in self._actions for name in action.option_strings]
+        for arg in args:
+            if arg == "--":
+                return
+            name = arg.split("=", 1)[0]
+            if not name.startswith("--") or name in known or (
+                    self.allow_abbrev and any(k.startswith(name) for k in known)):
+                continue
+            # Compared without their dashes, which every long option shares.
+            bare = {k.lstrip("-"): k for k in known if k.startswith("--")}
+            close = difflib.get_close_matches(name.lstrip("-"), bare, n=1, cutoff=0.7)
+            self.error(f"unrecognized option {name}"
+                       + (f": did you mean {bare[close[0]]}?" if close else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rayorch",
-                                     description=__doc__.splitlines()[0].replace("``", ""))
+    from rayorch import __version__
+
+    parser = CliParser(prog="rayorch", description=__doc__.splitlines()[0].replace("``", ""))
+    parser.add_argument("--version", action="version", version=f"rayorch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(sub)
@@ -444,13 +509,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rayorch`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``rayorch`` console script; returns the exit code.
+
+    A reader that stops early (``rayorch show ... | head -1``) ends the command quietly.
+    """
     try:
-        code: int = args.func(args)
-    except (RayorchError, ValueError) as exc:
-        print(sanitize(f"rayorch {args.command}: {exc}", newlines=True), file=sys.stderr)
-        return EXIT_ERROR
+        args = build_parser().parse_args(argv)
+        try:
+            code: int = args.func(args)
+        except (RayorchError, ValueError) as exc:
+            print(sanitize(f"rayorch {args.command}: {exc}", newlines=True), file=sys.stderr)
+            return EXIT_ERROR
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that says nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 

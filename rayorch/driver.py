@@ -218,6 +218,19 @@ def _zip_inputs(
 
 
 
+def _checked_order(order: Sequence[int] | None, total: int | None) -> list[int] | None:
+    """``admission_order`` as a list of distinct input positions (a ``DriverError`` if not)."""
+    if order is None:
+        return None
+    if total is None:
+        raise DriverError("admission_order needs inputs of known length (lists, not "
+                          "generators)")
+    positions = [int(i) for i in order]
+    if len(set(positions)) != len(positions) or not all(0 <= i < total for i in positions):
+        raise DriverError(f"admission_order must list distinct input positions in 0..{total - 1}")
+    return positions
+
+
 def _new_run_id(plan: Plan) -> str:
     return f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
@@ -240,6 +253,7 @@ def run_pipeline(
     input_batch_size: int | None = None,
     max_active_input_batches: int | None = None,
     ray_init_kwargs: dict[str, Any] | None = None,
+    admission_order: Sequence[int] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -253,6 +267,10 @@ def run_pipeline(
       sources per shard at most (``None`` = unbounded); ``depth``: batches queued per
       actor; ``lease_ttl_s``: the shard leases' TTL (how soon ``rayorch resume`` can
       take over).
+    * ``admission_order``: the input positions to run, in the order to admit them (e.g.
+      the largest files first); each source keeps its input position as its index in the
+      lineage and in the results, so ``rayorch show RUN N`` is input ``N``. Positions left
+      out are not run (a run of some positions is not resumable with ``rayorch resume``).
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -275,7 +293,7 @@ def run_pipeline(
                                 max_active_sources=max_active_sources, quiet=quiet,
                                 lease_ttl_s=lease_ttl_s, input_batch_size=input_batch_size,
                                 max_active_input_batches=max_active_input_batches,
-                                _one_shot=True)
+                                admission_order=admission_order, _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -319,6 +337,7 @@ class Executor:
                 max_active_sources: int | None = 256, quiet: bool = False,
                 lease_ttl_s: float = LEASE_TTL_S, input_batch_size: int | None = None,
                 max_active_input_batches: int | None = None,
+                admission_order: Sequence[int] | None = None,
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.store.registry import open_store
@@ -334,20 +353,25 @@ class Executor:
             raise DriverError("micro_batch and shards must be >= 1")
         plan, store = self.plan, self.store_url
         rows, total = _zip_inputs(plan, inputs)
+        order = _checked_order(admission_order, total)
         fresh = run_id is None
         run_id = run_id or _new_run_id(plan)
-        if self._ray_init_kwargs:
-            _init_ray(self._address, self._ray_init_kwargs)
-        ensure_ray(self._address)
         lineage = open_store(with_quick_retries(store))
-        try:
+        try:  # the store first: a wrong URL fails before Ray starts
+            lineage.check()
+            if self._ray_init_kwargs:
+                _init_ray(self._address, self._ray_init_kwargs)
+            ensure_ray(self._address)
             created = fresh
             if not fresh:
                 _refuse_finished_run(lineage, run_id, store)
                 created = not _run_exists(lineage, run_id)
             info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
                                     config={"max_active_sources": max_active_sources})
-            if is_shared_store(store):
+            if order is not None and len(order) != total:
+                print(f"rayorch: run {run_id} will not be resumable with rayorch resume: it "
+                      f"runs {len(order)} of its {total} inputs", file=sys.stderr)
+            elif is_shared_store(store):
                 _record_manifest(lineage, run_id, self.pipeline, inputs, depth=self._depth,
                                  max_active_sources=max_active_sources)
             # The actors start while the driver takes the leases and admits sources.
@@ -369,7 +393,8 @@ class Executor:
         driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
                              driver_id=new_driver_id(), pools=pools,
                              call_module=self._call_module,
-                             feed=IteratorFeed(rows, info, total), sink=CallerSink(ordered),
+                             feed=IteratorFeed(rows, info, total, order),
+                             sink=CallerSink(ordered, order),
                              config=config, on_close=release)
         if not quiet:
             if commits_in_actor(store):

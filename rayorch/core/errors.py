@@ -59,3 +59,15 @@ class PlanLookupError(RayorchError, KeyError):
 
 class StoreError(RayorchError):
     """The lineage store failed; subclasses say why in plain words."""
+
+
+class MissingExtraError(RayorchError):
+    """A feature needs an optional dependency that is not installed; says which extra."""
+
+    def __init__(self, feature: str, package: str, extra: str) -> None:
+        super().__init__(feature, package, extra)
+        self.feature, self.package, self.extra = feature, package, extra
+
+    def __str__(self) -> str:
+        return (f"{self.feature} needs {self.package}, which is not installed: "
+                f"pip install 'rayorch[{self.extra}]'")

@@ -108,6 +108,10 @@ class FailedResult:
     def __bool__(self) -> bool:
         return False
 
+    def __str__(self) -> str:
+        """In words: ``suppressed: shout[2.0] failed: this page is unreadable``."""
+        return f"{self.outcome.value}: {self.cause}" if self.cause else self.outcome.value
+
 
 def source_result(index: int, items: Sequence[Item], names: Sequence[str]) -> Any:
     """A finished source item as the user sees it: the value(s) or a ``FailedResult``."""

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any
 
-from rayorch.core.errors import RayorchError
+from rayorch.core.errors import MissingExtraError, RayorchError
 from rayorch.core.facts import (
     BarrierInstalled,
+    ExpansionClosed,
     GrainCommitted,
     GrainDispatched,
     GrainFailed,
@@ -34,6 +35,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, Path, format_grain
+from rayorch.core.words import plural
 from rayorch.store.base import LineageStore, StoredFact
 
 DEFAULT_TARGET_BINS = 60
@@ -55,14 +57,18 @@ class NoFactsError(RayorchError):
         )
 
 
-class PlottingUnavailableError(RayorchError):
-    """matplotlib is not installed, so no picture can be drawn."""
+class PlottingUnavailableError(MissingExtraError):
+    """matplotlib is not installed, so no picture can be drawn (``--json`` still works)."""
+
+    def __init__(self) -> None:
+        super().__init__("drawing a timeline (rayorch timeline -o FILE.png)", "matplotlib",
+                         "timeline")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (type(self), ())
 
     def __str__(self) -> str:
-        return (
-            "drawing a timeline needs matplotlib, which is not installed: "
-            "`pip install matplotlib`, or pass --json for the numbers alone"
-        )
+        return super().__str__() + "; or pass --json for the numbers alone"
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,8 @@ class Timeline:
     outputs: Mapping[str, int]
     completed_shards: int
     idle_calls: tuple[CallId, ...] = field(default=())
+    children: Mapping[str, int] = field(default_factory=dict)
+    """Per child Domain, the children its succeeded expansions published (the fan-out)."""
 
     @property
     def committed(self) -> int:
@@ -187,6 +195,7 @@ class Timeline:
             "in_flight": sum(w.in_flight for w in self.windows),
             "barred": sum(w.barred for w in self.windows),
             "outputs": dict(sorted(self.outputs.items())),
+            "children": dict(sorted(self.children.items())),
             "failovers": len(self.failovers),
             "completed": self.completed,
         }
@@ -286,6 +295,7 @@ def compute_timeline(
     retries: list[RetryEvent] = []
     failovers: list[FailoverEvent] = []
     outputs: Counter[str] = Counter()
+    children: Counter[str] = Counter()
     barriers: set[tuple[CallId, Path]] = set()
     sources = completed_shards = total = 0
 
@@ -321,6 +331,8 @@ def compute_timeline(
                 sources += 1
             elif isinstance(fact, OutputEmitted):
                 outputs[fact.outcome] += 1
+            elif isinstance(fact, ExpansionClosed):
+                children[fact.domain] += fact.count
             elif isinstance(fact, RunCompleted):
                 completed_shards += 1
 
@@ -364,6 +376,7 @@ def compute_timeline(
         outputs=dict(outputs),
         completed_shards=completed_shards,
         idle_calls=tuple(c for c in call_order if c not in first_dispatch),
+        children=dict(children),
     )
 
 
@@ -396,22 +409,20 @@ def format_seconds(seconds: float) -> str:
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
-def _count(n: int, noun: str, plural: str = "") -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
-
-
 def title_lines(timeline: Timeline) -> tuple[str, str]:
     """The picture's title: run id and elapsed time; then the totals."""
     totals = timeline.totals()
     state = "completed" if timeline.completed else "not completed"
     head = (f"run {timeline.run_id}  -  {format_seconds(timeline.elapsed)} elapsed, "
-            f"{state}, {_count(timeline.shards, 'shard')}")
+            f"{state}, {plural(timeline.shards, 'shard')}")
     outs = ", ".join(f"{n} {k}" for k, n in totals["outputs"].items()) or "none"
-    tail = (f"{_count(totals['sources'], 'source')}, "
-            f"{_count(totals['grains_committed'], 'grain')} committed "
-            f"({_count(totals['attempts'], 'attempt')}), "
-            f"{_count(totals['retries'], 'retry', 'retries')}, {totals['grains_failed']} failed, "
-            f"{_count(totals['failovers'], 'failover')}; "
+    fan_out = "".join(f" -> {plural(n, 'child', 'children')} in {domain}"
+                      for domain, n in totals["children"].items())
+    tail = (f"{plural(totals['sources'], 'source')}{fan_out}, "
+            f"{plural(totals['grains_committed'], 'grain')} committed "
+            f"({plural(totals['attempts'], 'attempt')}), "
+            f"{plural(totals['retries'], 'retry', 'retries')}, {totals['grains_failed']} failed, "
+            f"{plural(totals['failovers'], 'failover')}; "
             f"outputs: {outs}")
     return head, tail
 

@@ -23,19 +23,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TextIO
 
 import orjson
 
-from rayorch.core.outcome import FailedResult
+from rayorch.core.words import plural
 from rayorch.pipelines.job_output import (
     DOCUMENT_NAME,
     MARKER,
@@ -52,15 +51,6 @@ from rayorch.pipelines.sources import failure_kind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_NAMED_FAILURES = 10
-
-
-def plural(count: int, noun: str) -> str:
-    """``"1 document"``, ``"2 documents"``.
-
-    >>> plural(1, "document"), plural(0, "page")
-    ('1 document', '0 pages')
-    """
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # -- summary ------------------------------------------------------------------------------
@@ -84,6 +74,10 @@ class JobSummary:
     warnings: list[str] = field(default_factory=list)
     engines: Counter[str] = field(default_factory=Counter)
     run_started: float | None = None
+    """``time.monotonic()`` when start-up ended: the run's actors were up (see :meth:`rate`)."""
+    run_ended: float | None = None
+    actors_up: Callable[[], float | None] = field(default=lambda: None, repr=False)
+    """When the run's actors were all up (``None`` while some start); moves ``run_started``."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     layout: JobLayout = field(init=False, repr=False)
 
@@ -112,13 +106,24 @@ class JobSummary:
     def failure_kinds(self) -> dict[str, int]:
         return dict(sorted(Counter(failure_kind(c) for _, c in self.failures).items()))
 
+    def rate(self) -> float | None:
+        """Parts per second after start-up: parts so far over the time since every actor
+        was up (the run's start when that was earlier) until now or the run's end. The
+        progress lines and the summary both say this figure."""
+        now = self.run_ended or time.monotonic()
+        start = self.run_started or now
+        up = self.actors_up()
+        if up is not None and start < up <= now:
+            start = up
+        return self.parts / (now - start) if now > start else None
+
     def progress_line(self) -> str:
         unit, part = self.layout.unit, self.layout.part
         with self.lock:
-            elapsed = time.monotonic() - (self.run_started or time.monotonic())
-            rate = self.parts / elapsed if elapsed > 0 else 0.0
+            rate = self.rate()
+            shown = "-" if rate is None else f"{rate:.1f}"
             return (f"rayorch: {self.done + self.kept}/{self.total} {unit}s, "
-                    f"{plural(self.parts, part)}, {rate:.1f} {part}s/s, "
+                    f"{plural(self.parts, part)}, {shown} {part}s/s after start-up, "
                     f"{plural(self.failed, 'failure')}")
 
     def failure_lines(self) -> list[str]:
@@ -165,10 +170,12 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
             f"({result['succeeded']} ok, {result['failed']} failed")
     head += f", {result['kept']} kept from the earlier run)" if result["kept"] else ")"
     engines = ", ".join(f"{n} {e}" for e, n in result[f"{part}_engines"].items())
+    rate = result[f"{part}s_per_s"]
     lines = [
         head,
-        f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} = "
-        f"{result[f'{part}s_per_s']} {part}s/s ({result['engine_option']} {result['engine']}"
+        f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} after "
+        f"start-up = {'-' if rate is None else f'{rate:.1f}'} {part}s/s "
+        f"({result['engine_option']} {result['engine']}"
         + (f"; {part}s by engine: {engines})" if engines else ")"),
         f"start-up {format_seconds(result['startup_s'])} (Ray "
         f"{format_seconds(result['ray_start_s'])}, pools "
@@ -188,7 +195,24 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
     return "\n".join(lines)
 
 
-# -- Ray start-up and progress -----------------------------------------------------------
+# -- store, Ray start-up and progress ----------------------------------------------------
+def check_store(url: str) -> None:
+    """Fail now, before ``--output`` is touched or Ray starts, unless the store is usable."""
+    from rayorch.runtime.session import with_quick_retries
+    from rayorch.store import open_store
+    from rayorch.store.errors import StoreUnavailableError
+    from rayorch.store.registry import redact_url
+
+    store = open_store(with_quick_retries(url, retries=1))
+    try:
+        store.check()
+    except StoreUnavailableError as exc:  # named by the URL as given (no retries= added)
+        raise StoreUnavailableError(redact_url(url), exc.detail) from None
+    finally:
+        store.close()
+
+
+
 def start_ray_for(plan: Any, address: str | None) -> str:
     """Attach or start a private local Ray sized for ``plan``'s pools (see ``ray_cluster``)."""
     from rayorch.runtime.ray_cluster import ensure_ray
@@ -329,25 +353,6 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
-_LEADING_GRAIN = re.compile(r"^([A-Za-z_]\w*)\[(\d+)((?:\.\d+)*)\]")
-
-
-def iter_with_ids(results: Iterable[tuple[int, Any]], ids: list[int]
-                  ) -> Iterable[tuple[int, Any]]:
-    """Map a run's source positions back to the job's source ids (after ``--resume``, or
-    with the largest files first), in a failure's cause too: ``render[0] failed: ...`` of
-    the run's first source names the document's id, ``render[17] failed: ...``."""
-    def with_id(grain: re.Match[str]) -> str:
-        position = int(grain[2])
-        source = ids[position] if position < len(ids) else position
-        return f"{grain[1]}[{source}{grain[3]}]"
-
-    for position, value in results:
-        if isinstance(value, FailedResult) and value.cause:
-            value = replace(value, cause=_LEADING_GRAIN.sub(with_id, value.cause, count=1))
-        yield ids[position], value
-
-
 def largest_first(ids: list[int], sources: list[str]) -> list[int]:
     """``ids`` with the largest source files first (ties keep their order).
 
@@ -388,6 +393,7 @@ def run_job(
     first (outputs keep their ids and order). Returns the exit code.
     """
     plan = pipeline.compile()
+    check_store(args.store)
     out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
                             overwrite=args.overwrite, resume=args.resume)
     ids = out.remaining(sources)
@@ -404,30 +410,37 @@ def run_job(
             start_ray_for(plan, args.address)
             clock.starting_pools(plan)
             progress = False if args.no_progress or not tty else None
-            handle = pipeline.run([sources[i] for i in ids], store=args.store, ordered=True,
-                                  progress=progress, address=args.address)
+            # Each source keeps its input position as its lineage index (the ids of its
+            # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
+            handle = pipeline.run(sources, store=args.store, ordered=False,
+                                  progress=progress, address=args.address,
+                                  admission_order=ids)
             run_id = handle.run_id
             out.note_run(run_id)
             summary.run_started = clock.running()
+            summary.actors_up = lambda: handle.actors_up_at
             lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
                                   every_s=args.progress_every)
             with lines:
-                write(iter_with_ids(handle, ids), out, sources=sources, summary=summary)
-            clock.actors_up(handle.actors_up_at)
+                write(handle, out, sources=sources, summary=summary)
+                clock.actors_up(handle.actors_up_at)
+                clock.done()
+                summary.run_ended = clock.t_end
         else:
             summary.run_started = clock.running()
             out.close()
         complete = True
     finally:
-        clock.done()
+        if clock.t_end is None:
+            clock.done()
         out.finish(complete)
     order = {source: i for i, source in enumerate(sources)}
     summary.failures.sort(key=lambda failure: order.get(failure[0], len(order)))
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
               "engine": engine[1], "engine_option": engine[0]}
-    run_s = result["run_s"]
-    part = job.part
-    result[f"{part}s_per_s"] = round(summary.parts / run_s, 2) if run_s > 0 else None
+    summary.run_ended = clock.t_end
+    rate = summary.rate() if run_id is not None else None
+    result[f"{job.part}s_per_s"] = None if rate is None else round(rate, 1)
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -438,7 +451,7 @@ def run_job(
 __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
     "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
-    "add_job_options", "add_job_parser", "format_seconds", "iter_with_ids", "largest_first",
+    "add_job_options", "add_job_parser", "check_store", "format_seconds", "largest_first",
     "plural",
     "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
     "write_rows",

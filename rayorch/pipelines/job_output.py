@@ -104,6 +104,8 @@ class OutputDir:
         self._rows = (path / layout.rows).open("a", encoding="utf-8")
         self._lines = (path / layout.lines).open("a", encoding="utf-8") if layout.lines else None
         self.written: list[str] = []
+        self.started = False
+        """Whether a run began here (:meth:`note_run`) or wrote anything."""
 
     @classmethod
     def prepare(cls, out: str | Path, *, job: JobLayout | str, sources: list[str],
@@ -166,12 +168,14 @@ class OutputDir:
         return [i for i in range(len(sources)) if i not in self.kept]
 
     def note_run(self, run_id: str) -> None:
+        self.started = True
         self.marker["runs"].append(run_id)
         _write_json(self.path / MARKER, self.marker)
 
     def write_document(self, index: int, stem: str, suffix: str, content: str) -> str:
         """Write one source's file atomically; returns its name."""
         name = f"{index:05d}-{slug(stem)}{suffix}"
+        self.started = True
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(content, encoding="utf-8")
         os.replace(tmp, self.path / name)
@@ -182,6 +186,7 @@ class OutputDir:
         """Append one source's lines to ``layout.lines`` (before its row: see ``_finished``)."""
         if self._lines is None:
             raise RayorchError(f"the {self.layout.job} job writes no lines file")
+        self.started = True
         self._lines.write("".join(json.dumps(line, ensure_ascii=False) + "\n"
                                   for line in lines))
         self._lines.flush()
@@ -189,12 +194,22 @@ class OutputDir:
 
     def add_row(self, row: dict[str, Any]) -> None:
         """Append one row to the rows file (flushed: a resume reads it back)."""
+        self.started = True
         self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
         self._rows.flush()
 
     def finish(self, complete: bool) -> None:
-        """Sort the rows by id (and the lines by their source's id); record the run's end."""
+        """Sort the rows by id (and the lines by their source's id); record the run's end.
+
+        A run that never started (Ray or the store failed first) and keeps nothing leaves
+        no marker: a retry is not refused as if an earlier run were there.
+        """
         self.close()
+        if not complete and not self.started and not self.kept:
+            for name in (MARKER, self.layout.rows, self.layout.lines):
+                if name:
+                    (self.path / name).unlink(missing_ok=True)
+            return
         rows: dict[int, dict[str, Any]] = {}
         for row in _read_rows(self.path / self.layout.rows):
             rows[int(row["id"])] = row

@@ -2,14 +2,17 @@
 
 Three batched modules and the pipeline that wires them::
 
-    pages, meta = render(pdfs)           # RenderPdf: per PDF, the pages to OCR + metadata
-    texts = ocr(F.expand(pages))         # OcrPage: one Grain per page to OCR, batched
+    pages, to_ocr, meta = render(pdfs)   # RenderPages: per PDF, every page + metadata
+    page, wanted = F.expand_aligned(pages, to_ocr)   # one child Entity per page
+    texts = ocr(F.filter(page, wanted))  # OcrPage: one Grain per page to OCR, batched
     docs = assemble(F.reduce(texts), meta)   # AssembleDocument: Markdown in page order
 
 The renderer turns every page with a usable text layer into Markdown itself
-(:mod:`rayorch.pipelines.pdf_markdown`), so such pages never travel to an OCR actor;
-only pages that need OCR (all of them for ``rapidocr``/``vllm``; those without a
-usable text layer for ``auto``) are rendered to PNG and expanded into OCR Grains.
+(:mod:`rayorch.pipelines.pdf_markdown`), so such pages never travel to an OCR actor:
+every page is a child in the lineage (``rayorch show RUN N`` lists them), and a page
+done from its text layer is Dropped before the OCR Call by ``F.filter`` (decided by
+the kernel, no dispatch). Only pages that need OCR (all of them for ``rapidocr``/
+``vllm``; those without a usable text layer for ``auto``) carry a PNG and are OCR Grains.
 
 Bad input (missing, empty, non-PDF, encrypted, truncated, damaged, zero pages, absurd
 page sizes) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that document only.
@@ -397,6 +400,7 @@ def document_pages(page_texts: list[PageText], meta: DocumentMeta) -> list[dict[
             engine = str(record.get("engine") or "missing")
             text = str(record.get("markdown") or "")
         pages.append({"page": number, "engine": engine, "text": text,
+                      "layer": record.get("layer"),
                       "garbage": engine == "text" and record.get("layer") == "garbage"})
     return pages
 
@@ -411,13 +415,23 @@ def assemble_markdown(pages: list[dict[str, Any]], meta: DocumentMeta) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _empty(page: dict[str, Any]) -> bool:
+    """A page that shows ink yet ended without text (a summary warning)."""
+    if page["text"].strip() or page["engine"] == "blank":
+        return False
+    return not (page["engine"] == "text" and page["layer"] == "usable")
+
+
 class AssembleDocument:
     """OCR'd page texts plus the document's metadata -> one Markdown document.
 
     Returns per document ``{"path", "title", "pages", "markdown", "page_engines",
     "empty_pages", "garbage_pages"}``: ``page_engines[i]`` says what produced page
     ``i + 1`` (``text``, an OCR engine, or ``blank`` for a page without ink),
-    ``empty_pages`` the page numbers that show ink but ended without text,
+    ``empty_pages`` the page numbers that show ink but ended without text (not a page
+    whose usable text layer held only running page or line numbers, which the Markdown
+    drops), ``no_layer_pages`` those of them kept from an empty text layer (``--ocr text``:
+    not OCR'd),
     ``garbage_pages`` the pages whose garbage text layer was kept (``--ocr text``);
     both are summary warnings.
     """
@@ -434,11 +448,33 @@ class AssembleDocument:
                 "pages": len(pages),
                 "markdown": assemble_markdown(pages, meta),
                 "page_engines": [p["engine"] for p in pages],
-                "empty_pages": [p["page"] for p in pages
-                                if not p["text"].strip() and p["engine"] != "blank"],
+                "empty_pages": [p["page"] for p in pages if _empty(p)],
+                "no_layer_pages": [p["page"] for p in pages
+                                   if _empty(p) and p["engine"] == "text"],
                 "garbage_pages": [p["page"] for p in pages if p["garbage"]],
             })
         return documents
+
+
+class RenderPages(RenderPdf):
+    """:class:`RenderPdf` with every page as a child: ``(pages, to_ocr, meta)`` per PDF.
+
+    ``pages[i]`` is page ``i + 1``: the page to OCR (with its PNG) when ``to_ocr[i]``,
+    else ``{"page": n, "engine": "text"|"blank"}`` (its Markdown is in ``meta``).
+    """
+
+    def __call__(self, paths: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for result in super().__call__(paths):
+            if isinstance(result, RecordFailure):
+                out.append(result)
+                continue
+            to_ocr, meta = result
+            ocr = {page["page"]: page for page in to_ocr}
+            pages = [ocr.get(r["page"]) or {"page": r["page"], "engine": r["engine"]}
+                     for r in meta["pages"]]
+            out.append((pages, [r["page"] in ocr for r in meta["pages"]], meta))
+        return out
 
 
 def ocr_module_cpus(engine: str) -> float:
@@ -480,12 +516,12 @@ class PdfPipeline(ro.Pipeline):
         ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
         ocr_options.update(engine_options or {})
         self.render = ro.RayModule(
-            RenderPdf,
+            RenderPages,
             needs_image=not auto and engine_needs_image(engine),
             ocr_fallback=auto,
             tables=tables,
             dpi=dpi,
-            num_outputs=2,
+            num_outputs=3,
             batch_size=render_batch_size,
             replicas=render_replicas,
             num_cpus=1.0,
@@ -503,8 +539,9 @@ class PdfPipeline(ro.Pipeline):
         self.assemble = ro.RayModule(AssembleDocument, batch_size=8, num_cpus=0.25)
 
     def forward(self, pdfs: Any) -> Any:
-        pages, meta = self.render(pdfs)
-        texts = self.ocr(F.expand(pages))
+        pages, to_ocr, meta = self.render(pdfs)
+        page, wanted = F.expand_aligned(pages, to_ocr)
+        texts = self.ocr(F.filter(page, wanted))
         return self.assemble(F.reduce(texts), meta)
 
 
@@ -520,7 +557,8 @@ from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's p
 )
 
 __all__ = [
-    "OCR_MODES", "AssembleDocument", "OcrPage", "PdfPipeline", "RenderPdf", "assemble_markdown",
+    "OCR_MODES", "AssembleDocument", "OcrPage", "PdfPipeline", "RenderPages", "RenderPdf",
+    "assemble_markdown",
     "document_pages", "document_warnings", "failure_kind", "find_pdfs", "summary_dict",
     "write_outputs",
 ]

@@ -26,11 +26,14 @@ def _page_list(numbers: list[int]) -> str:
 
 
 def document_warnings(source: str, doc: dict[str, Any]) -> list[str]:
-    """Summary warnings of one written document: empty pages, garbage text layers."""
+    """Summary warnings of one written document: empty pages, garbage text layers.
+
+    Each is true of the mode that ran: a page without a text layer was kept empty only
+    when no OCR ran for it (``--ocr text``), so ``--ocr auto`` would OCR it.
+    """
     warnings = []
-    engines = doc.get("page_engines") or []
     empty = [int(n) for n in doc.get("empty_pages", ())]
-    no_layer = [n for n in empty if 0 < n <= len(engines) and engines[n - 1] == "text"]
+    no_layer = [int(n) for n in doc.get("no_layer_pages", ())]
     after_ocr = [n for n in empty if n not in no_layer]
     if after_ocr:
         warnings.append(f"{source}: {plural(len(after_ocr), 'page')} empty after OCR "

@@ -2,9 +2,11 @@
 
 Feeds (sources in):
 
-* :class:`IteratorFeed` — ``Pipeline.run``'s inputs, read once, in index order; the
-  rows pulled but not yet known to be in the store are kept so a shard rebuilt
-  after a store outage re-admits them (nothing read from a generator is lost).
+* :class:`IteratorFeed` — ``Pipeline.run``'s inputs, read once, in index order (or in
+  an ``admission_order`` of input positions: a source's index is its input position
+  whatever order it is admitted in); the rows pulled but not yet known to be in the
+  store are kept so a shard rebuilt after a store outage re-admits them (nothing read
+  from a generator is lost).
 * :class:`ManifestFeed` — the sources recorded in a run's manifest (``rayorch
   driver``/``resume``, ``join_run``): each shard's indexes not yet admitted.
 
@@ -32,15 +34,28 @@ Row = tuple[int, tuple[Any, ...]]
 
 
 class IteratorFeed:
-    """Sources read from an iterator in index order, micro-batch by micro-batch."""
+    """Sources read from an iterator in index order, micro-batch by micro-batch.
+
+    With ``order`` (distinct input positions, e.g. the largest files first) the inputs
+    are read into a list and only those positions are admitted, in that order, each
+    under its input position as index; an admission then takes up to ``micro_batch``
+    sources of one shard.
+    """
 
     def __init__(self, rows: Iterator[tuple[Any, ...]], info: RunInfo,
-                 total: int | None) -> None:
-        self._rows = rows
+                 total: int | None, order: Sequence[int] | None = None) -> None:
         self._info = info
-        self.total = total
-        self._next = 0
-        self._peeked: list[tuple[Any, ...]] = []
+        self._rows: Iterator[Row]
+        if order is None:
+            self._rows = enumerate(rows)
+            self.total = total
+        else:
+            table = list(rows)
+            self._rows = ((i, table[i]) for i in order)
+            self.total = len(order)
+        self._in_order = order is None
+        self._taken = 0
+        self._peeked: list[Row] = []
         self._ended = False
         self._requeued: dict[int, deque[Row]] = {}
         self._unconfirmed: dict[int, list[Row]] = {}
@@ -60,11 +75,12 @@ class IteratorFeed:
             return rows
         taken: list[Row] = []
         micro = self._info.micro_batch
-        while len(taken) < limit and self._info.shard_of(self._next) == shard and self._peek():
-            values = self._peeked.pop()
-            taken.append((self._next, tuple(values)))
-            self._next += 1
-            if self._next % micro == 0:
+        while (len(taken) < limit and self._peek()
+               and self._info.shard_of(self._peeked[0][0]) == shard):
+            index, values = self._peeked.pop()
+            taken.append((index, tuple(values)))
+            self._taken += 1
+            if (index + 1 if self._in_order else self._taken) % micro == 0:
                 break
         self._unconfirmed.setdefault(shard, []).extend(taken)
         return taken
@@ -149,11 +165,14 @@ class CallerSink:
 
     name = "caller"
 
-    def __init__(self, ordered: bool) -> None:
+    def __init__(self, ordered: bool, indexes: Sequence[int] | None = None) -> None:
         self.ordered = ordered
         self._waiting: dict[int, tuple[int, OutputReady]] = {}
         self._order: deque[int] = deque()
-        self._next = 0
+        # In order: the sources' indexes ascending (0, 1, 2, ... unless ``indexes``).
+        self._sequence: Iterator[int] = iter(sorted(indexes)) if indexes is not None \
+            else itertools.count()
+        self._next: int | None = next(self._sequence, None)
 
     def offer(self, shard: int, ready: OutputReady) -> None:
         """A finished source (offered again after a rebuild: kept once)."""
@@ -170,9 +189,9 @@ class CallerSink:
                 if entry is not None:
                     yield entry
             return
-        while self._next in self._waiting:
+        while self._next is not None and self._next in self._waiting:
             entry = self._waiting.pop(self._next)
-            self._next += 1
+            self._next = next(self._sequence, None)
             yield entry
 
     def drop_shard(self, shard: int) -> None:

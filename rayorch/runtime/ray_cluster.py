@@ -71,6 +71,24 @@ def _loopback_node_ip() -> Iterator[None]:
         ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
+@contextlib.contextmanager
+def _no_auth_default_warning() -> Iterator[None]:
+    """Silence Ray's "Token authentication is enabled for this Ray cluster" warning.
+
+    Ray 2.60 turns token authentication on for a new local cluster when ``RAY_AUTH_MODE``
+    is unset, and warns about it on every start. For the private local Ray rayorch
+    starts, that default is kept (a token in ``~/.ray``, loopback only) and only the
+    warning goes; ``RAY_AUTH_MODE`` set by the user is Ray's to obey.
+    """
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    saved = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
 def _is_loopback(address: str) -> bool:
     """``127.x.x.x:port`` or ``localhost:port`` (Ray would rewrite it to the routable IP)."""
     host = address.rsplit(":", 1)[0]
@@ -119,7 +137,8 @@ def ensure_ray(
         **init_options,
     }
     loopback = options.get("_node_ip_address") == LOOPBACK
-    with _loopback_node_ip() if loopback else contextlib.nullcontext():
+    with _loopback_node_ip() if loopback else contextlib.nullcontext(), \
+            _no_auth_default_warning():
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,
                  log_to_driver=log_to_driver, **options)
     return "local"

@@ -12,6 +12,7 @@ from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import (
+    ExpansionClosed,
     GrainCommitted,
     GrainDispatched,
     GrainFailed,
@@ -20,6 +21,7 @@ from rayorch.core.facts import (
     RunCompleted,
     SourceAdmitted,
 )
+from rayorch.core.words import plural
 from rayorch.runtime.manifest import RunManifest
 from rayorch.store.base import LineageStore
 from rayorch.store.errors import RunNotFoundError
@@ -45,6 +47,8 @@ class RunStatus:
     emitted_present: int = 0
     emitted_not_present: int = 0
     calls: dict[str, Counter[str]] = field(default_factory=dict)
+    expansions: dict[str, Counter[str]] = field(default_factory=dict)
+    """Per child Domain: expansions by outcome, and ``children`` (of the succeeded ones)."""
     shards: list[ShardStatus] = field(default_factory=list)
     drivers: list[str] = field(default_factory=list)
     failovers: int = 0
@@ -66,6 +70,7 @@ class RunStatus:
                         "not_admitted": None if self.total is None
                         else self.total - self.admitted},
             "calls": {call: dict(c) for call, c in self.calls.items()},
+            "expansions": {domain: dict(c) for domain, c in self.expansions.items()},
             "drivers": self.drivers, "failover_retries": self.failovers,
             "shards": [{"shard": s.shard, "holder": s.holder, "epoch": s.epoch, "done": s.done,
                         "facts": s.facts} for s in self.shards],
@@ -80,6 +85,11 @@ class RunStatus:
         for call, c in self.calls.items():
             parts = ", ".join(f"{k} {n}" for k, n in sorted(c.items()))
             out.append(f"  call {call}: {parts}")
+        for domain, c in self.expansions.items():
+            parts = ", ".join(f"{k} {n}" for k, n in sorted(c.items()) if k != "children")
+            out.append(f"  domain {domain}: {plural(c['children'], 'child', 'children')} "
+                       f"of {plural(sum(n for k, n in c.items() if k != 'children'), 'parent')} "
+                       f"(expansions {parts})")
         out.append(f"  live drivers ({len(self.drivers)}): {', '.join(self.drivers) or '-'}")
         for s in self.shards:
             lease = f"held by {s.holder} (epoch {s.epoch})" if s.holder else "free"
@@ -122,6 +132,10 @@ def run_status(store: LineageStore, run_id: str) -> RunStatus:
                 status.failovers += fact.cause == "driver failover"
             elif isinstance(fact, GrainFailed):
                 status.calls.setdefault(fact.call, Counter())["failed"] += 1
+            elif isinstance(fact, ExpansionClosed):
+                counts = status.expansions.setdefault(fact.domain, Counter(children=0))
+                counts[fact.outcome] += 1
+                counts["children"] += fact.count
             elif isinstance(fact, RunCompleted):
                 completed = True
         holder = store.lease_holder(run_id, shard)

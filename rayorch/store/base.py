@@ -257,6 +257,13 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry):
         return {k: list(self.iter_facts(run_id, k, payloads=payloads))
                 for k in range(info.shards)}
 
+    def check(self) -> None:
+        """Raise a ``StoreError`` unless the store is reachable and takes writes.
+
+        Called before anything else of a run starts (Ray, actors), so a wrong URL fails
+        at once with its cause. An in-process store is always usable.
+        """
+
     def close(self) -> None:
         """Release connections (the store can still be re-opened from its URL)."""
 

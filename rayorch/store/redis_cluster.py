@@ -161,6 +161,10 @@ class RedisClusterStore(RedisStore):
     def _cluster(self) -> RedisCluster:
         return cast(RedisCluster, self._client())
 
+    def check(self) -> None:
+        """Reachable and recent enough: every primary answered (writes go to primaries only)."""
+        self._client()
+
     def _server_version(self, client: redis.Redis) -> str:
         infos = cast(RedisCluster, client).info("server", target_nodes=RedisCluster.PRIMARIES)
         versions = [str(i.get("redis_version", "0")) for i in infos.values()] or ["0"]

@@ -180,6 +180,15 @@ class RedisStore(LineageStore):
         except ValueError as exc:
             raise StoreURLError(self.safe_url, str(exc)) from exc
 
+    def check(self) -> None:
+        """Reachable, recent enough (see ``_client``), and a master: a replica refuses writes."""
+        client = self._client()
+        with self._errors():
+            role = client.info("replication").get("role")
+        if role not in (None, "master"):
+            raise StoreError(f"the lineage store at {self.safe_url} is a read-only {role}: "
+                             "give the URL of its master")
+
     def _server_version(self, client: redis.Redis) -> str:
         return str(client.info("server").get("redis_version", "0"))
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from rayorch.core.errors import MissingExtraError
 from rayorch.store.errors import StoreURLError
 
 if TYPE_CHECKING:
@@ -36,10 +37,17 @@ class Backend:
     scheme: str
     opener: str
     shared: bool
+    extra: str | None = None  # the rayorch extra that installs its client library
 
     def open(self, url: str) -> LineageStore:
         module, _, attribute = self.opener.partition(":")
-        target: Any = importlib.import_module(module)
+        try:
+            target: Any = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if self.extra is None or (exc.name or "").startswith("rayorch"):
+                raise
+            raise MissingExtraError(f"a {self.scheme}:// lineage store", f"{exc.name}",
+                                    self.extra) from exc
         for name in attribute.split("."):
             target = getattr(target, name)
         store: LineageStore = target(url)
@@ -49,16 +57,20 @@ class Backend:
 BACKENDS: dict[str, Backend] = {}
 
 
-def register_backend(scheme: str, opener: str, *, shared: bool) -> None:
-    """Open URLs ``<scheme>://...`` with ``opener`` (``"module:attribute"``, imported lazily)."""
-    BACKENDS[scheme.lower()] = Backend(scheme.lower(), opener, shared)
+def register_backend(scheme: str, opener: str, *, shared: bool, extra: str | None = None
+                     ) -> None:
+    """Open URLs ``<scheme>://...`` with ``opener`` (``"module:attribute"``, imported lazily);
+    ``extra``: the rayorch extra to name when its client library is missing."""
+    BACKENDS[scheme.lower()] = Backend(scheme.lower(), opener, shared, extra)
 
 
 register_backend("memory", "rayorch.store.memory:MemoryStore.open", shared=False)
 for _scheme in ("redis", "rediss"):
-    register_backend(_scheme, "rayorch.store.redis_store:RedisStore", shared=True)
+    register_backend(_scheme, "rayorch.store.redis_store:RedisStore", shared=True,
+                     extra="redis")
 for _scheme in ("redis+cluster", "rediss+cluster"):
-    register_backend(_scheme, "rayorch.store.redis_cluster:RedisClusterStore", shared=True)
+    register_backend(_scheme, "rayorch.store.redis_cluster:RedisClusterStore", shared=True,
+                     extra="redis")
 
 
 def redact_url(url: str) -> str:

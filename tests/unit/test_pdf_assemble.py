@@ -132,15 +132,15 @@ def test_write_outputs_files_rows_and_summary(tmp_path: Path) -> None:
 def test_pdf_pipeline_compiles_render_expand_ocr_reduce_assemble() -> None:
     plan = PdfPipeline("rapidocr", replicas=3, batch_size=12).compile()
     kinds = [n.kind for n in plan.nodes]
-    assert kinds == [NodeKind.INPUT, NodeKind.CALL, NodeKind.EXPAND, NodeKind.CALL,
-                     NodeKind.REDUCE, NodeKind.CALL, NodeKind.OUTPUT]
+    assert kinds == [NodeKind.INPUT, NodeKind.CALL, NodeKind.EXPAND, NodeKind.FILTER,
+                     NodeKind.CALL, NodeKind.REDUCE, NodeKind.CALL, NodeKind.OUTPUT]
     assert [c.call.id for c in plan.calls if c.call] == ["render", "ocr", "assemble"]
     assert plan.call_node("ocr").domain == "root/0"
     ocr = plan.options("ocr")
     assert (ocr.replicas, ocr.batch_size, ocr.num_gpus) == (3, 12, 0.0)
     render = plan.module("render")
     assert dict(render.kwargs)["needs_image"] is True
-    assert render.options.num_outputs == 2
+    assert render.options.num_outputs == 3  # every page, which to OCR, metadata
     assert dict(plan.module("ocr").kwargs) == {} and plan.module("ocr").args == ("rapidocr",)
 
 
