@@ -46,7 +46,7 @@ class Backend:
         except ModuleNotFoundError as exc:
             if self.extra is None or (exc.name or "").startswith("rayorch"):
                 raise
-            raise MissingExtraError(f"a {self.scheme}:// lineage store", f"{exc.name}",
+            raise MissingExtraError(f"a {self.scheme}:// lineage store", f"the {exc.name} client",
                                     self.extra) from exc
         for name in attribute.split("."):
             target = getattr(target, name)

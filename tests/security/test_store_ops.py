@@ -195,7 +195,7 @@ def test_gc_removes_orphaned_payloads_and_old_runs(
     time.sleep(1.1)
     assert cli_main(["gc", "--store", url, "--older-than", "1s"]) == 0
     out = capsys.readouterr().out
-    assert "deleted 1 runs and 1 orphaned payload files" in out
+    assert "deleted 1 run and 1 orphaned payload file" in out
     assert "kept run live" in out
     assert not orphan.exists() and fresh.exists()  # too young: maybe a commit in flight
     assert sorted((root / "live").rglob("*.msgpack")) == sorted([*kept, fresh])
