@@ -25,14 +25,15 @@ from typing import Any
 SET_VERSION = 1
 """Bumped whenever the generator changes, so a cached set is rebuilt."""
 DOCUMENTS = 8
-WORDS = (
+_WORD_TEXT = (
     "lineage store shard replica actor batch page grain source render table column value "
     "format engine driver commit stream result record output input layer text model "
     "pipeline schedule request reply budget memory worker cluster token sample metric "
     "reader writer measure window buffer signal fragment margin header footer figure "
     "caption section chapter example sentence version option archive network latency "
     "quality corpus document extract parse normalise compare observe recover restart"
-).split()
+)
+WORDS = tuple(_WORD_TEXT.split())
 CODE_LINES = (
     "def {a}({b}, {c}):",
     "    {b} = {c} + 1",
@@ -149,7 +150,7 @@ def render(description: dict[str, Any], path: Path) -> None:
     story = pymupdf.Story(html=to_html(description))
     writer = pymupdf.DocumentWriter(str(path))
     mediabox = pymupdf.paper_rect("a4")
-    where = mediabox + (72, 72, -72, -72)
+    where = (*mediabox, 72, 72, -72, -72)
     more = 1
     while more:
         device = writer.begin_page(mediabox)

@@ -50,12 +50,12 @@ from rayorch.pipelines.pdf_markdown import (
     normalise_ligatures,
     page_lines,
     page_markdown,
-    page_tables,
     size_chars,
     text_layer_quality,
     textpage_lines,
 )
 from rayorch.pipelines.pdf_structure import title_lines
+from rayorch.pipelines.pdf_tables import page_tables
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
 
@@ -312,7 +312,7 @@ class RenderPdf:
                 scale = font_scale(chars)
         words = DocumentWords([lines for _, lines, _, _, _ in text_pages])
         for record, lines, width, height, page in text_pages:
-            tables = page_tables(page, lines) if self.tables else []
+            tables = page_tables(page) if self.tables else []
             record["markdown"] = page_markdown(lines, width, height, scale, tables, words)
         return to_ocr, records, first_page
 

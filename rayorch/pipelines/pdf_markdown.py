@@ -7,11 +7,13 @@ One pass over each page's blocks, lines and spans gives:
 * list items (a line starting with a bullet becomes ``- ...``; numbered items stay);
 * ligatures expanded (MuPDF does it when ``TEXT_PRESERVE_LIGATURES`` is off; any left
   over, e.g. from OCR, are mapped by :func:`normalise_ligatures`);
-* end-of-line hyphenation joined (``hyphen-`` + ``ation`` on the next line of a block);
+* end-of-line hyphenation joined (``hyphen-`` + ``ation`` on the next line of a block)
+  when the joined word occurs elsewhere in the document, else kept with its hyphen;
 * running page numbers and margin line numbers dropped (a line that is only a number,
   or ``Page N``/``N of M``/a roman numeral, in the top, bottom or side margin);
-* optionally, tables found by ``page.find_tables()`` on pages that draw ruling lines
-  (off by default: it costs about a second per page, see bench/RESULTS.md).
+* a table of contents as a nested list, monospaced runs as fenced code
+  (:mod:`rayorch.pipelines.pdf_structure`);
+* optionally, ruled tables as pipe tables (:mod:`rayorch.pipelines.pdf_tables`).
 
 Everything else keeps PyMuPDF's text and line breaks, so the words are the ones
 ``page.get_text()`` gives. Why no library: docs/ARCHITECTURE.md, "PDF to Markdown".
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rayorch.pipelines.pdf_structure import code_runs, toc_entries
+from rayorch.pipelines.pdf_tables import Table
 
 _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
                             "\ufb04": "ffl", "\ufb05": "ft", "\ufb06": "st"})
@@ -392,10 +395,6 @@ def _block_markdown(lines: list[Line], scale: FontScale, words: Container[str]) 
     return "\n".join(_join_lines(group, words) for _, group in groups)
 
 
-Table = tuple[tuple[float, float, float, float], str]
-"""A table found on a page: its box and its Markdown."""
-
-
 def page_markdown(lines: list[Line], width: float, height: float, scale: FontScale,
                   tables: Sequence[Table] = (), words: Container[str] | None = None) -> str:
     """One page's Markdown: blocks separated by blank lines, tables at their place.
@@ -408,8 +407,8 @@ def page_markdown(lines: list[Line], width: float, height: float, scale: FontSca
     kept = [line for i, line in enumerate(lines) if len(line.text) > _MAX_NUMBER_CHARS
             or not _is_page_number(line, i < 2 or i > last - 2, width, height)]
     if tables:
-        kept = [line for line in kept if not any(
-            bx0 - 1 <= line.x0 and line.x1 <= bx1 + 1 and by0 - 1 <= line.y0 and line.y1 <= by1 + 1
+        kept = [line for line in kept if not any(  # a line whose middle is in a table
+            bx0 <= (line.x0 + line.x1) / 2 <= bx1 and by0 <= (line.y0 + line.y1) / 2 <= by1
             for (bx0, by0, bx1, by1), _ in tables)]
     if words is None:
         words = DocumentWords([kept])
@@ -436,34 +435,7 @@ def page_markdown(lines: list[Line], width: float, height: float, scale: FontSca
     return normalise_ligatures("\n\n".join(text for _, text in parts if text.strip()))
 
 
-_RULING_OPS = re.compile(rb"\s(?:re|l)\s")
-
-
-def page_tables(page: Any, *, min_ruling_ops: int = 6, max_ruling_ops: int = 400
-                ) -> list[Table]:
-    """Tables PyMuPDF finds with ruling lines, as ``(bbox, markdown)``; ``[]`` when none.
-
-    ``find_tables`` is only asked on pages whose content stream draws a few lines or
-    rectangles (a cheap scan), and a "table" of one column or one row is ignored.
-    """
-    try:
-        ops = len(_RULING_OPS.findall(page.read_contents()))
-    except Exception:  # a content stream MuPDF cannot read: no table search
-        return []
-    if not min_ruling_ops <= ops <= max_ruling_ops:
-        return []
-    found: list[Table] = []
-    for table in page.find_tables(strategy="lines_strict").tables:
-        if table.row_count < 2 or table.col_count < 2:
-            continue
-        markdown = normalise_ligatures(table.to_markdown(clean=False)).strip()
-        if markdown:
-            x0, y0, x1, y1 = table.bbox
-            found.append(((x0, y0, x1, y1), markdown))
-    return found
-
-
 __all__ = [
-    "BULLETS", "DocumentWords", "FontScale", "Line", "font_scale", "normalise_ligatures", "page_lines",
-    "page_markdown", "page_tables", "size_chars", "Table", "text_layer_quality", "textpage_lines",
+    "BULLETS", "DocumentWords", "FontScale", "Line", "font_scale", "normalise_ligatures",
+    "page_lines", "page_markdown", "size_chars", "Table", "text_layer_quality", "textpage_lines",
 ]

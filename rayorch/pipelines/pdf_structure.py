@@ -93,11 +93,11 @@ def is_toc_page(lines: Sequence[_Line]) -> bool:
         text = line.text
         if len(text) <= 24 and text.strip().casefold() in _CONTENTS:
             return True
-        if "." in text[-8:] or "\u2026" in text or "\u00b7" in text:
-            if _LEADER_LINE.search(text):
-                leaders += 1
-                if leaders >= MIN_TOC_ENTRIES:
-                    return True
+        if ("." in text[-8:] or "\u2026" in text or "\u00b7" in text) and _LEADER_LINE.search(
+                text):
+            leaders += 1
+            if leaders >= MIN_TOC_ENTRIES:
+                return True
     return False
 
 
@@ -125,8 +125,16 @@ def toc_entries(lines: Sequence[_Line]) -> dict[int, str]:
             out[first] = "\n".join(items)
         run.clear()
 
-    for row in _rows(lines, range(len(lines))):
+    rows = _rows(lines, range(len(lines)))
+    for k, row in enumerate(rows):
+        if not row:
+            continue
         text = _row_text(lines, row)
+        if k + 1 < len(rows) and _LEADERS.search(text) and _DIGITS.match(
+                _row_text(lines, rows[k + 1])):  # the page number wrapped to a line of its own
+            row = row + rows[k + 1]
+            text = _row_text(lines, row)
+            rows[k + 1] = []
         if text.casefold() in _CONTENTS:
             flush()
             in_toc, pending = True, []
