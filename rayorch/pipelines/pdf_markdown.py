@@ -344,12 +344,15 @@ def _join_lines(lines: list[tuple[str, Line]], words: Container[str]) -> str:
 
 
 _MARKDOWN_START = frozenset("*+#>")
+_ATX = re.compile(r"#{1,6}(\s|$)")
 
 
 def _escaped(text: str) -> str:
     """A paragraph line that Markdown would read as a list item, heading or quote, escaped."""
     stripped = text.lstrip()
-    if stripped[:1] in _MARKDOWN_START and (stripped[:1] in "#>" or stripped[1:2].isspace()):
+    first = stripped[:1]
+    if first in _MARKDOWN_START and (first == ">" or stripped[1:2].isspace()
+                                     or (first == "#" and _ATX.match(stripped))):
         return text[:len(text) - len(stripped)] + "\\" + stripped
     return text
 
