@@ -22,7 +22,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-SET_VERSION = 1
+SET_VERSION = 2
 """Bumped whenever the generator changes, so a cached set is rebuilt."""
 DOCUMENTS = 8
 _WORD_TEXT = (
@@ -150,7 +150,7 @@ def render(description: dict[str, Any], path: Path) -> None:
     story = pymupdf.Story(html=to_html(description))
     writer = pymupdf.DocumentWriter(str(path))
     mediabox = pymupdf.paper_rect("a4")
-    where = (*mediabox, 72, 72, -72, -72)
+    where = pymupdf.Rect(72, 72, mediabox.width - 72, mediabox.height - 72)
     more = 1
     while more:
         device = writer.begin_page(mediabox)

@@ -26,8 +26,8 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.program import PipelineBase, RayModule
 
-_NOT_A_WORD = re.compile(r"^(#{1,6}|`{3,}|\\?[-\u2022\u2013\u2014*+\u00b7\u25e6]|[\divxlcdm.,()]+)$",
-                         re.IGNORECASE)
+_NOT_A_WORD = re.compile(
+    r"^(#{1,6}|`{3,}|\\?[-\u2022\u2013\u2014*+\u00b7\u25e6]|[\divxlcdm.,()]+)$", re.IGNORECASE)
 
 
 class RedisServerError(RayorchError):

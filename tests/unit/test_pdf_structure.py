@@ -32,10 +32,11 @@ def story_pdf(path: Path, body: str) -> Path:
     """HTML laid out on A4 pages by PyMuPDF's Story."""
     story = pymupdf.Story(html=body)
     writer = pymupdf.DocumentWriter(str(path))
+    mediabox = pymupdf.paper_rect("a4")
     more = 1
     while more:
-        device = writer.begin_page(pymupdf.paper_rect("a4"))
-        more, _ = story.place(pymupdf.paper_rect("a4") + (72, 72, -72, -72))
+        device = writer.begin_page(mediabox)
+        more, _ = story.place(pymupdf.Rect(72, 72, mediabox.width - 72, mediabox.height - 72))
         story.draw(device)
         writer.end_page()
     writer.close()
