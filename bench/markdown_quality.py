@@ -317,6 +317,24 @@ def table(report: dict[str, Any], part: str = "all") -> str:
     return "\n".join(rows)
 
 
+def verdict(report: dict[str, Any], tool: str, base: str = "pymupdf4llm",
+            part: str = "all") -> str:
+    """Whether ``tool`` scores at least ``base`` on every structure, and how much faster."""
+    tools = report["tools"]
+    if "error" in tools.get(tool, {"error": 1}) or "error" in tools.get(base, {"error": 1}):
+        return f"{tool} vs {base}: not both measured"
+    worse = []
+    for name in STRUCTURES:
+        for metric in ("precision", "recall"):
+            ours, theirs = tools[tool][part][name][metric], tools[base][part][name][metric]
+            if theirs is not None and (ours is None or ours < theirs):
+                worse.append(f"{name} {metric} {ours} < {theirs}")
+    speed = tools[tool]["pages_per_s"] / tools[base]["pages_per_s"]
+    return (f"{tool} vs {base} ({part}): {speed:.0f}x the pages/s; "
+            + ("at least its score on every structure" if not worse else "below on "
+               + ", ".join(worse)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tools", default=",".join(TOOLS),
@@ -334,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
           f"pages); skipped (not fetched): {report['skipped'] or 'none'}")
     for part in ("all", "generated", "real"):
         print(f"\n{part}:\n{table(report, part)}")
+    print()
+    for tool in ("rayorch-tables", "rayorch"):
+        print(verdict(report, tool))
     print(f"\n{time.perf_counter() - started:.1f} s; JSON in {args.json}")
     return 0
 

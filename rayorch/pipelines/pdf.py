@@ -158,8 +158,8 @@ class RenderPdf:
     ``dpi`` (grayscale by default, lowered per page so no page exceeds
     ``max_page_pixels``): every page when ``needs_image``; with ``ocr_fallback`` the
     pages whose text layer is empty or garbage (and that show any ink); otherwise none.
-    Every other page becomes Markdown here (``meta["pages"]``); ``tables`` also asks
-    ``page.find_tables()`` on pages that draw ruling lines (slow: ~1 s a page).
+    Every other page becomes Markdown here (``meta["pages"]``); ``tables`` also turns
+    ruled tables into pipe tables (:mod:`rayorch.pipelines.pdf_tables`).
     A document that MuPDF had to repair, or whose objects or streams it could not
     parse, is refused unless ``allow_damaged`` (MuPDF would silently return partial pages).
     """

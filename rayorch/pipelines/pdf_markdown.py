@@ -309,19 +309,19 @@ _WORD = re.compile(r"[^\W\d_]+")
 
 
 class DocumentWords:
-    """The words (case-folded letters) of a document's lines, gathered at the first lookup:
-    a word split by a line-end hyphen is joined only when the joined word occurs whole."""
+    """The text of a document's lines, case-folded at the first lookup: a word split by a
+    line-end hyphen is joined only when the joined word occurs elsewhere in it (a substring
+    search: one C pass per lookup, no word list built for the few lookups a document makes)."""
 
     def __init__(self, pages: Sequence[Sequence[Line]]) -> None:
         self._pages = pages
-        self._words: set[str] | None = None
+        self._text: str | None = None
 
     def __contains__(self, word: object) -> bool:
-        if self._words is None:
-            findall = _WORD.findall
-            self._words = {w.casefold() for lines in self._pages for line in lines
-                           for w in findall(line.text)}
-        return word in self._words
+        if self._text is None:
+            self._text = "\n".join([line.text for lines in self._pages for line in lines]
+                                   ).casefold()
+        return isinstance(word, str) and bool(word) and word in self._text
 
 
 def _join_lines(lines: list[tuple[str, Line]], words: Container[str]) -> str:

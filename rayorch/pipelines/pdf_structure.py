@@ -37,11 +37,8 @@ class _Line(Protocol):  # pdf_markdown.Line; a protocol keeps this module import
 _CONTENTS = frozenset({"contents", "table of contents", "inhaltsverzeichnis", "inhalt",
                        "table des matières", "sommaire", "índice", "indice", "list of figures",
                        "list of tables"})
-_LEADERS = re.compile(r"(?:\s*[.\u2026\u00b7]){3,}\s*$")
-_LEADER_LINE = re.compile(r"(?:[.\u2026\u00b7]\s*){3,}(?:\d{1,4}|[ivxlc]{1,6})?\s*$",
-                          re.IGNORECASE)
-_ENTRY = re.compile(r"^(.*?\S)(?:\s*[.\u2026\u00b7]){0,}\s+(\d{1,4}|[ivxlc]{1,6})$",
-                    re.IGNORECASE)
+_PAGE_REF = re.compile(r"(?:\d{1,4}|[ivxlc]{1,6})$", re.IGNORECASE)
+_LEADER_CHARS = " .\u2026\u00b7"
 _DIGITS = re.compile(r"^\d{1,4}$")
 _TITLE_LINES = 4
 MIN_TOC_ENTRIES = 3
@@ -82,19 +79,33 @@ def _rows(lines: Sequence[_Line], indices: Sequence[int]) -> list[list[int]]:
     return rows
 
 
+def entry_parts(text: str) -> tuple[str, bool, bool]:
+    """A TOC row's title (leaders and page number off), whether it ends in a page number,
+    and whether it has dot leaders (string operations: no regex runs over the leaders)."""
+    parts = text.rsplit(None, 1)
+    numbered = len(parts) == 2 and len(parts[1]) <= 6 and _PAGE_REF.match(parts[1]) is not None
+    body = parts[0] if numbered else text.rstrip()
+    title = body.rstrip(_LEADER_CHARS)
+    tail = body[len(title):]
+    leaders = tail.count(".") + tail.count("\u00b7") + 3 * tail.count("\u2026") >= 3
+    return title.strip(), numbered, leaders
+
+
 def _row_text(lines: Sequence[_Line], row: Sequence[int]) -> str:
     return " ".join(" ".join(lines[i].text.split()) for i in row)
 
 
 def is_toc_page(lines: Sequence[_Line]) -> bool:
-    """A "Contents" line, or at least three dot-leader lines."""
+    """A "Contents" line, or at least three dot-leader lines (this runs on every page, so
+    only short lines and lines with dots near their end are looked at closely)."""
     leaders = 0
     for line in lines:
         text = line.text
         if len(text) <= 24 and text.strip().casefold() in _CONTENTS:
             return True
-        if ("." in text[-8:] or "\u2026" in text or "\u00b7" in text) and _LEADER_LINE.search(
-                text):
+        tail = text[-12:]
+        if (". ." in tail or ".." in tail or "\u2026" in tail or "\u00b7" in tail) and (
+                entry_parts(text)[2]):
             leaders += 1
             if leaders >= MIN_TOC_ENTRIES:
                 return True
@@ -130,25 +141,25 @@ def toc_entries(lines: Sequence[_Line]) -> dict[int, str]:
         if not row:
             continue
         text = _row_text(lines, row)
-        if k + 1 < len(rows) and _LEADERS.search(text) and _DIGITS.match(
+        title, numbered, leaders = entry_parts(text)
+        if not numbered and leaders and k + 1 < len(rows) and _DIGITS.match(
                 _row_text(lines, rows[k + 1])):  # the page number wrapped to a line of its own
             row = row + rows[k + 1]
             text = _row_text(lines, row)
             rows[k + 1] = []
+            title, numbered, leaders = entry_parts(text)
         if text.casefold() in _CONTENTS:
             flush()
             in_toc, pending = True, []
             continue
-        entry = _ENTRY.match(text)
-        if entry and (in_toc or _LEADER_LINE.search(text)) and len(text) <= 200:
-            title = _LEADERS.sub("", entry.group(1)).strip()
-            if title and not _DIGITS.match(title):
-                indices = [i for pend in pending for i in pend] + row
-                full = " ".join([_row_text(lines, pend) for pend in pending] + [title])
-                run.append((lines[indices[0]].x0, full, indices))
-                in_toc, pending = True, []
-                continue
-        if in_toc and len(pending) < 2 and not _LEADER_LINE.search(text):
+        if (numbered and (in_toc or leaders) and len(text) <= 200 and title
+                and not _DIGITS.match(title)):
+            indices = [i for pend in pending for i in pend] + row
+            full = " ".join([_row_text(lines, pend) for pend in pending] + [title])
+            run.append((lines[indices[0]].x0, full, indices))
+            in_toc, pending = True, []
+            continue
+        if in_toc and len(pending) < 2 and not leaders:
             pending.append(row)  # a long entry's first line(s), or the TOC's end
             continue
         flush()
@@ -170,13 +181,15 @@ def code_runs(lines: Sequence[_Line]) -> dict[int, str]:
     run: list[int] = []
     count = len(lines)
 
+    def alone(index: int) -> bool:  # the only line of its MuPDF block
+        block = lines[index].block
+        return all(lines[j].block != block for j in (index - 1, index + 1) if 0 <= j < count)
+
     def flush() -> None:
         if not run:
             return
         monos = [i for i in run if lines[i].mono]
-        block = lines[run[0]].block
-        alone = all(lines[j].block != block for j in range(count) if j not in run)
-        if len(monos) >= 2 or (monos and alone):
+        if len(monos) >= 2 or (len(monos) == 1 and alone(monos[0])):
             out.update(dict.fromkeys(run, ""))
             out[run[0]] = fence([lines[i] for i in monos])
         run.clear()
