@@ -26,8 +26,8 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.program import PipelineBase, RayModule
 
-_NOT_A_WORD = re.compile(r"^(#{1,6}|[-\u2022\u2013\u2014*\u00b7\u25e6]|[\divxlcdm.,()]+)$",
-                         re.IGNORECASE)
+_NOT_A_WORD = re.compile(
+    r"^(#{1,6}|`{3,}|\\?[-\u2022\u2013\u2014*+\u00b7\u25e6]|[\divxlcdm.,()]+)$", re.IGNORECASE)
 
 
 class RedisServerError(RayorchError):
@@ -308,7 +308,8 @@ def word_recall(expected: str, ocr: str) -> float:
 def text_words(text: str) -> Counter[str]:
     """The words of a page text or its Markdown, to compare the two.
 
-    Ligatures expanded; left out: Markdown markup tokens (``#``, bullets), bare numbers
+    Ligatures expanded; left out: Markdown markup tokens (``#``, bullets, code fences,
+    escapes), bare numbers
     (running page numbers and margin line numbers are dropped from Markdown) and the
     first halves of words hyphenated at a line end (Markdown joins them).
 

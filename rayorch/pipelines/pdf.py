@@ -46,16 +46,19 @@ from rayorch.pipelines.ocr import (
     get_engine,
 )
 from rayorch.pipelines.pdf_markdown import (
+    DocumentWords,
     Line,
     font_scale,
     import_pymupdf,
     normalise_ligatures,
     page_lines,
     page_markdown,
-    page_tables,
+    size_chars,
     text_layer_quality,
     textpage_lines,
 )
+from rayorch.pipelines.pdf_structure import title_lines
+from rayorch.pipelines.pdf_tables import page_tables
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
 
@@ -116,19 +119,37 @@ def _cycle_collector_paused() -> Iterator[None]:
 _JUNK_TITLE = re.compile(r"(\.(dvi|tex|pdf|doc|docx)$)|[\\/]|^untitled$", re.IGNORECASE)
 
 
-def _document_title(doc: Any, path: Path, first_page: list[Line] | None) -> str:
-    """The metadata title when it looks like one, else page 1's largest line, else the stem."""
+def _metadata_title(doc: Any) -> str:
     title = " ".join(str((doc.metadata or {}).get("title") or "").split())
-    if title and not _JUNK_TITLE.search(title):
-        return title[:200]
-    if first_page is None and doc.page_count > 0:
-        first_page = page_lines(doc[0].get_text("dict", flags=TEXT_FLAGS))
-    best_size, best_text = 0.0, ""
-    for line in first_page or ():
-        text = " ".join(line.text.split())
-        if text and line.size > best_size + 0.5:
-            best_size, best_text = line.size, text
-    return normalise_ligatures(best_text[:200]) if best_text else path.stem
+    return title[:200] if title and not _JUNK_TITLE.search(title) else ""
+
+
+def _comparable(text: str) -> str:
+    return " ".join(re.sub(r"[\W_]+", " ", text.casefold()).split())
+
+
+def _page_title(doc: Any, lines: list[Line], body: float) -> tuple[str, list[Line]]:
+    """Page 1's title (its largest lines together) and the lines it takes off the page:
+    none when the metadata gives another title."""
+    chosen = title_lines(lines, body)
+    if not chosen:
+        return "", []
+    title = normalise_ligatures(" ".join(" ".join(lines[i].text.split()) for i in chosen))
+    metadata = _metadata_title(doc)
+    if metadata and _comparable(metadata) != _comparable(title):
+        return title[:200], []
+    return title[:200], [lines[i] for i in chosen]
+
+
+def _document_title(doc: Any, path: Path, page_title: str | None) -> str:
+    """The metadata title when it looks like one, else page 1's title, else the stem."""
+    title = _metadata_title(doc)
+    if title:
+        return title
+    if page_title is None and doc.page_count > 0:  # page 1 went to OCR: read its text layer
+        lines = page_lines(doc[0].get_text("dict", flags=TEXT_FLAGS))
+        page_title, _ = _page_title(doc, lines, font_scale([lines]).body)
+    return page_title or path.stem
 
 
 class RenderPdf:
@@ -140,8 +161,8 @@ class RenderPdf:
     ``dpi`` (grayscale by default, lowered per page so no page exceeds
     ``max_page_pixels``): every page when ``needs_image``; with ``ocr_fallback`` the
     pages whose text layer is empty or garbage (and that show any ink); otherwise none.
-    Every other page becomes Markdown here (``meta["pages"]``); ``tables`` also asks
-    ``page.find_tables()`` on pages that draw ruling lines (slow: ~1 s a page).
+    Every other page becomes Markdown here (``meta["pages"]``); ``tables`` also turns
+    ruled tables into pipe tables (:mod:`rayorch.pipelines.pdf_tables`).
     A document that MuPDF had to repair, or whose objects or streams it could not
     parse, is refused unless ``allow_damaged`` (MuPDF would silently return partial pages).
     """
@@ -244,12 +265,12 @@ class RenderPdf:
         return _refuse("damaged", f"{path} is corrupt; {why}")
 
     def _pages(self, doc: Any, path: Path
-               ) -> tuple[list[Page], list[dict[str, Any]], list[Line] | None]:
-        """The pages to OCR, one record per page, and page 1's lines (for the title)."""
+               ) -> tuple[list[Page], list[dict[str, Any]], str | None]:
+        """The pages to OCR, one record per page, and page 1's title (``None``: not read)."""
         to_ocr: list[Page] = []
         records: list[dict[str, Any]] = []
         text_pages: list[tuple[dict[str, Any], list[Line], float, float, Any]] = []
-        first_page: list[Line] | None = None
+        first_page: str | None = None
         for index in range(doc.page_count):
             page = doc.load_page(index)
             width, height = float(page.rect.width), float(page.rect.height)
@@ -271,8 +292,6 @@ class RenderPdf:
             if lines is None:  # MuPDF's JSON and HTML did not line up: PyMuPDF's dict
                 lines = page_lines(textpage.extractDICT())
             del textpage
-            if index == 0:
-                first_page = lines
             layer = text_layer_quality("".join(line.text for line in lines))
             record["layer"] = layer
             if layer != "usable" and self.ocr_fallback and (layer == "garbage"
@@ -283,10 +302,21 @@ class RenderPdf:
             else:
                 record["engine"] = "text"
                 text_pages.append((record, lines, width, height, page))
-        scale = font_scale([lines for _, lines, _, _, _ in text_pages])
+        chars = size_chars([lines for _, lines, _, _, _ in text_pages])
+        scale = font_scale(chars)
+        if text_pages and text_pages[0][0]["page"] == 1:
+            # The title is the document's "#" (assemble_markdown), not a heading of page 1.
+            record, lines, width, height, page = text_pages[0]
+            first_page, taken = _page_title(doc, lines, scale.body)
+            if taken:
+                text_pages[0] = (record, [line for line in lines if line not in taken],
+                                 width, height, page)
+                chars.subtract(size_chars([taken]))
+                scale = font_scale(chars)
+        words = DocumentWords([lines for _, lines, _, _, _ in text_pages])
         for record, lines, width, height, page in text_pages:
             tables = page_tables(page) if self.tables else []
-            record["markdown"] = page_markdown(lines, width, height, scale, tables)
+            record["markdown"] = page_markdown(lines, width, height, scale, tables, words)
         return to_ocr, records, first_page
 
     def _image_page(self, page: Any, index: int, text: str) -> Page:

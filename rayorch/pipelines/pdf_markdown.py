@@ -7,11 +7,13 @@ One pass over each page's blocks, lines and spans gives:
 * list items (a line starting with a bullet becomes ``- ...``; numbered items stay);
 * ligatures expanded (MuPDF does it when ``TEXT_PRESERVE_LIGATURES`` is off; any left
   over, e.g. from OCR, are mapped by :func:`normalise_ligatures`);
-* end-of-line hyphenation joined (``hyphen-`` + ``ation`` on the next line of a block);
+* end-of-line hyphenation joined (``hyphen-`` + ``ation`` on the next line of a block)
+  when the joined word occurs elsewhere in the document, else kept with its hyphen;
 * running page numbers and margin line numbers dropped (a line that is only a number,
   or ``Page N``/``N of M``/a roman numeral, in the top, bottom or side margin);
-* optionally, tables found by ``page.find_tables()`` on pages that draw ruling lines
-  (off by default: it costs about a second per page, see bench/RESULTS.md).
+* a table of contents as a nested list, monospaced runs as fenced code
+  (:mod:`rayorch.pipelines.pdf_structure`);
+* optionally, ruled tables as pipe tables (:mod:`rayorch.pipelines.pdf_tables`).
 
 Everything else keeps PyMuPDF's text and line breaks, so the words are the ones
 ``page.get_text()`` gives. Why no library: docs/ARCHITECTURE.md, "PDF to Markdown".
@@ -29,15 +31,20 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rayorch.pipelines.pdf_structure import code_runs, toc_entries
+from rayorch.pipelines.pdf_tables import Table
 
 _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
                             "\ufb04": "ffl", "\ufb05": "ft", "\ufb06": "st"})
 BULLETS = frozenset("\u2022\u25e6\u25aa\u25ab\u2023\u2043\u2219\u25cf\u25cb\u25a0\u25a1"
-                    "\u25ba\u25b6\u2013\u2014-*\u00b7")
-"""Bullets, dashes and middle dots that start a list item."""
+                    "\u25ba\u25b6\u2013\u2014-\u00b7")
+"""Bullets, dashes and middle dots that start a list item. Not ``*``: in the corpus it marks
+a judged example sentence (``* Here another is.``), and LaTeX's own third-level bullet is
+U+2217."""
 _NUMBERED = re.compile(r"^(\(?\d{1,3}[.)]|\(?[a-z][.)]|\([ivx]{1,4}\))\s")
 _PAGE_NUMBER = re.compile(
     r"^(page\s+)?\d{1,4}(\s*(/|of)\s*\d{1,4})?$|^[ivxlcdm]{1,7}$"
@@ -53,6 +60,7 @@ HEADING_RATIO = 1.15
 """A line at least this much larger than the body text is a heading."""
 MAX_HEADING_CHARS = 120
 BOLD = 16  # span flag bit: bold
+MONO = 8  # span flag bit: monospaced
 _MAX_NUMBER_CHARS = 24
 """A longer line is never a page or line number."""
 
@@ -87,7 +95,8 @@ def text_layer_quality(text: str, *, garbage_share: float = 0.3) -> str:
 
 @dataclass(slots=True)
 class Line:
-    """One text line of a page: its text, dominant font size, boldness and box."""
+    """One text line of a page: its text, dominant font size, boldness, box, MuPDF block
+    and whether every span with text is monospaced."""
 
     text: str
     size: float
@@ -97,6 +106,7 @@ class Line:
     x1: float
     y1: float
     block: int
+    mono: bool = False
 
 
 def page_lines(page_dict: dict[str, Any]) -> list[Line]:
@@ -115,28 +125,31 @@ def page_lines(page_dict: dict[str, Any]) -> list[Line]:
                 if not text or text.isspace():
                     continue
                 size, bold = span["size"], bool(span["flags"] & BOLD)
+                mono = bool(span["flags"] & MONO)
             else:
                 text = "".join([s["text"] for s in spans])
                 if not text or text.isspace():
                     continue
-                # The line's size is its longest span's; bold when every span with text is.
-                size, longest, bold = 0.0, 0, True
+                # The line's size is its longest span's; bold (monospaced) when every span
+                # with text is.
+                size, longest, bold, mono = 0.0, 0, True, True
                 for s in spans:
                     span_text = s["text"]
                     chars = len(span_text)
                     if chars > longest:
                         size, longest = s["size"], chars
-                    if bold and not s["flags"] & BOLD and span_text and not span_text.isspace():
-                        bold = False
+                    if span_text and not span_text.isspace():
+                        bold = bold and bool(s["flags"] & BOLD)
+                        mono = mono and bool(s["flags"] & MONO)
             x0, y0, x1, y1 = line["bbox"]
-            append(Line(text, round(size, 1), bold, x0, y0, x1, y1, number))
+            append(Line(text, round(size, 1), bold, x0, y0, x1, y1, number, mono))
     return lines
 
 
 _JSON_SCALE = 1000.0
 """MuPDF's JSON writes coordinates and sizes as ``int(value * scale)``: 0.001 pt steps."""
-_HTML_SPAN = re.compile(r'(<b>)?(?:<i>)?<span style="font-family:[^;"<>]*;font-size:([0-9.]+)pt;'
-                        r'color:#[0-9a-f]+">([^<]*)</span>')
+_HTML_SPAN = re.compile(r'(<b>)?(?:<i>)?(?:<tt>)?<span style="font-family:[^;"<>]*?(,monospace)?;'
+                        r'font-size:([0-9.]+)pt;color:#[0-9a-f]+">([^<]*)</span>')
 _mupdf: Any = None
 _DICT_DROPS = re.compile(
     rb"\\u00|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8b-\x8f\xa8-\xae]|\xe2\x81[\xa0-\xaf]|\xef\xbb\xbf"
@@ -212,26 +225,28 @@ def _json_html_lines(blocks: list[dict[str, Any]], html_lines: list[str]) -> lis
                 continue
             markup = html_lines[index]
             spans = markup.count("<span")
-            if spans > 1:  # size: the longest span's; bold: when every span with text is
-                size, longest, bold, found = 0.0, 0, True, 0
-                for bold_tag, span_size, span_text in _HTML_SPAN.findall(markup):
+            if spans > 1:  # size: the longest span's; bold, mono: when every span with text is
+                size, longest, bold, mono, found = 0.0, 0, True, True, 0
+                for bold_tag, mono_tag, span_size, span_text in _HTML_SPAN.findall(markup):
                     found += 1
                     if "&" in span_text:
                         span_text = html.unescape(span_text)
                     chars = len(span_text)
                     if chars > longest:
                         size, longest = float(span_size), chars
-                    if bold and not bold_tag and span_text and not span_text.isspace():
-                        bold = False
+                    if span_text and not span_text.isspace():
+                        bold = bold and bool(bold_tag)
+                        mono = mono and bool(mono_tag)
                 if found != spans:
                     return None
             else:
                 font = line["font"]
                 size, bold = font["size"] / scale, font["weight"] == "bold"
+                mono = font["family"] == "monospace"
             box = line["bbox"]
             x0, y0 = box["x"] / scale, box["y"] / scale
             append(Line(text, round(size, 1), bold, x0, y0, x0 + box["w"] / scale,
-                        y0 + box["h"] / scale, number))
+                        y0 + box["h"] / scale, number, mono))
     return lines
 
 
@@ -250,12 +265,20 @@ class FontScale:
         return None
 
 
-def font_scale(pages: list[list[Line]]) -> FontScale:
-    """The most used size (by characters) is the body; clearly larger sizes rank headings."""
+def size_chars(pages: Sequence[Sequence[Line]]) -> Counter[float]:
+    """Characters per font size (to the half point) over some pages' lines."""
     chars: Counter[float] = Counter()
     for lines in pages:
         for line in lines:
             chars[round(line.size * 2) / 2] += len(line.text)
+    return chars
+
+
+def font_scale(pages: Sequence[Sequence[Line]] | Counter[float]) -> FontScale:
+    """The most used size (by characters) is the body; clearly larger sizes rank headings.
+    ``pages`` may be their :func:`size_chars` already."""
+    chars = pages if isinstance(pages, Counter) else size_chars(pages)
+    chars = +chars  # sizes whose count went to zero or below (lines taken away) are gone
     if not chars:
         return FontScale(0.0, ())
     body = chars.most_common(1)[0][0]
@@ -281,19 +304,57 @@ def _continues(line: Line, after: Line) -> bool:
     return after.y0 > line.y0 and line.x0 - 40.0 <= after.x0 <= line.x0 + 2.0
 
 
-def _join_lines(lines: list[tuple[str, Line]]) -> str:
-    """Lines of one paragraph, with words hyphenated across a line end joined again."""
+_FRAGMENT = re.compile(r"([^\W\d_]+)-$")
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+class DocumentWords:
+    """The text of a document's lines, case-folded at the first lookup: a word split by a
+    line-end hyphen is joined only when the joined word occurs elsewhere in it (a substring
+    search: one C pass per lookup, no word list built for the few lookups a document makes)."""
+
+    def __init__(self, pages: Sequence[Sequence[Line]]) -> None:
+        self._pages = pages
+        self._text: str | None = None
+
+    def __contains__(self, word: object) -> bool:
+        if self._text is None:
+            self._text = "\n".join([line.text for lines in self._pages for line in lines]
+                                   ).casefold()
+        return isinstance(word, str) and bool(word) and word in self._text
+
+
+def _join_lines(lines: list[tuple[str, Line]], words: Container[str]) -> str:
+    """Lines of one paragraph; a word hyphenated across a line end is joined again when the
+    joined word occurs elsewhere in the document, else kept with its hyphen on one line."""
     out: list[str] = []
     previous: Line | None = None
     for text, line in lines:
         text = text.rstrip()
         if (out and previous is not None and out[-1].endswith("-") and _HYPHEN_END.search(out[-1])
                 and text.lstrip()[:1].islower() and _continues(previous, line)):
-            out[-1] = out[-1][:-1] + text.lstrip()
+            rest = text.lstrip()
+            head, tail = _FRAGMENT.search(out[-1]), _WORD.match(rest)
+            joined = (head.group(1) + tail.group(0)).casefold() if head and tail else ""
+            out[-1] = out[-1][:-1] + rest if joined in words else out[-1] + rest
         else:
             out.append(text)
         previous = line
     return "\n".join(out)
+
+
+_MARKDOWN_START = frozenset("*+#>")
+_ATX = re.compile(r"#{1,6}(\s|$)")
+
+
+def _escaped(text: str) -> str:
+    """A paragraph line that Markdown would read as a list item, heading or quote, escaped."""
+    stripped = text.lstrip()
+    first = stripped[:1]
+    if first in _MARKDOWN_START and (first == ">" or stripped[1:2].isspace()
+                                     or (first == "#" and _ATX.match(stripped))):
+        return text[:len(text) - len(stripped)] + "\\" + stripped
+    return text
 
 
 def _list_item(text: str) -> str | None:
@@ -309,7 +370,7 @@ def _list_item(text: str) -> str | None:
     return None
 
 
-def _block_markdown(lines: list[Line], scale: FontScale) -> str:
+def _block_markdown(lines: list[Line], scale: FontScale, words: Container[str]) -> str:
     text = " ".join([line.text.strip() for line in lines]) if len(lines) <= 3 else ""
     if text and len(text) <= MAX_HEADING_CHARS:
         level = scale.level(min(line.size for line in lines)) if scale.body else None
@@ -327,73 +388,57 @@ def _block_markdown(lines: list[Line], scale: FontScale) -> str:
         elif item is not None:
             groups.append((True, [(item, line)]))
         elif groups and groups[-1][0] and groups[-1][1][-1][0] == "-":
-            groups[-1] = (True, [("- " + line.text.strip(), line)])
+            groups[-1] = (True, [("- " + _escaped(line.text.strip()), line)])
         elif groups and groups[-1][0]:
-            groups[-1][1].append((line.text.strip(), line))  # continuation of a list item
+            groups[-1][1].append((_escaped(line.text.strip()), line))  # an item's next line
         elif groups:
-            groups[-1][1].append((line.text, line))
+            groups[-1][1].append((_escaped(line.text), line))
         else:
-            groups.append((False, [(line.text, line)]))
-    return "\n".join(_join_lines(group) for _, group in groups)
-
-
-Table = tuple[tuple[float, float, float, float], str]
-"""A table found on a page: its box and its Markdown."""
+            groups.append((False, [(_escaped(line.text), line)]))
+    return "\n".join(_join_lines(group, words) for _, group in groups)
 
 
 def page_markdown(lines: list[Line], width: float, height: float, scale: FontScale,
-                  tables: Sequence[Table] = ()) -> str:
-    """One page's Markdown: blocks separated by blank lines, tables at their place."""
+                  tables: Sequence[Table] = (), words: Container[str] | None = None) -> str:
+    """One page's Markdown: blocks separated by blank lines, tables at their place.
+
+    ``words`` are the document's (:class:`DocumentWords`; this page's when not given), for
+    joining hyphenated words. A table of contents becomes a list, monospaced runs fenced
+    code (:mod:`rayorch.pipelines.pdf_structure`).
+    """
     last = len(lines) - 1
     kept = [line for i, line in enumerate(lines) if len(line.text) > _MAX_NUMBER_CHARS
             or not _is_page_number(line, i < 2 or i > last - 2, width, height)]
     if tables:
-        kept = [line for line in kept if not any(
-            bx0 - 1 <= line.x0 and line.x1 <= bx1 + 1 and by0 - 1 <= line.y0 and line.y1 <= by1 + 1
+        kept = [line for line in kept if not any(  # a line whose middle is in a table
+            bx0 <= (line.x0 + line.x1) / 2 <= bx1 and by0 <= (line.y0 + line.y1) / 2 <= by1
             for (bx0, by0, bx1, by1), _ in tables)]
+    if words is None:
+        words = DocumentWords([kept])
+    special = toc_entries(kept)  # {line index: its Markdown, "" for a consumed line}
+    if any(line.mono for line in kept):
+        for index, markdown in code_runs(kept).items():
+            special.setdefault(index, markdown)
     parts: list[tuple[float, str]] = []
     block: list[Line] = []
-    for line in kept:
-        if block and line.block != block[0].block:
-            parts.append((block[0].y0, _block_markdown(block, scale)))
-            block = []
+    for index, line in enumerate(kept):
+        if (special and index in special) or (block and line.block != block[0].block):
+            if block:
+                parts.append((block[0].y0, _block_markdown(block, scale, words)))
+                block = []
+            if special and index in special:
+                parts.append((line.y0, special[index]))
+                continue
         block.append(line)
     if block:
-        parts.append((block[0].y0, _block_markdown(block, scale)))
+        parts.append((block[0].y0, _block_markdown(block, scale, words)))
     if tables:
         parts.extend((bbox[1], markdown) for bbox, markdown in tables)
         parts.sort(key=lambda part: part[0])
     return normalise_ligatures("\n\n".join(text for _, text in parts if text.strip()))
 
 
-_RULING_OPS = re.compile(rb"\s(?:re|l)\s")
-
-
-def page_tables(page: Any, *, min_ruling_ops: int = 6, max_ruling_ops: int = 400
-                ) -> list[Table]:
-    """Tables PyMuPDF finds with ruling lines, as ``(bbox, markdown)``; ``[]`` when none.
-
-    ``find_tables`` is only asked on pages whose content stream draws a few lines or
-    rectangles (a cheap scan), and a "table" of one column or one row is ignored.
-    """
-    try:
-        ops = len(_RULING_OPS.findall(page.read_contents()))
-    except Exception:  # a content stream MuPDF cannot read: no table search
-        return []
-    if not min_ruling_ops <= ops <= max_ruling_ops:
-        return []
-    found: list[Table] = []
-    for table in page.find_tables(strategy="lines_strict").tables:
-        if table.row_count < 2 or table.col_count < 2:
-            continue
-        markdown = normalise_ligatures(table.to_markdown(clean=False)).strip()
-        if markdown:
-            x0, y0, x1, y1 = table.bbox
-            found.append(((x0, y0, x1, y1), markdown))
-    return found
-
-
 __all__ = [
-    "BULLETS", "FontScale", "Line", "font_scale", "normalise_ligatures", "page_lines",
-    "page_markdown", "page_tables", "Table", "text_layer_quality", "textpage_lines",
+    "BULLETS", "DocumentWords", "FontScale", "Line", "font_scale", "normalise_ligatures",
+    "page_lines", "page_markdown", "size_chars", "Table", "text_layer_quality", "textpage_lines",
 ]
