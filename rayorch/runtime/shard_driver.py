@@ -64,6 +64,7 @@ from rayorch.runtime.shard_leases import (
     UnstorableValueError,
     log_to_stderr,
 )
+from rayorch.runtime.stall_watch import StallWatch
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import (
     FencedError,
@@ -121,6 +122,7 @@ class ShardDriver(LeaseSide):
         self._closed = False
         self._moved = False
         self._progress = make_progress(config.progress)
+        self._stalls = StallWatch(self._log)  # a batch running far too long is said
 
     @property
     def disagreements(self) -> int:
@@ -398,15 +400,18 @@ class ShardDriver(LeaseSide):
             batch = self._batches.pop(ref, None)
             if batch is None:  # an actor's start-up answer
                 continue
+            pool = self._pool_of[batch.task.call.id]
+            self._stalls.finished(pool.module.name, batch, time.monotonic())
             for st in self._batch_shards.pop(ref, []):
                 st.in_flight -= 1
-            self._settle(self._pool_of[batch.task.call.id].finish(batch))
+            self._settle(pool.finish(batch))
 
     def _enforce_timeouts(self) -> None:
         for pool in self.pools.values():
             pool.check_started()
             for batch in pool.overdue():
                 pool.time_out(batch)
+        self._stalls.check(self.pools.values(), time.monotonic())
 
     def _settle(self, outcome: BatchOutcome) -> None:
         task = outcome.batch.task

@@ -524,3 +524,47 @@ def test_two_inputs_and_redacted_store_url(ray_local: None) -> None:
     assert OnTwo().run([1, 2, 3], [10, 20, 30], progress=False).collect() == [11, 22, 33]
     assert redact_url("redis://user:secret@host:6379/0") == "redis://user:***@host:6379/0"
     assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+class HangsOnFive:
+    """Source 5's batch hangs until the test lets it go (a UDF without timeout_s)."""
+
+    def __init__(self, release: str) -> None:
+        self.release = Path(release)
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        while 5 in xs and not self.release.exists():
+            time.sleep(0.05)
+        return xs
+
+
+@pytest.mark.timeout(180)
+def test_a_batch_that_hangs_is_said_on_stderr_naming_module_and_time(
+    ray_local: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """No timeout_s: the run goes on waiting, but the hung batch is said (once its run time
+    passes $RAYORCH_STALL_WARN_S and ten times its module's recent batches), with the way
+    out; then the batch ends and every output arrives."""
+    import threading
+
+    monkeypatch.setenv("RAYORCH_STALL_WARN_S", "1")
+    release = tmp_path / "release"
+    got: list[Any] = []
+    run = threading.Thread(target=lambda: got.extend(
+        OnlyStage(HangsOnFive, release=str(release)).run(list(range(8)), progress=False,
+                                                         quiet=True).collect()))
+    run.start()
+    err = ""
+    deadline = time.monotonic() + 120  # a bound on the wait for the line, not a measurement
+    while "has run" not in err and run.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        err += capfd.readouterr().err
+    release.write_text("go")
+    run.join(120)
+    assert got == list(range(8))
+    said = [line for line in err.splitlines() if "has run" in line]
+    assert said, err
+    assert said[0].startswith("rayorch: batch ") and "of module 'stage' (1 records" in said[0]
+    assert "it may hang: set timeout_s on the module" in said[0], said[0]
+    assert "RAYORCH_STALL_WARN_S" in said[0]
