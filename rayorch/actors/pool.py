@@ -35,18 +35,26 @@ START_TIMEOUT_ENV = "RAYORCH_ACTOR_START_TIMEOUT_S"
 """Environment variable that sets it (a model that loads for minutes needs more)."""
 
 
-def start_timeout_s() -> float:
-    """The actors' start-up limit: ``$RAYORCH_ACTOR_START_TIMEOUT_S`` or 120 s."""
-    raw = os.environ.get(START_TIMEOUT_ENV)
+def seconds_setting(env: str, default: float, *, zero: str | None = None) -> float:
+    """``$env`` as a number of seconds, or ``default``: > 0, or >= 0 when ``zero`` says
+    what 0 means; a :class:`PoolError` naming the variable otherwise."""
+    raw = os.environ.get(env)
     if raw is None:
-        return START_TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not (0 < value < float("inf")):
-        raise PoolError(f"{START_TIMEOUT_ENV}={raw[:40]!r}: give a number of seconds > 0")
+    if not ((value >= 0 if zero else value > 0) and value < float("inf")):
+        bound = f">= 0 ({zero})" if zero else "> 0"
+        raise PoolError(f"{env}={raw[:40]!r}: give a number of seconds {bound}")
     return value
+
+
+def start_timeout_s() -> float:
+    """The actors' start-up limit: ``$RAYORCH_ACTOR_START_TIMEOUT_S`` or 120 s."""
+    return seconds_setting(START_TIMEOUT_ENV, START_TIMEOUT_S)
+
 
 SHARED_NAMESPACE = "rayorch"
 """Ray namespace of the named, detached actors that the drivers of a run share."""

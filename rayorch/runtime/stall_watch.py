@@ -13,12 +13,11 @@ replaces an actor whose batch runs past ``S`` (docs/ARCHITECTURE.md, "Runtime de
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rayorch.core.errors import RayorchError
+from rayorch.actors.pool import seconds_setting
 
 STALL_WARN_ENV = "RAYORCH_STALL_WARN_S"
 STALL_WARN_S = 60.0
@@ -29,17 +28,7 @@ RECENT_BATCHES = 32
 
 def stall_floor_s() -> float:
     """``$RAYORCH_STALL_WARN_S`` seconds (``0`` turns the lines off), or 60."""
-    raw = os.environ.get(STALL_WARN_ENV)
-    if raw is None:
-        return STALL_WARN_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value < float("inf"):
-        raise RayorchError(f"{STALL_WARN_ENV}={raw[:40]!r}: give a number of seconds >= 0 "
-                           "(0 turns stall lines off)")
-    return value
+    return seconds_setting(STALL_WARN_ENV, STALL_WARN_S, zero="0 turns stall lines off")
 
 
 class StallWatch:
