@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from rayorch.actors.orphan_watch import orphan_grace_s
+from rayorch.actors.reservation import Reservation
 from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBinding
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import ModuleSpec
@@ -115,11 +116,13 @@ class ActorPool:
         name_prefix: str | None = None,
         depth: int | None = None,
         shared: bool = False,
+        reservation: Reservation | None = None,
     ) -> None:
         """``shared``: the actors are named, detached and found by name (``get_if_exists``),
         so every driver of a run uses the same ones; one actor per slot index (its name
         carries no incarnation), and :meth:`shutdown` only forgets them (see
-        :meth:`kill_shared`). Needs ``name_prefix``.
+        :meth:`kill_shared`). Needs ``name_prefix``. ``reservation``: the run's placement
+        group, which holds this module's first actor (actors/reservation.py).
         """
         opts = module.options
         if shared and name_prefix is None:
@@ -128,6 +131,8 @@ class ActorPool:
         self.binding = binding
         self.name_prefix = name_prefix
         self.shared = shared
+        self.reservation = reservation
+        self._bundle = None if reservation is None else reservation.bundle(module.name)
         # With a timeout a batch must start when submitted, so no pipelining.
         self.depth = depth if depth is not None else (1 if opts.timeout_s is not None else 2)
         self.replaced = 0
@@ -171,6 +176,10 @@ class ActorPool:
                 ping, slot.ping = slot.ping, None
                 if slot.incarnation == 0:  # a replacement's failure shows on its batches
                     self._raise_start_failure([ping])
+        if self.reservation is not None and not self.reservation.placed():
+            for slot in self.slots:  # start-up clocks run from the placement on
+                slot.spawned = now
+            return
         for slot in self.slots:
             if slot.ready or now - slot.spawned <= timeout_s:
                 continue
@@ -223,6 +232,8 @@ class ActorPool:
         }
         if opts.resources:
             options["resources"] = dict(opts.resources)
+        if index == 0 and self._bundle is not None and self.reservation is not None:
+            options["scheduling_strategy"] = self.reservation.strategy(self._bundle)
         # The module's ray_options (runtime_env, memory, max_restarts, scheduling_strategy,
         # ...) pass through unchanged; the compiler refused the ones rayorch owns.
         options.update(dict(opts.ray_options))
@@ -327,12 +338,15 @@ class ActorPool:
 
     def shutdown(self) -> None:
         """Kill every actor of the pool (a shared pool's actors are left to the other drivers)."""
+        reservation, self.reservation = self.reservation, None
         for slot in self.slots:
             if self.shared:
                 slot.queue.clear()
                 continue
             self._kill(slot.handle)
             slot.queue.clear()
+        if reservation is not None:
+            reservation.release()
 
     def settle(self, timeout_s: float = 30.0) -> None:
         """Make the pool ready for another run (a warm ``Executor``'s pools serve many).

@@ -10,6 +10,7 @@ from typing import Any
 import ray
 
 from rayorch.actors.pool import ActorPool, PoolError, start_timeout_s
+from rayorch.actors.reservation import Reservation, reservable
 from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
@@ -75,10 +76,13 @@ def build_pools(
     check_resources(modules)
     start_timeout_s()  # a malformed $RAYORCH_ACTOR_START_TIMEOUT_S is refused before any actor
     pools: dict[str, ActorPool] = {}
+    reserved = [] if shared else [module for module in modules if reservable(module)]
+    reservation = Reservation(reserved) if reserved else None  # first actors, all or none
     try:
         for module in modules:
             pools[module.name] = ActorPool(
-                module, binding, name_prefix=f"rayorch:{run_id}", depth=depth, shared=shared
+                module, binding, name_prefix=f"rayorch:{run_id}", depth=depth, shared=shared,
+                reservation=reservation if module in reserved else None,
             )
         for pool in pools.values():
             if shared:  # another driver may have killed a shared actor: replaced here
@@ -86,6 +90,8 @@ def build_pools(
     except BaseException:
         for pool in pools.values():
             pool.shutdown()
+        if reservation is not None:
+            reservation.release(every_owner=True)  # pools never built hold it too
         raise
     return pools, call_module
 

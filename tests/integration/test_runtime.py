@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -485,12 +486,19 @@ def test_a_replica_that_cannot_be_scheduled_is_said_and_the_others_serve(
         assert handle.collect() == list(range(8))
         err = capfd.readouterr().err
         assert err.count(f"of module 'stage' is not up {LATE_S:g}s after its start") == 1, err
+        # Both GPUs held by another job: the run waits for one (and says so) instead of
+        # failing, and runs once the GPU is given back.
         second = ray.remote(num_gpus=1, num_cpus=0)(GpuHolder).remote()
         ray.get(second.ping.remote())
-        with pytest.raises(PoolError, match=rf"module 'stage' were not up within {LATE_S:g}s"):
-            OnlyStage(OnGpuUntil, num_gpus=1, outlast_s=0).run(
-                [1], progress=False, quiet=True).collect()
+        got: list[Any] = []
+        waiting = threading.Thread(target=lambda: got.extend(OnlyStage(
+            OnGpuUntil, num_gpus=1, outlast_s=0).run([1], progress=False, quiet=True).collect()))
+        waiting.start()
+        err = wait_for_stderr(capfd, "waiting for the cluster to place", waiting)
+        assert "modules 'stage': 0.1 CPU" in err and "1 GPU (0 of 2 free)" in err, err
         ray.kill(second)
+        waiting.join(120)
+        assert got == [1]
     finally:
         ray.kill(holder)
 
@@ -526,6 +534,17 @@ def test_two_inputs_and_redacted_store_url(ray_local: None) -> None:
     assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
 
 
+def wait_for_stderr(capfd: pytest.CaptureFixture[str], text: str, run: threading.Thread,
+                    bound_s: float = 120) -> str:
+    """Stderr up to the line holding ``text`` (or the run's end): an event, with a bound."""
+    err = ""
+    deadline = time.monotonic() + bound_s
+    while text not in err and run.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        err += capfd.readouterr().err
+    return err
+
+
 class HangsOnFive:
     """Source 5's batch hangs until the test lets it go (a UDF without timeout_s)."""
 
@@ -546,8 +565,6 @@ def test_a_batch_that_hangs_is_said_on_stderr_naming_module_and_time(
     """No timeout_s: the run goes on waiting, but the hung batch is said (once its run time
     passes $RAYORCH_STALL_WARN_S and ten times its module's recent batches), with the way
     out; then the batch ends and every output arrives."""
-    import threading
-
     monkeypatch.setenv("RAYORCH_STALL_WARN_S", "1")
     release = tmp_path / "release"
     got: list[Any] = []
@@ -555,11 +572,7 @@ def test_a_batch_that_hangs_is_said_on_stderr_naming_module_and_time(
         OnlyStage(HangsOnFive, release=str(release)).run(list(range(8)), progress=False,
                                                          quiet=True).collect()))
     run.start()
-    err = ""
-    deadline = time.monotonic() + 120  # a bound on the wait for the line, not a measurement
-    while "has run" not in err and run.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-        err += capfd.readouterr().err
+    err = wait_for_stderr(capfd, "has run", run)
     release.write_text("go")
     run.join(120)
     assert got == list(range(8))
@@ -568,3 +581,43 @@ def test_a_batch_that_hangs_is_said_on_stderr_naming_module_and_time(
     assert said[0].startswith("rayorch: batch ") and "of module 'stage' (1 records" in said[0]
     assert "it may hang: set timeout_s on the module" in said[0], said[0]
     assert "RAYORCH_STALL_WARN_S" in said[0]
+
+
+class TwoCpus:
+    def __call__(self, xs: list[int]) -> list[int]:
+        return [x + 1 for x in xs]
+
+
+class TwoStages(ro.Pipeline):
+    """Two modules of 2 CPUs each: a run needs 4 of the session Ray's 8 CPUs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = ro.RayModule(TwoCpus, num_cpus=2)
+        self.second = ro.RayModule(TwoCpus, num_cpus=2)
+
+    def forward(self, xs: Any) -> Any:
+        return self.second(self.first(xs))
+
+
+@pytest.mark.timeout(300)
+def test_eight_concurrent_runs_that_each_fit_alone_all_complete(
+    ray_local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight runs at once, each fitting the cluster alone but not all together: each takes
+    its first actors whole or waits its turn, so none holds half of what it needs."""
+    monkeypatch.setenv("RAYORCH_ACTOR_START_TIMEOUT_S", "30")
+    results: dict[int, Any] = {}
+
+    def one(i: int) -> None:
+        try:
+            results[i] = TwoStages().run([i, 10 * i], progress=False, quiet=True).collect()
+        except Exception as exc:  # the assertion below names it
+            results[i] = exc
+
+    runs = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(280)
+    assert results == {i: [i + 2, 10 * i + 2] for i in range(8)}, results
