@@ -21,7 +21,9 @@ class ShardState:
     ready: list[OutputReady] = field(default_factory=list)  # outputs not yet given to the sink
     draining: bool = False
     input_closed: bool = False
-    adopt: bool = True  # look for outputs a previous holder wrote but did not record
+    # Sources whose records part files already hold (read at the first delivery): a
+    # previous holder, or a store rolled back, wrote them without a fact that is kept.
+    on_disk: set[int] | None = None
     resync: str | None = None  # the machine asked to be rebuilt from the store (why)
     in_flight: int = 0  # batches of this driver that carry Grains of the shard
     renewed: float = field(default_factory=time.monotonic)  # last successful lease write

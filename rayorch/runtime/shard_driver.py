@@ -400,8 +400,7 @@ class ShardDriver(LeaseSide):
             batch = self._batches.pop(ref, None)
             if batch is None:  # an actor's start-up answer
                 continue
-            pool = self._pool_of[batch.task.call.id]
-            self._stalls.finished(pool.module.name, batch, time.monotonic())
+            self._stalls.finished((pool := self._pool_of[batch.task.call.id]).module.name, batch)
             for st in self._batch_shards.pop(ref, []):
                 st.in_flight -= 1
             self._settle(pool.finish(batch))
@@ -480,9 +479,11 @@ class ShardDriver(LeaseSide):
                 self._flush(st)
                 facts = []
                 todo = ready
-                if st.adopt:  # a previous holder may have written some before it died
-                    st.adopt = False
-                    facts = self.sink.adopt(k, [r.index for r in ready])
+                if st.on_disk is None:  # parts of a dead holder or of a rolled-back store
+                    st.on_disk = self.sink.indexes_in_parts(k)
+                if hits := [r.index for r in ready if r.index in st.on_disk]:
+                    st.on_disk.difference_update(hits)
+                    facts = self.sink.adopt(k, hits)
                     adopted = {f.index for f in facts}
                     todo = [r for r in ready if r.index not in adopted]
                 if todo:

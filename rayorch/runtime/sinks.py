@@ -385,6 +385,24 @@ class FileSink:
         if removed:
             _fsync_dir(self.directory)
 
+    def indexes_in_parts(self, shard: int) -> set[int]:
+        """The sources whose records the part files of ``shard`` hold (read once when a
+        driver takes the shard: the ones it finds ready again are :meth:`adopt`-ed); the
+        temp and claim files that its killed writers left are removed first."""
+        self._remove_leftovers(shard)
+        found: set[int] = set()
+        for name in os.listdir(self.directory):
+            part = PartName.parse(name)
+            if part is None or part.shard != shard or part.fmt != self.format:
+                continue
+            try:
+                found.update(rec.index for rec, _ in read_part(self.directory / name))
+            except SinkError:
+                if (self.directory / name).exists():
+                    raise
+                # discarded by its writer meanwhile
+        return found
+
     def adopt(self, shard: int, indexes: Collection[int]) -> list[OutputEmitted]:
         """Facts for sources of ``shard`` a previous holder wrote but never recorded.
 
@@ -393,7 +411,6 @@ class FileSink:
         under a new name with just those records, byte for byte: same digests, no second
         copy. Sources found in no part are not returned.
         """
-        self._remove_leftovers(shard)
         wanted = set(indexes)
         found: list[OutputEmitted] = []
         for name in sorted(os.listdir(self.directory)):

@@ -13,6 +13,7 @@ replaces an actor whose batch runs past ``S`` (docs/ARCHITECTURE.md, "Runtime de
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -45,9 +46,10 @@ class StallWatch:
         self._next_say: dict[int, float] = {}  # batch id -> run time at which to say it
         self.said = 0
 
-    def finished(self, module: str, batch: Any, now: float) -> None:
+    def finished(self, module: str, batch: Any, now: float | None = None) -> None:
         """``batch`` of ``module`` ended (well or not): its run time joins the history."""
         self._next_say.pop(batch.task.batch_id, None)
+        now = time.monotonic() if now is None else now
         if batch.started is not None:
             recent = self._recent.setdefault(module, deque(maxlen=RECENT_BATCHES))
             recent.append(now - batch.started)

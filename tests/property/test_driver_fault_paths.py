@@ -16,6 +16,7 @@ was delivered, never by a time-out:
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -276,4 +277,42 @@ def test_a_take_over_re_dispatches_every_in_flight_grain(
         later = [g for g in redispatched[grain] if g > generation]
         assert len(later) == 1, (grain, redispatched[grain])
     assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
+    assert audit_run(store, run_id).ok
+
+
+class SnapshotAtFirstPart(FileSink):
+    """Keeps a copy of the store's state when its driver starts writing its first part
+    (later batches still in flight): what a store restored from an older snapshot, or an
+    AOF cut short by an OS crash, holds."""
+
+    def __init__(self, out: Path, run_id: str, store: MemoryStore) -> None:
+        super().__init__(out, "jsonl", run_id=run_id)
+        self.store, self.snapshot, self.parts = store, None, 0
+
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[Any]:
+        self.parts += 1
+        if self.parts == 1:
+            self.snapshot = copy.deepcopy(self.store._runs)
+        return super().write_part(shard, records)
+
+
+def test_after_a_store_rollback_outputs_already_in_parts_are_adopted_not_written_again(
+        clock: Clock, tmp_path: Path) -> None:
+    """The run completes; then the store goes back to a state from before most of its
+    deliveries. The next driver recomputes those sources, batch by batch; each one a part
+    already holds is adopted from it whenever it becomes ready (not only in its first
+    delivery), so no source is in two parts and the audit is clean."""
+    store = MemoryStore(f"memory://fault-paths-rollback-{id(clock)}", clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "rolled-back"
+    store.open_run(run_id, plan, shards=1, micro_batch=2)
+    out = tmp_path / "out"
+    first = SnapshotAtFirstPart(out, run_id, store)
+    finish(resume_driver(store, plan, run_id, InOrder(), first))
+    assert first.parts >= 2 and first.snapshot is not None
+    store._runs = first.snapshot  # the rollback
+    clock.lapse()
+    finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id),
+                         driver_id="after-rollback"))
+    assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES  # each once
     assert audit_run(store, run_id).ok
