@@ -28,6 +28,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth, format_grain
 from rayorch.core.plan import Plan
+from rayorch.core.run_view import call_domains
 from rayorch.core.vocabulary import REPORT_GROUP_FAILURE, REPORT_OUTCOMES, FactKind
 from rayorch.store.errors import (
     FactNotAllowedError,
@@ -78,9 +79,7 @@ class RunLayout:
     def __init__(self, info: RunInfo) -> None:
         self.info = info
         self.domains: tuple[DomainId, ...] = info.domains or (ROOT,)
-        self.call_domain: dict[CallId, DomainId] = {
-            n["call"]["id"]: n["domain"] for n in info.plan["nodes"] if n.get("call")
-        }
+        self.call_domain: dict[CallId, DomainId] = call_domains(info.plan)
 
     def _call(self, call: CallId) -> DomainId:
         try:
