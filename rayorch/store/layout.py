@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from rayorch.core.facts import (
     BarrierInstalled,
@@ -39,6 +39,7 @@ from rayorch.store.errors import (
 from rayorch.store.keys import barrier_member, grain_field, valid_run_id
 
 # How each driver fact changes the Grain table (the fenced append checks it), as plain ints.
+_OTHER = int(FactKind.OTHER)
 _KIND_OF: dict[type[Fact], int] = {
     GrainDispatched: int(FactKind.DISPATCHED),
     GrainRetried: int(FactKind.RETRIED),
@@ -175,9 +176,9 @@ def prepare_driver_facts(
         domain = layout.domain_of(fact)
         kind = _KIND_OF.get(type(fact))
         if kind is None:
-            out.append(PreparedDriverFact(int(FactKind.OTHER), "", 0, domain, fact))
+            out.append(PreparedDriverFact(_OTHER, "", 0, domain, fact))
         else:
-            grain = cast(GrainDispatched, fact)  # or GrainRetried / GrainFailed: same fields
+            grain: GrainDispatched = fact  # type: ignore[assignment] # or Retried/Failed: same fields
             out.append(PreparedDriverFact(kind, grain_field(grain.call, grain.path),
                                           grain.generation, domain, fact))
     return out
