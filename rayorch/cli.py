@@ -28,25 +28,16 @@ from typing import Any
 import orjson
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import (
-    BarrierInstalled,
-    ExpansionClosed,
-    Fact,
-    GrainCommitted,
-    GrainDispatched,
-    GrainFailed,
-    GrainRetried,
-    OutputEmitted,
-    SourceAdmitted,
-    fact_as_dict,
-)
-from rayorch.core.ids import GrainKey, Path, format_grain, format_path, parse_path
+from rayorch.core.facts import ExpansionClosed, fact_as_dict
+from rayorch.core.ids import Path, format_grain, format_path, parse_path
+from rayorch.core.run_view import GrainView, ShardView, fold_shard
 from rayorch.core.sanitize import json_safe, sanitize
+from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, REPORT_PRESENT
 from rayorch.core.words import plural
 from rayorch.runtime.sinks import FORMATS
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
-from rayorch.store.base import LineageStore, StoredFact
+from rayorch.store.base import LineageStore
 
 EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141
@@ -191,7 +182,6 @@ def add_audit_parser(sub: Any) -> None:
 
 def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
     """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
-    from rayorch.core.facts import RunCompleted
     from rayorch.runtime.manifest import ManifestError, RunManifest
     from rayorch.runtime.sink_audit import check_delivery
 
@@ -203,11 +193,10 @@ def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) ->
             except ManifestError as exc:
                 return [f"the run's manifest cannot be read to find its output directory "
                         f"({exc}); pass --out-dir"]
-    emitted: list[OutputEmitted] = []
-    complete = True
-    for facts in store.read_run(run_id, payloads=False).values():  # outputs not needed
-        complete = complete and any(isinstance(s.fact, RunCompleted) for s in facts)
-        emitted.extend(s.fact for s in facts if isinstance(s.fact, OutputEmitted))
+    shards = store.read_view(run_id).shards.values()  # outputs not needed
+    complete = all(view.completed for view in shards)
+    emitted = [fact for view in shards
+               for _, fact in sorted(e for emits in view.emitted.values() for e in emits)]
     return check_delivery(out_dir, emitted, complete=complete)
 
 
@@ -243,29 +232,23 @@ def add_show_parser(sub: Any) -> None:
     parser.set_defaults(func=cmd_show)
 
 
-def _grain_line(grain: GrainKey, facts: list[Fact], barriers: dict[tuple[str, Path], str]
-                ) -> str:
-    steps: list[str] = []
-    end = ""
-    for fact in facts:
-        if isinstance(fact, GrainDispatched):
-            steps.append(f"dispatched as attempt {fact.generation}")
-        elif isinstance(fact, GrainRetried):
-            steps.append(f"attempt {fact.generation - 1} lost ({fact.cause}), back to ready")
-        elif isinstance(fact, GrainFailed):
-            end = f"FAILED after {fact.generation + 1} attempts: {fact.cause}"
-        elif isinstance(fact, GrainCommitted):
-            if fact.outcome == "present":
-                end = f"committed attempt {fact.generation}: present"
-            else:
-                end = (f"committed attempt {fact.generation}: "
-                       f"{fact.outcome.replace('_', ' ')} ({fact.cause})")
-    cause = barriers.get((grain[0], grain[1][:-1]))
+def _grain_line(grain: GrainView, barriers: dict[tuple[str, Path], str]) -> str:
+    steps = sorted([(seq, f"dispatched as attempt {d.generation}") for seq, d in grain.dispatched]
+                   + [(seq, f"attempt {r.generation - 1} lost ({r.cause}), back to ready")
+                      for seq, r in grain.retried])
+    ends = sorted([(seq, f"FAILED after {f.generation + 1} attempts: {f.cause}")
+                   for seq, f in grain.failed]
+                  + [(seq, f"committed attempt {c.generation}: present"
+                      if c.outcome == REPORT_PRESENT else
+                      f"committed attempt {c.generation}: {c.outcome.replace('_', ' ')} "
+                      f"({c.cause})") for seq, c in grain.committed])
+    end = ends[-1][1] if ends else ""
+    cause = barriers.get((grain.call, grain.path[:-1]))
     if not end and cause is not None:
         end = f"suppressed by a GroupFailure of a sibling ({cause})"
     elif not end:
         end = "in flight" if steps else "not run (decided by its inputs)"
-    return f"{format_grain(grain)}: " + "; ".join([*steps, end])
+    return f"{format_grain(grain.key)}: " + "; ".join([*(text for _, text in steps), end])
 
 
 def _ordinal_ranges(parent: Path, ordinals: list[int]) -> str:
@@ -280,31 +263,24 @@ def _ordinal_ranges(parent: Path, ordinals: list[int]) -> str:
     return ", ".join(f"{name}.{a}" if a == b else f"{name}.{a}-{name}.{b}" for a, b in runs)
 
 
-def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
-    facts = [s.fact for s in stored]
-    by_grain: dict[GrainKey, list[Fact]] = {}
+def _render_tree(path: Path, view: ShardView) -> list[str]:
     children: dict[Path, set[Path]] = {}
-    expansions: dict[Path, list[ExpansionClosed]] = {}
-    barriers: dict[tuple[str, Path], str] = {}
+    for _, own in view.grains:
+        for depth in range(len(path), len(own)):
+            children.setdefault(own[:depth], set()).add(own[: depth + 1])
+    expansions: dict[Path, list[tuple[int, ExpansionClosed]]] = {}
+    for (_, parent), closes in view.expansions.items():
+        expansions.setdefault(parent, []).extend(closes)
+    barriers = {(b.call, b.parent): b.cause for _, b in view.barriers}
     lines: list[str] = []
-    for fact in facts:
-        own = getattr(fact, "path", None)
-        if own is not None:
-            by_grain.setdefault((getattr(fact, "call", ""), own), []).append(fact)
-            for depth in range(len(path), len(own)):
-                children.setdefault(own[:depth], set()).add(own[: depth + 1])
-        if isinstance(fact, ExpansionClosed):
-            expansions.setdefault(fact.parent, []).append(fact)
-        if isinstance(fact, BarrierInstalled):
-            barriers[(fact.call, fact.parent)] = fact.cause
 
     def entity(p: Path, indent: str) -> None:
-        for (call, gpath), gfacts in by_grain.items():
-            if gpath == p:
-                lines.append(f"{indent}  {_grain_line((call, gpath), gfacts, barriers)}")
-        for closed in expansions.get(p, []):
+        for grain in view.grains.values():
+            if grain.path == p:
+                lines.append(f"{indent}  {_grain_line(grain, barriers)}")
+        for _, closed in sorted(expansions.get(p, []), key=lambda e: e[0]):
             detail = f", {plural(closed.count, 'child', 'children')}" \
-                if closed.outcome == "succeeded" else ""
+                if closed.outcome == EXPANSION_SUCCEEDED else ""
             lines.append(f"{indent}  expansion {closed.domain}: {closed.outcome}{detail}")
             quiet = [i for i in range(closed.count) if (*p, i) not in children.get(p, ())]
             if quiet:
@@ -315,16 +291,15 @@ def _render_tree(path: Path, stored: list[StoredFact]) -> list[str]:
             lines.append(f"{indent}  entity {format_path(child)} (ordinal {child[-1]})")
             entity(child, indent + "  ")
 
-    for fact in facts:
-        if isinstance(fact, SourceAdmitted) and (fact.index,) == path:
-            key = f" key {fact.key!r}," if fact.key else ""
-            lines.append(f"source {fact.index}:{key} admitted with {list(fact.values)!r}")
+    root = path[0] if len(path) == 1 else None
+    for _, fact in view.admitted.get(root, []) if root is not None else []:
+        key = f" key {fact.key!r}," if fact.key else ""
+        lines.append(f"source {fact.index}:{key} admitted with {list(fact.values)!r}")
     if len(path) > 1:
         lines.append(f"entity {format_path(path)}")
     entity(path, "")
-    for fact in facts:
-        if isinstance(fact, OutputEmitted) and (fact.index,) == path:
-            lines.append(f"output of source {fact.index}: {fact.outcome}")
+    for _, emitted in view.emitted.get(root, []) if root is not None else []:
+        lines.append(f"output of source {emitted.index}: {emitted.outcome}")
     return lines
 
 
@@ -338,7 +313,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not stored:
         _say(f"run {args.run}: no facts about entity {format_path(path)}")
         return EXIT_INVARIANT
-    _say(*_render_tree(path, stored))
+    _say(*_render_tree(path, fold_shard(path[0], ((s.seq, s.fact) for s in stored))))
     return EXIT_OK
 
 

@@ -90,6 +90,9 @@ class Outcome(StrEnum):
     SUPPRESSED = "suppressed"
 
 
+# The cause of a retry that a driver's take-over of a shard made (its in-flight Grains).
+FAILOVER_CAUSE = "driver failover"
+
 # Terminal outcomes of an Expansion (``ExpansionClosed.outcome``).
 EXPANSION_SUCCEEDED = "succeeded"
 EXPANSION_DROPPED = "dropped"
@@ -97,6 +100,6 @@ EXPANSION_FAILED = "failed"
 
 
 __all__ = ["BARRED", "EXPANSION_DROPPED", "EXPANSION_FAILED", "EXPANSION_SUCCEEDED",
-           "IN_FLIGHT", "PHASE_AFTER", "READY", "REPORT_GROUP_FAILURE", "REPORT_OUTCOMES",
-           "REPORT_PRESENT", "REPORT_RECORD_FAILURE", "SEALED", "CommitVerdict", "FactKind",
-           "GrainPhase", "Outcome", "phase_text"]
+           "FAILOVER_CAUSE", "IN_FLIGHT", "PHASE_AFTER", "READY", "REPORT_GROUP_FAILURE",
+           "REPORT_OUTCOMES", "REPORT_PRESENT", "REPORT_RECORD_FAILURE", "SEALED",
+           "CommitVerdict", "FactKind", "GrainPhase", "Outcome", "phase_text"]

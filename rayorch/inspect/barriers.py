@@ -9,23 +9,15 @@ that every sibling not yet dispatched at the barrier is suppressed before dispat
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rayorch.core.facts import (
-    REPORT_GROUP_FAILURE,
-    BarrierInstalled,
-    ExpansionClosed,
-    Fact,
-    GrainCommitted,
-    GrainDispatched,
-    GrainFailed,
-)
+from rayorch.core.facts import Fact
 from rayorch.core.ids import CallId, DomainId, Path
+from rayorch.core.run_view import ShardView, fold_shard, numbered
+from rayorch.core.vocabulary import REPORT_GROUP_FAILURE
 from rayorch.store.base import LineageStore
-from rayorch.store.layout import RunLayout
-
-GrainKey = tuple[CallId, Path]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,33 +44,28 @@ def barrier_effects(facts: Iterable[Fact], call_domain: dict[CallId, DomainId]
     ``facts`` must be one shard's facts in their total order (``LineageStore.iter_facts``);
     ``call_domain`` maps each Call to its Domain (from the run's plan).
     """
-    first_dispatch: dict[GrainKey, int] = {}
-    sealed_at: dict[GrainKey, int] = {}
-    children: dict[tuple[DomainId, Path], int] = {}
-    barriers: list[tuple[int, BarrierInstalled, GrainKey | None]] = []
-    last_group_failure: GrainKey | None = None
-    for pos, fact in enumerate(facts):
-        if isinstance(fact, GrainDispatched):
-            first_dispatch.setdefault((fact.call, fact.path), pos)
-        elif isinstance(fact, GrainCommitted):
-            sealed_at.setdefault((fact.call, fact.path), pos)
-            if fact.outcome == REPORT_GROUP_FAILURE:
-                last_group_failure = (fact.call, fact.path)
-        elif isinstance(fact, GrainFailed):
-            sealed_at.setdefault((fact.call, fact.path), pos)
-        elif isinstance(fact, ExpansionClosed):
-            children[(fact.domain, fact.parent)] = fact.count
-        elif isinstance(fact, BarrierInstalled):
-            barriers.append((pos, fact, last_group_failure))
+    return effects_of(fold_shard(0, numbered(facts)), call_domain)
+
+
+def effects_of(view: ShardView, call_domain: dict[CallId, DomainId]) -> list[BarrierEffect]:
+    """:func:`barrier_effects` from a shard's view."""
+    # The GroupFailure that installed a barrier is the last one committed before it.
+    group_failures = sorted((seq, grain.key) for grain in view.grains.values()
+                            for seq, c in grain.committed if c.outcome == REPORT_GROUP_FAILURE)
     effects = []
-    for pos, barrier, trigger in barriers:
-        total = children.get((call_domain.get(barrier.call, ""), barrier.parent), 0)
+    for pos, barrier in view.barriers:
+        before = bisect_left(group_failures, (pos,))
+        trigger = group_failures[before - 1][1] if before else None
+        closes = view.expansions.get((call_domain.get(barrier.call, ""), barrier.parent))
+        total = closes[-1][1].count if closes else 0
         committed = in_flight = undispatched = later = 0
         for ordinal in range(total):
-            grain = (barrier.call, (*barrier.parent, ordinal))
-            if grain == trigger:
+            key = (barrier.call, (*barrier.parent, ordinal))
+            if key == trigger:
                 continue
-            dispatched, sealed = first_dispatch.get(grain), sealed_at.get(grain)
+            grain = view.grains.get(key)
+            dispatched = None if grain is None else grain.first_dispatch
+            sealed = None if grain is None else grain.sealed_at
             if sealed is not None and sealed < pos:
                 committed += 1
             elif dispatched is not None and dispatched < pos:
@@ -95,10 +82,7 @@ def barrier_effects(facts: Iterable[Fact], call_domain: dict[CallId, DomainId]
 
 def load_barrier_effects(store: LineageStore, run_id: str) -> list[BarrierEffect]:
     """:func:`barrier_effects` over every shard of a stored run."""
-    info = store.run_info(run_id)
-    call_domain = RunLayout(info).call_domain
-    effects: list[BarrierEffect] = []
-    for shard in range(info.shards):
-        facts = (stored.fact for stored in store.iter_facts(run_id, shard))
-        effects.extend(barrier_effects(facts, call_domain))
-    return effects
+    view = store.read_view(run_id)
+    call_domain = view.call_domain
+    return [effect for k in sorted(view.shards) for effect in effects_of(view.shards[k],
+                                                                           call_domain)]

@@ -22,19 +22,8 @@ from pathlib import Path as FilePath
 from typing import Any
 
 from rayorch.core.errors import MissingExtraError, RayorchError
-from rayorch.core.facts import (
-    BarrierInstalled,
-    ExpansionClosed,
-    GrainCommitted,
-    GrainDispatched,
-    GrainFailed,
-    GrainRetried,
-    LeaseAcquired,
-    OutputEmitted,
-    RunCompleted,
-    SourceAdmitted,
-)
 from rayorch.core.ids import CallId, Path, format_grain
+from rayorch.core.run_view import ShardView, fold_shard
 from rayorch.core.words import plural
 from rayorch.store.base import LineageStore, StoredFact
 
@@ -255,11 +244,6 @@ def nice_bin_width(span_s: float, target_bins: int = DEFAULT_TARGET_BINS) -> flo
     return 10.0 ** (exponent + 1)  # pragma: no cover - the loop always returns
 
 
-def call_order_of(plan: Mapping[str, Any]) -> list[CallId]:
-    """The Call ids of a stored plan description, in plan order."""
-    return [n["call"]["id"] for n in plan.get("nodes", ()) if n.get("call")]
-
-
 def _bin_index(t: float, bin_s: float, n_bins: int) -> int:
     return min(max(int(t // bin_s), 0), n_bins - 1)
 
@@ -278,77 +262,82 @@ def compute_timeline(
     seconds since the earliest fact; ``bin_s`` defaults to a round width giving
     about ``target_bins`` bins over the run.
     """
-    stamped = [s.fact.ts for shard in facts_by_shard.values() for s in shard if s.fact.ts > 0]
-    start_ts = min(stamped, default=0.0)
-    elapsed = max(stamped, default=0.0) - start_ts
+    views = [fold_shard(k, ((s.seq, s.fact) for s in sorted(facts_by_shard[k],
+                                                            key=lambda s: s.seq)))
+             for k in sorted(facts_by_shard)]
+    return timeline_of(run_id, views, call_order=call_order, bin_s=bin_s,
+                       target_bins=target_bins)
+
+
+def timeline_of(
+    run_id: str,
+    views: Sequence[ShardView],
+    *,
+    call_order: Sequence[CallId] = (),
+    bin_s: float | None = None,
+    target_bins: int = DEFAULT_TARGET_BINS,
+) -> Timeline:
+    """:func:`compute_timeline` from the run's shard views (in shard order)."""
+    start_ts = min((v.first_ts for v in views if v.first_ts is not None), default=0.0)
+    end_ts = max((v.last_ts for v in views if v.last_ts is not None), default=0.0)
+    elapsed = end_ts - start_ts
 
     def rel(ts: float) -> float:
         return max(ts - start_ts, 0.0)
 
-    first_dispatch: dict[CallId, float] = {}
-    last_dispatch: dict[CallId, float] = {}
-    last_commit: dict[CallId, float] = {}
-    dispatched: Counter[CallId] = Counter()
-    outcomes: dict[CallId, Counter[str]] = {}
+    dispatch_times: dict[CallId, list[float]] = {}
     commit_times: dict[CallId, list[float]] = {}
-    open_grains: dict[CallId, set[Path]] = {}
-    retries: list[RetryEvent] = []
+    outcomes: dict[CallId, Counter[str]] = {}
+    open_grains: dict[CallId, list[Path]] = {}
+    retries: list[tuple[float, int, int, RetryEvent]] = []  # (t, shard, seq, event)
     failovers: list[FailoverEvent] = []
-    outputs: Counter[str] = Counter()
     children: Counter[str] = Counter()
     barriers: set[tuple[CallId, Path]] = set()
-    sources = completed_shards = total = 0
-
-    for shard in sorted(facts_by_shard):
+    outputs: Counter[str] = Counter()
+    for view in views:
+        for grain in view.grains.values():
+            call = grain.call
+            if grain.dispatched:
+                dispatch_times.setdefault(call, []).extend(rel(d.ts) for _, d in grain.dispatched)
+            if grain.committed:
+                commit_times.setdefault(call, []).extend(rel(c.ts) for _, c in grain.committed)
+                outcomes.setdefault(call, Counter()).update(c.outcome for _, c in grain.committed)
+            if grain.attempt_open:
+                open_grains.setdefault(call, []).append(grain.path)
+            for seq, retry in grain.retried:
+                t = rel(retry.ts)
+                retries.append((t, view.shard, seq, RetryEvent(
+                    t, call, grain.path, retry.generation, retry.cause)))
+            for seq, failure in grain.failed:
+                t = rel(failure.ts)
+                retries.append((t, view.shard, seq, RetryEvent(
+                    t, call, grain.path, failure.generation, failure.cause, True)))
         holder: str | None = None
-        for stored in sorted(facts_by_shard[shard], key=lambda s: s.seq):
-            total += 1
-            fact, t = stored.fact, rel(stored.fact.ts)
-            if isinstance(fact, GrainDispatched):
-                first_dispatch[fact.call] = min(first_dispatch.get(fact.call, t), t)
-                last_dispatch[fact.call] = max(last_dispatch.get(fact.call, t), t)
-                dispatched[fact.call] += 1
-                open_grains.setdefault(fact.call, set()).add(fact.path)
-            elif isinstance(fact, GrainCommitted):
-                last_commit[fact.call] = max(last_commit.get(fact.call, t), t)
-                outcomes.setdefault(fact.call, Counter())[fact.outcome] += 1
-                commit_times.setdefault(fact.call, []).append(t)
-                open_grains.setdefault(fact.call, set()).discard(fact.path)
-            elif isinstance(fact, GrainRetried | GrainFailed):
-                final = isinstance(fact, GrainFailed)
-                retries.append(RetryEvent(t, fact.call, fact.path, fact.generation,
-                                          fact.cause, final))
-                if final:
-                    open_grains.setdefault(fact.call, set()).discard(fact.path)
-            elif isinstance(fact, LeaseAcquired):
-                if fact.epoch > 1:
-                    failovers.append(FailoverEvent(t, fact.shard, fact.driver, fact.epoch,
-                                                   holder))
-                holder = fact.driver
-            elif isinstance(fact, BarrierInstalled):
-                barriers.add((fact.call, fact.parent))
-            elif isinstance(fact, SourceAdmitted):
-                sources += 1
-            elif isinstance(fact, OutputEmitted):
-                outputs[fact.outcome] += 1
-            elif isinstance(fact, ExpansionClosed):
-                children[fact.domain] += fact.count
-            elif isinstance(fact, RunCompleted):
-                completed_shards += 1
+        for _, lease in view.leases:
+            if lease.epoch > 1:
+                failovers.append(FailoverEvent(rel(lease.ts), lease.shard, lease.driver,
+                                               lease.epoch, holder))
+            holder = lease.driver
+        barriers.update((b.call, b.parent) for _, b in view.barriers)
+        outputs.update(e.outcome for emits in view.emitted.values() for _, e in emits)
+        for (domain, _), closes in view.expansions.items():
+            children[domain] += sum(closed.count for _, closed in closes)
+    events = [r for *_, r in sorted(retries, key=lambda r: r[:3])]
 
     ranked = {call: i for i, call in enumerate(call_order)}
+    first_dispatch = {call: min(times) for call, times in dispatch_times.items()}
     active = sorted(first_dispatch,
                     key=lambda c: (ranked.get(c, len(ranked)), first_dispatch[c], c))
     windows = tuple(
         CallWindow(
             call=call,
             start=first_dispatch[call],
-            end=last_commit.get(call, last_dispatch[call]),
-            dispatched=dispatched[call],
+            end=max(commit_times[call]) if call in commit_times else max(dispatch_times[call]),
+            dispatched=len(dispatch_times[call]),
             committed=sum(outcomes.get(call, Counter()).values()),
             outcomes=dict(sorted(outcomes.get(call, Counter()).items())),
-            retried=sum(1 for r in retries if r.call == call and not r.final),
-            failed=sum(1 for r in retries if r.call == call and r.final),
+            retried=sum(1 for r in events if r.call == call and not r.final),
+            failed=sum(1 for r in events if r.call == call and r.final),
             in_flight=sum(1 for p in open_grains.get(call, ()) if (call, p[:-1]) not in barriers),
             barred=sum(1 for p in open_grains.get(call, ()) if (call, p[:-1]) in barriers),
         )
@@ -366,15 +355,15 @@ def compute_timeline(
         run_id=run_id,
         start_ts=start_ts,
         elapsed=elapsed,
-        shards=len(facts_by_shard),
-        facts=total,
+        shards=len(views),
+        facts=sum(v.facts for v in views),
         windows=windows,
         throughput=Throughput(width, tuple(i * width for i in range(n_bins)), counts),
         failovers=tuple(sorted(failovers, key=lambda f: (f.t, f.shard))),
-        retries=tuple(sorted(retries, key=lambda r: r.t)),
-        sources=sources,
+        retries=tuple(events),
+        sources=sum(len(a) for v in views for a in v.admitted.values()),
         outputs=dict(outputs),
-        completed_shards=completed_shards,
+        completed_shards=sum(len(v.completed) for v in views),
         idle_calls=tuple(c for c in call_order if c not in first_dispatch),
         children=dict(children),
     )
@@ -387,12 +376,11 @@ def load_timeline(store: LineageStore, run_id: str, *, bin_s: float | None = Non
     Raises :class:`~rayorch.store.errors.RunNotFoundError` for an unknown run and
     :class:`NoFactsError` for a run without facts.
     """
-    info = store.run_info(run_id)
-    facts = store.read_run(run_id)
-    if not any(facts.values()):
+    view = store.read_view(run_id)
+    if not any(v.facts for v in view.shards.values()):
         raise NoFactsError(run_id, store.url)
-    return compute_timeline(run_id, facts, call_order=call_order_of(info.plan), bin_s=bin_s,
-                            target_bins=target_bins)
+    return timeline_of(run_id, [view.shards[k] for k in sorted(view.shards)],
+                       call_order=view.call_order, bin_s=bin_s, target_bins=target_bins)
 
 
 # -- drawing ------------------------------------------------------------------------------

@@ -29,11 +29,7 @@ from rayorch.actors.worker import BatchTask
 from rayorch.core.errors import NoProgressError, RayorchError
 from rayorch.core.facts import (
     GrainCommitted,
-    GrainDispatched,
-    GrainFailed,
-    GrainRetried,
     OutputEmitted,
-    SourceAdmitted,
 )
 from rayorch.core.ids import CallId, Path
 from rayorch.core.machine import (
@@ -52,7 +48,8 @@ from rayorch.core.machine import (
     WriteFacts,
 )
 from rayorch.core.plan import CallSpec, Plan, Policy
-from rayorch.core.vocabulary import REPORT_PRESENT, CommitVerdict
+from rayorch.core.run_view import fold_shard
+from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
@@ -73,7 +70,6 @@ from rayorch.store.errors import (
     StoreUnavailableError,
 )
 
-FAILOVER_CAUSE = "driver failover"
 IDLE_SLEEP_S = 0.05
 COLLECT_WAIT_S = 0.5
 
@@ -198,22 +194,12 @@ class ShardDriver(LeaseSide):
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
                                total_sources=self.feed.shard_total(k), keep_history=False)
-        facts = [stored.fact for stored in self.store.iter_facts(self.run_id, k)]
-        in_flight: dict[tuple[CallId, Path], int] = {}
-        admitted: set[int] = set()
-        emitted: set[int] = set()
-        for fact in facts:
-            if isinstance(fact, GrainDispatched):
-                in_flight[(fact.call, fact.path)] = fact.generation
-            elif isinstance(fact, GrainCommitted | GrainRetried | GrainFailed):
-                in_flight.pop((fact.call, fact.path), None)
-            elif isinstance(fact, SourceAdmitted):
-                admitted.add(fact.index)
-            elif isinstance(fact, OutputEmitted):
-                emitted.add(fact.index)
-        st = ShardState(k, epoch, machine, emitted=len(emitted))
+        stored = list(self.store.iter_facts(self.run_id, k))
+        facts = [s.fact for s in stored]
+        view = fold_shard(k, ((s.seq, s.fact) for s in stored))
+        st = ShardState(k, epoch, machine, emitted=len(view.emitted))
         self.shards[k] = st
-        self.feed.reset(k, admitted)
+        self.feed.reset(k, set(view.admitted))
         self._perform(st, machine.handle(FactsStored(tuple(facts))))
         if self.feed.exhausted(k):
             self._perform(st, machine.handle(InputClosed()))
@@ -223,9 +209,10 @@ class ShardDriver(LeaseSide):
         mine = {(b.task.call.id, path, gen) for b in self._batches.values()
                 for path, gen in b.task.tags}
         orphans: dict[CallId, list[tuple[Path, int]]] = {}
-        for (call, path), gen in in_flight.items():
-            if (call, path, gen) not in mine:
-                orphans.setdefault(call, []).append((path, gen))
+        for grain in sorted(view.grains.values(), key=lambda g: g.last_dispatch):
+            gen = grain.in_flight
+            if gen is not None and (grain.call, grain.path, gen) not in mine:
+                orphans.setdefault(grain.call, []).append((grain.path, gen))
         now = time.time()
         rerun = sum(len(tags) for tags in orphans.values())
         self._perform(st, machine.handle(*(BatchFailed(call, tuple(tags), FAILOVER_CAUSE, now)

@@ -11,16 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import (
-    ExpansionClosed,
-    GrainCommitted,
-    GrainDispatched,
-    GrainFailed,
-    GrainRetried,
-    OutputEmitted,
-    RunCompleted,
-    SourceAdmitted,
-)
+from rayorch.core.vocabulary import FAILOVER_CAUSE, Outcome
 from rayorch.core.words import plural
 from rayorch.runtime.manifest import RunManifest
 from rayorch.store.base import LineageStore
@@ -110,38 +101,32 @@ def run_status(store: LineageStore, run_id: str) -> RunStatus:
         total = int(info.config["sources"])
     status = RunStatus(run_id, total, drivers=store.live_drivers(run_id))
     done = store.done_shards(run_id)
-    for shard in range(info.shards):
-        facts = 0
-        completed = False
-        for stored in store.iter_facts(run_id, shard):
-            facts += 1
-            fact = stored.fact
-            if isinstance(fact, SourceAdmitted):
-                status.admitted += 1
-            elif isinstance(fact, OutputEmitted):
-                if fact.outcome == "present":
-                    status.emitted_present += 1
-                else:
-                    status.emitted_not_present += 1
-            elif isinstance(fact, GrainDispatched):
-                status.calls.setdefault(fact.call, Counter())["dispatched"] += 1
-            elif isinstance(fact, GrainCommitted):
-                status.calls.setdefault(fact.call, Counter())[fact.outcome] += 1
-            elif isinstance(fact, GrainRetried):
-                status.calls.setdefault(fact.call, Counter())["retried"] += 1
-                status.failovers += fact.cause == "driver failover"
-            elif isinstance(fact, GrainFailed):
-                status.calls.setdefault(fact.call, Counter())["failed"] += 1
-            elif isinstance(fact, ExpansionClosed):
-                counts = status.expansions.setdefault(fact.domain, Counter(children=0))
-                counts[fact.outcome] += 1
-                counts["children"] += fact.count
-            elif isinstance(fact, RunCompleted):
-                completed = True
+    for shard, view in store.read_view(run_id).shards.items():
+        status.admitted += sum(len(a) for a in view.admitted.values())
+        for emits in view.emitted.values():
+            present = sum(e.outcome == Outcome.PRESENT for _, e in emits)
+            status.emitted_present += present
+            status.emitted_not_present += len(emits) - present
+        keyed: list[tuple[int, str, str]] = []  # (seq, call, what): counted in fact order
+        for grain in view.grains.values():
+            call = grain.call
+            keyed += [(seq, call, "dispatched") for seq, _ in grain.dispatched]
+            keyed += [(seq, call, "retried") for seq, _ in grain.retried]
+            keyed += [(seq, call, "failed") for seq, _ in grain.failed]
+            keyed += [(seq, call, c.outcome) for seq, c in grain.committed]
+            status.failovers += sum(r.cause == FAILOVER_CAUSE for _, r in grain.retried)
+        for _, call, what in sorted(keyed):
+            status.calls.setdefault(call, Counter())[what] += 1
+        for (domain, _), closes in view.expansions.items():
+            counts = status.expansions.setdefault(domain, Counter(children=0))
+            for _, closed in closes:
+                counts[closed.outcome] += 1
+                counts["children"] += closed.count
         holder = store.lease_holder(run_id, shard)
         status.shards.append(ShardStatus(
             shard, None if holder is None else holder.driver,
-            None if holder is None else holder.epoch, shard in done, completed, facts))
+            None if holder is None else holder.epoch, shard in done, bool(view.completed),
+            view.facts))
     return status
 
 

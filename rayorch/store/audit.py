@@ -20,19 +20,16 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import (
     REPORT_PRESENT,
-    BarrierInstalled,
-    ExpansionClosed,
     Fact,
     GrainCommitted,
     GrainDispatched,
-    GrainFailed,
     GrainRetried,
     OutputEmitted,
-    RunCompleted,
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, format_path
 from rayorch.core.plan import Plan
+from rayorch.core.run_view import GrainView, ShardView, first_before, fold_shard
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
 from rayorch.store.base import LineageStore, StoredFact
 from rayorch.store.errors import PayloadError
@@ -109,157 +106,155 @@ class PlanShape:
 
 
 class ShardAudit:
-    """Fact-level invariant checks of one shard, fed fact by fact in order."""
+    """Fact-level invariant checks of one shard, on its view (each fact checked against
+    what the view shows was written before it)."""
 
-    def __init__(self, shard: int, shape: PlanShape, report: AuditReport) -> None:
-        self.shard, self.shape, self.report = shard, shape, report
-        self.grain_state: dict[GrainKey, tuple[GrainPhase, int]] = {}
-        self.sealed: dict[GrainKey, int] = {}
-        self.committed: dict[GrainKey, GrainCommitted] = {}
-        self.barriers: set[tuple[CallId, Path]] = set()
-        self.expansions: dict[tuple[DomainId, Path], ExpansionClosed] = {}
-        self.closed_under: dict[Path, list[ExpansionClosed]] = {}
-        self.expected: dict[tuple[DomainId, Path], tuple[int, int | None]] = {}  # seq, count
-        self.admitted: set[int] = set()
-        self.emitted: set[int] = set()
-        self.completed = False
-        self.seq = 0
+    def __init__(self, view: ShardView, shape: PlanShape, report: AuditReport) -> None:
+        self.view, self.shape, self.report = view, shape, report
+        self.found: list[tuple[int, str, str]] = []  # (seq, object, message)
+        self.counted: list[tuple[int, str, str]] = []  # (seq, group, key)
+        # (child Domain, parent) -> [(seq, count)] of each commit of the expanded value, in
+        # order (count None: not a sequence)
+        self.expected: dict[tuple[DomainId, Path], list[tuple[int, int | None]]] = {}
 
-    def bad(self, obj: str, message: str) -> None:
-        self.report.violations.append(Violation(self.shard, self.seq, obj, message))
+    def bad(self, seq: int, obj: str, message: str) -> None:
+        self.found.append((seq, obj, message))
 
-    def count(self, group: str, key: str) -> None:
-        self.report.counts.setdefault(group, Counter())[key] += 1
+    def count(self, seq: int, group: str, key: str) -> None:
+        self.counted.append((seq, group, key))
 
-    def feed(self, stored: StoredFact) -> None:
-        self.seq, fact = stored.seq, stored.fact
-        self.count("facts", fact.tag)
-        if isinstance(fact, GrainDispatched):
-            self._dispatched(fact)
-        elif isinstance(fact, GrainRetried):
-            self._not_sealed(fact.call, fact.path, "retried")
-            self.grain_state[(fact.call, fact.path)] = (GrainPhase.READY, fact.generation)
-            self.count("grains", "retried")
-        elif isinstance(fact, GrainFailed):
-            self._seal(fact.call, fact.path, "failed")
-            self.count("grains", "failed")
-        elif isinstance(fact, GrainCommitted):
-            self._committed(fact)
-        elif isinstance(fact, BarrierInstalled):
-            self.barriers.add((fact.call, fact.parent))
-            self.count("barriers", fact.call)
-        elif isinstance(fact, ExpansionClosed):
-            self._expansion(fact)
-        elif isinstance(fact, SourceAdmitted):
-            if fact.index in self.admitted:
-                self.bad(f"source {fact.index}", "admitted twice")
-            self.admitted.add(fact.index)
-        elif isinstance(fact, OutputEmitted):
-            if fact.index in self.emitted:
-                self.bad(f"source {fact.index}", "output emitted twice")
-            if fact.index not in self.admitted:
-                self.bad(f"source {fact.index}", "output emitted but never admitted")
-            self.emitted.add(fact.index)
-            self.count("outputs", fact.outcome)
-        elif isinstance(fact, RunCompleted):
-            self.completed = True
+    def check(self) -> None:
+        """Run every check; violations go to the report in the order of their facts."""
+        view = self.view
+        for grain in view.grains.values():
+            self._grain(grain)
+        for seq, barrier in view.barriers:
+            self.count(seq, "barriers", barrier.call)
+        self._expansions()
+        for index, admits in view.admitted.items():
+            for seq, _ in admits[1:]:
+                self.bad(seq, f"source {index}", "admitted twice")
+        for index, emits in view.emitted.items():
+            admits = view.admitted.get(index, [])
+            for i, (seq, emitted) in enumerate(emits):
+                if i:
+                    self.bad(seq, f"source {index}", "output emitted twice")
+                if first_before(admits, seq) is None:
+                    self.bad(seq, f"source {index}", "output emitted but never admitted")
+                self.count(seq, "outputs", emitted.outcome)
+        self.found.sort(key=lambda f: f[0])  # stable: one fact's findings keep their order
+        self._finish()
+        counts = self.report.counts
+        if view.tags:
+            counts.setdefault("facts", Counter()).update(view.tags)
+        for _, group, key in sorted(self.counted, key=lambda c: c[0]):  # in fact order
+            counts.setdefault(group, Counter())[key] += 1
+        shard = view.shard
+        self.report.violations += [Violation(shard, seq, obj, msg) for seq, obj, msg in self.found]
 
-    def _not_sealed(self, call: CallId, path: Path, what: str) -> None:
-        if (call, path) in self.sealed:
-            self.bad(format_grain((call, path)),
-                     f"{what} after it was sealed at fact #{self.sealed[(call, path)]}")
+    def _grain(self, grain: GrainView) -> None:
+        """Replay the Grain's own facts (only they change its phase)."""
+        name = format_grain(grain.key)
+        phase, generation = GrainPhase.WAITING, 0
+        sealed: int | None = None
+        for seq, fact in grain.history():
+            if isinstance(fact, GrainDispatched | GrainRetried):
+                what = "dispatched" if isinstance(fact, GrainDispatched) else "retried"
+                if sealed is not None:
+                    self.bad(seq, name, f"{what} after it was sealed at fact #{sealed}")
+                phase = GrainPhase.IN_FLIGHT if what == "dispatched" else GrainPhase.READY
+                generation = fact.generation
+                self.count(seq, "grains", what)
+                if what == "dispatched":
+                    self._check_ordinal_range(seq, grain)
+                    for _, child_call, _, child_domain in self.shape.reducers.get(grain.call, ()):
+                        self._check_reduce_ready(seq, grain, child_call, child_domain)
+                continue
+            if isinstance(fact, GrainCommitted):
+                if phase is GrainPhase.IN_FLIGHT and generation != fact.generation:
+                    self.bad(seq, name, f"accepted a stale report (generation "
+                                        f"{fact.generation}, in flight as {generation})")
+                elif phase not in (GrainPhase.IN_FLIGHT, GrainPhase.SEALED):
+                    self.bad(seq, name, f"committed while {phase.label}, not in flight")
+                self._check_ordinal_range(seq, grain)
+                parent = grain.path[:-1]
+                if parent and self.view.barrier_before(grain.call, parent, seq):
+                    self.bad(seq, name, "committed after a GroupFailure barrier covered it")
+                what, key = "committed", fact.outcome
+                if fact.outcome == REPORT_PRESENT:
+                    for domain, index in self.shape.expand_feeders.get(grain.call, ()):
+                        value = None if fact.outputs is None else fact.outputs[index]
+                        count = len(value) if isinstance(value, list | tuple) else None
+                        self.expected.setdefault((domain, grain.path), []).append((seq, count))
+            else:
+                what, key = "failed", "failed"
+            if sealed is not None:
+                self.bad(seq, name, f"sealed twice ({what}; first at fact #{sealed})")
+            else:
+                sealed = seq
+            phase = GrainPhase.SEALED
+            self.count(seq, "grains", key)
 
-    def _seal(self, call: CallId, path: Path, what: str) -> None:
-        grain = (call, path)
-        if grain in self.sealed:
-            self.bad(format_grain(grain), f"sealed twice ({what}; first at fact "
-                                          f"#{self.sealed[grain]})")
-        else:
-            self.sealed[grain] = self.seq
-        self.grain_state[grain] = (GrainPhase.SEALED,
-                                   self.grain_state.get(grain, (GrainPhase.WAITING, 0))[1])
+    def _expansions(self) -> None:
+        for (domain, parent), closes in self.view.expansions.items():
+            name = f"expansion {domain} of {format_path(parent)}"
+            for i, (seq, closed) in enumerate(closes):
+                self.count(seq, "expansions", closed.outcome)
+                if i:
+                    self.bad(seq, name, "closed twice")
+                    continue
+                # the expanded value as last committed before the close
+                counts = [n for at, n in self.expected.get((domain, parent), []) if at < seq]
+                if counts and counts[-1] is not None and closed.outcome == EXPANSION_SUCCEEDED \
+                        and counts[-1] != closed.count:
+                    self.bad(seq, name, f"closed with {closed.count} children but the "
+                                        f"expanded value has {counts[-1]} elements")
 
-    def _dispatched(self, fact: GrainDispatched) -> None:
-        grain = (fact.call, fact.path)
-        self._not_sealed(fact.call, fact.path, "dispatched")
-        self.grain_state[grain] = (GrainPhase.IN_FLIGHT, fact.generation)
-        self.count("grains", "dispatched")
-        self._check_ordinal_range(fact.call, fact.path)
-        for _, child_call, _, child_domain in self.shape.reducers.get(fact.call, ()):
-            self._check_reduce_ready(grain, child_call, child_domain)
-
-    def _committed(self, fact: GrainCommitted) -> None:
-        grain = (fact.call, fact.path)
-        state, generation = self.grain_state.get(grain, (GrainPhase.WAITING, 0))
-        if state is GrainPhase.IN_FLIGHT and generation != fact.generation:
-            self.bad(format_grain(grain), f"accepted a stale report (generation "
-                                          f"{fact.generation}, in flight as {generation})")
-        elif state not in (GrainPhase.IN_FLIGHT, GrainPhase.SEALED):
-            self.bad(format_grain(grain), f"committed while {state.label}, not in flight")
-        parent = fact.path[:-1]
-        self._check_ordinal_range(fact.call, fact.path)
-        if parent and (fact.call, parent) in self.barriers:
-            self.bad(format_grain(grain), "committed after a GroupFailure barrier covered it")
-        self._seal(fact.call, fact.path, "committed")
-        self.committed.setdefault(grain, fact)
-        self.count("grains", fact.outcome)
-        if fact.outcome == REPORT_PRESENT:
-            for domain, index in self.shape.expand_feeders.get(fact.call, ()):
-                value = None if fact.outputs is None else fact.outputs[index]
-                count = len(value) if isinstance(value, list | tuple) else None
-                self.expected[(domain, fact.path)] = (self.seq, count)
-
-    def _expansion(self, fact: ExpansionClosed) -> None:
-        key = (fact.domain, fact.parent)
-        name = f"expansion {fact.domain} of {format_path(fact.parent)}"
-        self.count("expansions", fact.outcome)
-        if key in self.expansions:
-            self.bad(name, "closed twice")
-            return
-        self.expansions[key] = fact
-        self.closed_under.setdefault(fact.parent, []).append(fact)
-        expected = self.expected.get(key)
-        if expected is not None and expected[1] is not None \
-                and fact.outcome == EXPANSION_SUCCEEDED and expected[1] != fact.count:
-            self.bad(name, f"closed with {fact.count} children but the expanded value "
-                           f"has {expected[1]} elements")
-
-    def _check_ordinal_range(self, call: CallId, path: Path) -> None:
+    def _check_ordinal_range(self, seq: int, grain: GrainView) -> None:
+        path = grain.path
         if len(path) < 2:
             return
-        domain = self.shape.call_domain.get(call)
-        for closed in self.closed_under.get(path[:-1], ()):
-            # A parent may have several child Domains (one per expand): only the Call's own.
-            if closed.domain == domain and \
-                    closed.outcome == EXPANSION_SUCCEEDED and not 0 <= path[-1] < closed.count:
-                self.bad(format_grain((call, path)),
-                         f"ordinal {path[-1]} outside 0..{closed.count - 1} of its expansion")
+        # A parent may have several child Domains (one per expand): only the Call's own.
+        closed = self.view.closed_before(self.shape.call_domain.get(grain.call, ""),
+                                         path[:-1], seq)
+        if closed is not None and closed.outcome == EXPANSION_SUCCEEDED \
+                and not 0 <= path[-1] < closed.count:
+            self.bad(seq, format_grain(grain.key),
+                     f"ordinal {path[-1]} outside 0..{closed.count - 1} of its expansion")
 
-    def _check_reduce_ready(self, grain: GrainKey, child_call: CallId, domain: DomainId) -> None:
-        closed = self.expansions.get((domain, grain[1]))
+    def _check_reduce_ready(self, seq: int, grain: GrainView, child_call: CallId,
+                            domain: DomainId) -> None:
+        name = format_grain(grain.key)
+        closed = self.view.closed_before(domain, grain.path, seq)
         if closed is None:
-            self.bad(format_grain(grain), f"dispatched before its expansion {domain} closed")
+            self.bad(seq, name, f"dispatched before its expansion {domain} closed")
             return
         for ordinal in range(closed.count if closed.outcome == EXPANSION_SUCCEEDED else 0):
-            child = (child_call, (*grain[1], ordinal))
-            commit = self.committed.get(child)
-            if child in self.grain_state and commit is None:
-                self.bad(format_grain(grain),
-                         f"reduce consumed before member {format_grain(child)} was terminal")
-            elif commit is not None and commit.outcome != REPORT_PRESENT:
-                self.bad(format_grain(grain),
-                         f"dispatched although member {format_grain(child)} failed")
+            child = self.view.grains.get((child_call, (*grain.path, ordinal)))
+            if child is None or not child.seen_before(seq):
+                continue
+            commit = first_before(child.committed, seq)
+            if commit is None:
+                self.bad(seq, name, f"reduce consumed before member {format_grain(child.key)} "
+                                    "was terminal")
+            elif commit.outcome != REPORT_PRESENT:
+                self.bad(seq, name, f"dispatched although member {format_grain(child.key)} "
+                                    "failed")
 
-    def finish(self) -> None:
-        if not self.completed:
+    def _finish(self) -> None:
+        """What a completed shard must also have: every Expansion closed, every source
+        delivered (reported at the last fact, or at the last unclosed Expansion's)."""
+        view = self.view
+        if not view.completed:
             return
-        for key, (seq, _) in self.expected.items():
-            if key not in self.expansions:
-                self.seq = seq
-                self.bad(f"expansion {key[0]} of {format_path(key[1])}",
+        seq = view.last_seq
+        for (domain, parent), commits in sorted(self.expected.items(), key=lambda e: e[1][0]):
+            if (domain, parent) not in view.expansions:
+                seq = commits[-1][0]
+                self.bad(seq, f"expansion {domain} of {format_path(parent)}",
                          "never closed although the run completed")
-        for index in sorted(self.admitted - self.emitted):
-            self.bad(f"source {index} was never delivered",
+        for index in sorted(set(view.admitted) - set(view.emitted)):
+            self.bad(seq, f"source {index} was never delivered",
                      f"deliver it with `rayorch resume {self.report.run_id} --out-dir DIR`")
 
 
@@ -319,17 +314,16 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
     for shard in range(info.shards):
         facts, unresolved = _read_shard(store, run_id, shard, report)
         report.facts += len(facts)
-        checks = ShardAudit(shard, shape, report)
-        for stored in facts:
-            checks.feed(stored)
-        checks.finish()
-        report.counts.setdefault("sources", Counter())["admitted"] += len(checks.admitted)
-        report.counts["sources"]["completed shards"] += int(checks.completed)
+        view = fold_shard(shard, ((s.seq, s.fact) for s in facts))
+        ShardAudit(view, shape, report).check()
+        report.counts.setdefault("sources", Counter())["admitted"] += len(view.admitted)
+        report.counts["sources"]["completed shards"] += int(bool(view.completed))
         if unresolved:
             report.notes.append(f"shard {shard}: kernel fold skipped ({unresolved} committed "
                                 "outputs cannot be read)")
         else:
-            _fold_through_kernel(plan, shard, facts, shape, report, checks.committed)
+            committed = {g.key: g.commit for g in view.grains.values() if g.commit is not None}
+            _fold_through_kernel(plan, shard, facts, shape, report, committed)
     return report
 
 

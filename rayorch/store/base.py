@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from rayorch.core.facts import Fact, GrainCommitted
 from rayorch.core.ids import CallId, DomainId, Path
 from rayorch.core.plan import Plan
+from rayorch.core.run_view import RunView, fold_shard
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.errors import RunShapeError
 from rayorch.store.layout import RunInfo as RunInfo
@@ -250,6 +251,17 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry):
     """
 
     url: str
+
+    def read_view(self, run_id: str, *, payloads: bool = False) -> RunView:
+        """The run's view (:mod:`rayorch.core.run_view`): each shard's facts folded once.
+
+        Committed outputs stored as payload files are loaded only with ``payloads``.
+        """
+        info = self.run_info(run_id)
+        return RunView(run_id, info.plan, {
+            k: fold_shard(k, ((s.seq, s.fact) for s in self.iter_facts(run_id, k,
+                                                                       payloads=payloads)))
+            for k in range(info.shards)})
 
     def read_run(self, run_id: str, *, payloads: bool = True) -> dict[int, list[StoredFact]]:
         """All facts of a run, per shard."""

@@ -10,8 +10,8 @@ script is Redis's unit of atomicity; the contract suite and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, MutableMapping, MutableSet, Sequence
+from dataclasses import dataclass
 
 from rayorch.core.commit import commit_verdict
 from rayorch.core.facts import Fact
@@ -28,6 +28,11 @@ from rayorch.store.errors import (
 from rayorch.store.layout import PreparedDriverFact, PreparedReport
 
 GrainEntry = tuple[GrainPhase, int]  # (phase, generation) of one Grain in the store's table
+
+# The table's values as the hot loops use them (no enum lookups per fact).
+_SEALED, _ACCEPTED, _OTHER = GrainPhase.SEALED, CommitVerdict.ACCEPTED, int(FactKind.OTHER)
+_AFTER: dict[int, GrainPhase] = {int(kind): phase for kind, phase in PHASE_AFTER.items()}
+_UNKNOWN: tuple[None, int] = (None, 0)
 
 
 @dataclass
@@ -118,53 +123,45 @@ def seal_check(run_id: str, shard: int, prepared: Sequence[PreparedDriverFact],
     overlay: dict[str, GrainEntry] = {}
     conflicts: list[tuple[CallId, Path]] = []
     for item in prepared:
-        if item.kind == FactKind.OTHER:
+        if item.kind == _OTHER:
             continue
         current = overlay.get(item.grain) or entry(item.grain)
-        if current is not None and current[0] is GrainPhase.SEALED:
+        if current is not None and current[0] is _SEALED:
             conflicts.append(split_field(item.grain))
         else:
-            overlay[item.grain] = (PHASE_AFTER[FactKind(item.kind)], item.generation)
+            overlay[item.grain] = (_AFTER[item.kind], item.generation)
     if conflicts:
         raise GrainSealedError(run_id, shard, conflicts)
     return overlay
 
 
-@dataclass
-class CommitResult:
-    """What the commit gate decided for one shard's reports, and what to write."""
-
-    verdicts: list[tuple[int, CommitVerdict]] = field(default_factory=list)  # (position, v)
-    sealed: dict[str, GrainEntry] = field(default_factory=dict)
-    barriers: set[str] = field(default_factory=set)
-    facts: list[tuple[DomainId, Fact]] = field(default_factory=list)  # to append, in order
-
-
-def judge_reports(prepared: Sequence[PreparedReport],
-                  entry: Callable[[str], GrainEntry | None],
-                  barred: Callable[[str], bool]) -> CommitResult:
+def judge_reports(prepared: Sequence[PreparedReport], grains: MutableMapping[str, GrainEntry],
+                  barriers: MutableSet[str], verdicts: list[CommitVerdict],
+                  write: Callable[[DomainId, Fact], object]) -> None:
     """The commit rule (:func:`~rayorch.core.commit.commit_verdict`) over one shard's reports.
 
-    Later reports see earlier reports' effects: a duplicate is SEALED, a sibling after an
-    accepted ``group_failure`` is BARRED. An accepted report seals its Grain and is
-    appended, followed by its ``BarrierInstalled`` when it installs one.
+    ``grains`` and ``barriers`` are the shard's Grain table and barrier members (or a
+    backend's copy of the entries these reports name); they are updated as the reports are
+    judged, so a later report sees an earlier one's effect: a duplicate is SEALED, a
+    sibling after an accepted ``group_failure`` is BARRED. Each verdict goes to
+    ``verdicts[report position]``; an accepted report seals its Grain and is written, then
+    its ``BarrierInstalled`` when it installs one.
     """
-    result = CommitResult()
-    sealed, barriers = result.sealed, result.barriers
+    get = grains.get
     for item in prepared:
-        phase, generation = sealed.get(item.grain) or entry(item.grain) or (None, 0)
-        covered = bool(item.barrier) and (item.barrier in barriers or barred(item.barrier))
-        verdict = commit_verdict(phase, generation, item.generation, covered)
-        result.verdicts.append((item.position, verdict))
-        if not verdict.accepted:
+        phase, generation = get(item.grain) or _UNKNOWN
+        member = item.barrier
+        verdict = commit_verdict(phase, generation, item.generation,
+                                 bool(member) and member in barriers)
+        verdicts[item.position] = verdict
+        if verdict is not _ACCEPTED:
             continue
-        sealed[item.grain] = (GrainPhase.SEALED, item.generation)
-        result.facts.append((item.domain, item.report))
+        grains[item.grain] = (_SEALED, item.generation)
+        write(item.domain, item.report)
         if item.installs_barrier:
-            barriers.add(item.barrier)
-            result.facts.append((item.domain, barrier_fact(item.report)))
-    return result
+            barriers.add(member)
+            write(item.domain, barrier_fact(item.report))
 
 
-__all__ = ["CommitResult", "GrainEntry", "Lease", "ShardLease", "judge_reports", "seal_check",
+__all__ = ["GrainEntry", "Lease", "ShardLease", "judge_reports", "seal_check",
            "split_field"]

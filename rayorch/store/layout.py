@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from rayorch.core.facts import (
     BarrierInstalled,
@@ -28,6 +28,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth, format_grain
 from rayorch.core.plan import Plan
+from rayorch.core.run_view import call_domains
 from rayorch.core.vocabulary import REPORT_GROUP_FAILURE, REPORT_OUTCOMES, FactKind
 from rayorch.store.errors import (
     FactNotAllowedError,
@@ -38,6 +39,7 @@ from rayorch.store.errors import (
 from rayorch.store.keys import barrier_member, grain_field, valid_run_id
 
 # How each driver fact changes the Grain table (the fenced append checks it), as plain ints.
+_OTHER = int(FactKind.OTHER)
 _KIND_OF: dict[type[Fact], int] = {
     GrainDispatched: int(FactKind.DISPATCHED),
     GrainRetried: int(FactKind.RETRIED),
@@ -78,9 +80,7 @@ class RunLayout:
     def __init__(self, info: RunInfo) -> None:
         self.info = info
         self.domains: tuple[DomainId, ...] = info.domains or (ROOT,)
-        self.call_domain: dict[CallId, DomainId] = {
-            n["call"]["id"]: n["domain"] for n in info.plan["nodes"] if n.get("call")
-        }
+        self.call_domain: dict[CallId, DomainId] = call_domains(info.plan)
 
     def _call(self, call: CallId) -> DomainId:
         try:
@@ -176,9 +176,9 @@ def prepare_driver_facts(
         domain = layout.domain_of(fact)
         kind = _KIND_OF.get(type(fact))
         if kind is None:
-            out.append(PreparedDriverFact(int(FactKind.OTHER), "", 0, domain, fact))
+            out.append(PreparedDriverFact(_OTHER, "", 0, domain, fact))
         else:
-            grain = cast(GrainDispatched, fact)  # or GrainRetried / GrainFailed: same fields
+            grain: GrainDispatched = fact  # type: ignore[assignment] # or Retried/Failed: same fields
             out.append(PreparedDriverFact(kind, grain_field(grain.call, grain.path),
                                           grain.generation, domain, fact))
     return out

@@ -213,13 +213,7 @@ class MemoryStore(LineageStore):
             run = self._run(run_id)
             for shard, prepared in prepare_reports(run.layout, reports).items():
                 state = run.shards[shard]
-                result = judge_reports(prepared, state.grains.get, state.barriers.__contains__)
-                for position, verdict in result.verdicts:
-                    verdicts[position] = verdict
-                state.grains.update(result.sealed)
-                state.barriers |= result.barriers
-                for domain, fact in result.facts:
-                    state.add(domain, fact)
+                judge_reports(prepared, state.grains, state.barriers, verdicts, state.add)
             self._changed.notify_all()
         return verdicts
 

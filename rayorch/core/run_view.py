@@ -1,0 +1,252 @@
+"""One view of a stored run: the one fold of a shard's facts that the readers share.
+
+:func:`fold_shard` reads a shard's facts once, in their order, and files each under the
+object it is about: a Grain's dispatches, retries, failure and commits; the barriers; the
+Expansions; the sources admitted and the outputs delivered; the lease acquisitions. Every
+entry keeps the fact's sequence number, so a reader can ask what had happened *before* a
+given fact (the audit's ordering checks, the barrier effects) without folding again.
+The audit, ``rayorch status``, ``rayorch show``, the timeline, the barrier effects and a
+driver's rebuild of a shard all read this view.
+
+Pure: no store, no clock. Example::
+
+    view = fold_shard(0, ((s.seq, s.fact) for s in store.iter_facts(run_id, 0)))
+    view.grains[("ocr", (3, 1))].in_flight      # the generation in flight, or None
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rayorch.core.facts import (
+    BarrierInstalled,
+    ExpansionClosed,
+    Fact,
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    LeaseAcquired,
+    OutputEmitted,
+    RunCompleted,
+    SourceAdmitted,
+)
+from rayorch.core.ids import CallId, DomainId, GrainKey, Path
+
+F = TypeVar("F", bound=Fact)
+Seq = int  # a fact's place in its shard's total order
+Entry = tuple[Seq, F]  # (seq, fact)
+
+
+def first_before(entries: list[tuple[Seq, F]], seq: Seq) -> F | None:
+    """The first fact of ``entries`` written before ``seq`` (entries are in seq order)."""
+    if entries and entries[0][0] < seq:
+        return entries[0][1]
+    return None
+
+
+@dataclass(slots=True)
+class GrainView:
+    """Every fact about one Grain, by kind, each with its seq (in seq order)."""
+
+    call: CallId
+    path: Path
+    dispatched: list[tuple[Seq, GrainDispatched]] = field(default_factory=list)
+    retried: list[tuple[Seq, GrainRetried]] = field(default_factory=list)
+    failed: list[tuple[Seq, GrainFailed]] = field(default_factory=list)
+    committed: list[tuple[Seq, GrainCommitted]] = field(default_factory=list)
+    last: Seq = 0  # the seq of its latest fact
+    last_dispatch: Seq = 0  # the seq of its latest dispatch (0: never dispatched)
+
+    @property
+    def key(self) -> GrainKey:
+        return (self.call, self.path)
+
+    @property
+    def commit(self) -> GrainCommitted | None:
+        """The first accepted report (the one that sealed it), if any."""
+        return self.committed[0][1] if self.committed else None
+
+    @property
+    def first_dispatch(self) -> Seq | None:
+        return self.dispatched[0][0] if self.dispatched else None
+
+    @property
+    def sealed_at(self) -> Seq | None:
+        """The seq of its first commit or failure (None: not sealed)."""
+        seals = [e[0] for e in self.committed[:1]] + [e[0] for e in self.failed[:1]]
+        return min(seals) if seals else None
+
+    @property
+    def in_flight(self) -> int | None:
+        """The generation of its last dispatch when nothing came after it (else None)."""
+        if self.dispatched and self.last == self.last_dispatch:
+            return self.dispatched[-1][1].generation
+        return None
+
+    @property
+    def attempt_open(self) -> bool:
+        """Dispatched, and neither committed nor failed since its last dispatch."""
+        if not self.dispatched:
+            return False
+        ends = [e[0] for e in self.committed[-1:]] + [e[0] for e in self.failed[-1:]]
+        return self.last_dispatch > max(ends, default=0)
+
+    def seen_before(self, seq: Seq) -> bool:
+        """Whether any of its facts was written before ``seq``."""
+        return any(lst and lst[0][0] < seq
+                   for lst in (self.dispatched, self.retried, self.failed, self.committed))
+
+    def history(self) -> list[tuple[Seq, Fact]]:
+        """All its facts in seq order."""
+        merged: list[tuple[Seq, Fact]] = [*self.dispatched, *self.retried, *self.failed,
+                                          *self.committed]
+        return sorted(merged, key=lambda e: e[0])
+
+
+@dataclass
+class ShardView:
+    """One shard's facts, filed by the object each is about."""
+
+    shard: int
+    facts: int = 0
+    last_seq: Seq = 0
+    tags: Counter[str] = field(default_factory=Counter)  # facts per fact type
+    grains: dict[GrainKey, GrainView] = field(default_factory=dict)  # in first-fact order
+    barriers: list[tuple[Seq, BarrierInstalled]] = field(default_factory=list)
+    expansions: dict[tuple[DomainId, Path], list[tuple[Seq, ExpansionClosed]]] = field(
+        default_factory=dict)
+    admitted: dict[int, list[tuple[Seq, SourceAdmitted]]] = field(default_factory=dict)
+    emitted: dict[int, list[tuple[Seq, OutputEmitted]]] = field(default_factory=dict)
+    leases: list[tuple[Seq, LeaseAcquired]] = field(default_factory=list)
+    completed: list[tuple[Seq, RunCompleted]] = field(default_factory=list)
+    first_ts: float | None = None  # the earliest and latest writer timestamps (ts > 0)
+    last_ts: float | None = None
+
+    def grain(self, call: CallId, path: Path) -> GrainView:
+        key = (call, path)
+        view = self.grains.get(key)
+        if view is None:
+            view = self.grains[key] = GrainView(call, path)
+        return view
+
+    def closed_before(self, domain: DomainId, parent: Path, seq: Seq) -> ExpansionClosed | None:
+        """The Expansion's first close written before ``seq``."""
+        return first_before(self.expansions.get((domain, parent), []), seq)
+
+    def barrier_before(self, call: CallId, parent: Path, seq: Seq) -> bool:
+        return any(s < seq and b.call == call and b.parent == parent for s, b in self.barriers)
+
+
+def _on_dispatched(view: ShardView, seq: Seq, fact: GrainDispatched) -> None:
+    grain = view.grain(fact.call, fact.path)
+    grain.dispatched.append((seq, fact))
+    grain.last = grain.last_dispatch = seq
+
+
+def _on_retried(view: ShardView, seq: Seq, fact: GrainRetried) -> None:
+    grain = view.grain(fact.call, fact.path)
+    grain.retried.append((seq, fact))
+    grain.last = seq
+
+
+def _on_failed(view: ShardView, seq: Seq, fact: GrainFailed) -> None:
+    grain = view.grain(fact.call, fact.path)
+    grain.failed.append((seq, fact))
+    grain.last = seq
+
+
+def _on_committed(view: ShardView, seq: Seq, fact: GrainCommitted) -> None:
+    grain = view.grain(fact.call, fact.path)
+    grain.committed.append((seq, fact))
+    grain.last = seq
+
+
+def _on_barrier(view: ShardView, seq: Seq, fact: BarrierInstalled) -> None:
+    view.barriers.append((seq, fact))
+
+
+def _on_expansion(view: ShardView, seq: Seq, fact: ExpansionClosed) -> None:
+    view.expansions.setdefault((fact.domain, fact.parent), []).append((seq, fact))
+
+
+def _on_admitted(view: ShardView, seq: Seq, fact: SourceAdmitted) -> None:
+    view.admitted.setdefault(fact.index, []).append((seq, fact))
+
+
+def _on_emitted(view: ShardView, seq: Seq, fact: OutputEmitted) -> None:
+    view.emitted.setdefault(fact.index, []).append((seq, fact))
+
+
+def _on_lease(view: ShardView, seq: Seq, fact: LeaseAcquired) -> None:
+    view.leases.append((seq, fact))
+
+
+def _on_completed(view: ShardView, seq: Seq, fact: RunCompleted) -> None:
+    view.completed.append((seq, fact))
+
+
+_FILE: dict[type[Fact], Callable[[ShardView, Seq, Any], None]] = {
+    GrainDispatched: _on_dispatched,
+    GrainRetried: _on_retried,
+    GrainFailed: _on_failed,
+    GrainCommitted: _on_committed,
+    BarrierInstalled: _on_barrier,
+    ExpansionClosed: _on_expansion,
+    SourceAdmitted: _on_admitted,
+    OutputEmitted: _on_emitted,
+    LeaseAcquired: _on_lease,
+    RunCompleted: _on_completed,
+}
+
+
+def fold_shard(shard: int, facts: Iterable[tuple[Seq, Fact]]) -> ShardView:
+    """The view of one shard from its ``(seq, fact)`` pairs, in seq order."""
+    view = ShardView(shard)
+    tags = view.tags
+    stamps: list[float] = []
+    for seq, fact in facts:
+        view.facts += 1
+        view.last_seq = seq
+        tags[fact.tag] += 1
+        if fact.ts > 0:
+            stamps.append(fact.ts)
+        _FILE[type(fact)](view, seq, fact)
+    view.first_ts = min(stamps, default=None)
+    view.last_ts = max(stamps, default=None)
+    return view
+
+
+def numbered(facts: Iterable[Fact]) -> Iterable[tuple[Seq, Fact]]:
+    """Facts without sequence numbers (one shard's, in order), numbered from 1."""
+    return enumerate(facts, start=1)
+
+
+@dataclass
+class RunView:
+    """A run's shards, each folded once (``rayorch.store.base.LineageStore.read_view``)."""
+
+    run_id: str
+    plan: dict[str, Any]  # the stored plan description
+    shards: dict[int, ShardView]
+
+    @property
+    def call_domain(self) -> dict[CallId, DomainId]:
+        return call_domains(self.plan)
+
+    @property
+    def call_order(self) -> list[CallId]:
+        """The Call ids in plan order."""
+        return list(call_domains(self.plan))
+
+
+def call_domains(plan: Mapping[str, Any]) -> dict[CallId, DomainId]:
+    """``{call: its Domain}`` of a stored plan description, in plan order."""
+    return {n["call"]["id"]: n["domain"] for n in plan.get("nodes", ()) if n.get("call")}
+
+
+__all__ = ["GrainView", "RunView", "ShardView", "call_domains", "first_before", "fold_shard",
+           "numbered"]
