@@ -15,6 +15,7 @@ must use the same directory.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, pack_value, unpack_value
@@ -46,12 +48,44 @@ def default_payload_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "rayorch" / "payloads"
 
 
-class PayloadStore:
-    """A directory of durable payload files, one per externalized report."""
+OWNER_FILE = ".rayorch-owner"
+"""In each run's payload folder: which store wrote it (several stores may share a root)."""
 
-    def __init__(self, root: Path | str | None = None, threshold: int = DEFAULT_THRESHOLD) -> None:
+
+def store_identity(url: str) -> str:
+    """The store a URL reaches, without its password and options: ``redis://host:6379/0``."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, hosts, parts.path, "", ""))
+
+
+class PayloadStore:
+    """A directory of durable payload files, one per externalized report.
+
+    ``owner`` (:func:`store_identity` of the store's URL) is written into each run folder
+    it creates, so retention touches only its own store's folders of a shared root.
+    """
+
+    def __init__(self, root: Path | str | None = None, threshold: int = DEFAULT_THRESHOLD,
+                 owner: str = "") -> None:
         self.root = Path(root) if root is not None else default_payload_dir()
         self.threshold = threshold
+        self.owner = owner
+
+    def owner_of(self, run_dir: str) -> str | None:
+        """Which store wrote the payload folder ``run_dir`` (None: unknown, an older one)."""
+        try:
+            return (self.root / run_dir / OWNER_FILE).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _claim(self, run_folder: Path) -> None:
+        marker = run_folder / OWNER_FILE
+        if self.owner and not marker.exists():
+            fd, tmp = tempfile.mkstemp(dir=run_folder, prefix=".tmp-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.owner)
+            os.replace(tmp, marker)
 
     def externalize(self, run_id: str, report: GrainCommitted) -> tuple[GrainCommitted, str]:
         """Write the report's outputs to a file; return the report holding only the ref.
@@ -66,6 +100,7 @@ class PayloadStore:
         path = self._path(ref)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            self._claim(path.parent.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
@@ -142,8 +177,19 @@ class PayloadStore:
         return orphans
 
     def delete_run(self, run_id: str) -> None:
+        """Remove the run's payload files, then its folders once empty (and its owner mark)."""
         for ref in self.refs(run_id):
             self.delete(ref)
+        base = self._path(self._run_dir(run_id))
+        if not base.is_dir() or base.is_symlink():
+            return
+        (base / OWNER_FILE).unlink(missing_ok=True)
+        for folder in sorted((p for p in base.rglob("*") if p.is_dir() and not p.is_symlink()),
+                             key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):  # not empty: a file someone else put there
+                folder.rmdir()
+        with contextlib.suppress(OSError):
+            base.rmdir()
 
 
 def deletable_refs(

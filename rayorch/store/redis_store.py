@@ -68,7 +68,12 @@ from rayorch.store.layout import (
     prepare_driver_facts,
     prepare_reports,
 )
-from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs
+from rayorch.store.payload import (
+    DEFAULT_THRESHOLD,
+    PayloadStore,
+    deletable_refs,
+    store_identity,
+)
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
@@ -125,7 +130,7 @@ class RedisStore(LineageStore):
         self.safe_url = redact_url(url)
         self._redis_url = urlunsplit(parts._replace(query=urlencode(passthrough)))
         payload_dir = options.get("payload_dir")
-        self.payloads = PayloadStore(payload_dir or None, threshold)
+        self.payloads = PayloadStore(payload_dir or None, threshold, owner=store_identity(url))
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
         self._waitaof = True

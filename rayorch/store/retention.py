@@ -123,7 +123,9 @@ def plan_gc(store: LineageStore, *, older_than_s: float | None = None,
     root = payloads.root
     if root.is_dir():
         for child in sorted(root.iterdir()):
-            if child.is_dir() and child.name not in known and any(child.rglob(f"*{SUFFIX}")):
+            # Only this store's folders: a shared root also holds other stores' runs.
+            if child.is_dir() and child.name not in known and any(child.rglob(f"*{SUFFIX}")) \
+                    and payloads.owner_of(child.name) == payloads.owner:
                 plan.unknown_dirs.append(child.name)
     return plan
 

@@ -160,7 +160,7 @@ def test_delete_removes_keys_and_payload_files(
     assert len(list((root / "gone").rglob("*.msgpack"))) == 2 and _keys_of(redis_url, "gone")
     assert cli_main(["delete", "gone", "--store", url]) == 0
     assert "deleted" in capsys.readouterr().out
-    assert not _keys_of(redis_url, "gone") and not list((root / "gone").rglob("*.msgpack"))
+    assert not _keys_of(redis_url, "gone") and not (root / "gone").exists()  # no empty folder
     assert [i.run_id for i in store.list_runs()] == ["stays"]
     assert len(list((root / "stays").rglob("*.msgpack"))) == 2
     assert cli_main(["delete", "gone", "--store", url]) == 2  # not found: one line
@@ -183,13 +183,22 @@ def test_gc_removes_orphaned_payloads_and_old_runs(
         path.write_bytes(b"\x91\x01")
     hour_ago = time.time() - 7200
     os.utime(orphan, (hour_ago, hour_ago))
-    (root / "not-a-run-here").mkdir()
-    (root / "not-a-run-here" / "x.msgpack").write_bytes(b"\x91\x01")
+    # A root shared by several stores: a folder this store wrote whose run's keys are gone
+    # is listed; another store's folder (or one no store marked) is not.
+    from rayorch.store.payload import OWNER_FILE, store_identity
+
+    for name, owner in (("lost-here", store_identity(url)), ("not-a-run-here", None),
+                        ("other-store", "redis://10.0.0.9:6379/0")):
+        (root / name).mkdir()
+        (root / name / "x.msgpack").write_bytes(b"\x91\x01")
+        if owner is not None:
+            (root / name / OWNER_FILE).write_text(owner)
+    assert (root / "live" / OWNER_FILE).read_text() == store_identity(url)  # written by it
 
     assert cli_main(["gc", "--store", url, "--dry-run", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["orphaned_payloads"] == ["live/echo/9.g0.dead.msgpack"]
-    assert plan["delete_runs"] == [] and plan["unknown_payload_dirs"] == ["not-a-run-here"]
+    assert plan["delete_runs"] == [] and plan["unknown_payload_dirs"] == ["lost-here"]
     assert orphan.exists()  # a dry run removes nothing
 
     time.sleep(1.1)
@@ -199,7 +208,7 @@ def test_gc_removes_orphaned_payloads_and_old_runs(
     assert "kept run live" in out
     assert not orphan.exists() and fresh.exists()  # too young: maybe a commit in flight
     assert sorted((root / "live").rglob("*.msgpack")) == sorted([*kept, fresh])
-    assert not (root / "old").exists() or not list((root / "old").rglob("*.msgpack"))
+    assert not (root / "old").exists()  # no empty folders left behind
     assert [i.run_id for i in store.list_runs()] == ["live"]
     assert (root / "not-a-run-here" / "x.msgpack").exists()  # maybe another store's
     assert cli_main(["gc", "--store", url, "--older-than", "soon"]) == 2
