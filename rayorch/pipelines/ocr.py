@@ -232,29 +232,29 @@ def engine_memory_options(gpu_memory_utilization: float | None,
 
 
 class VllmChat:
-    """A vision-language model served in-process by vLLM, answering batches of chats.
+    """A (vision-)language model served in-process by vLLM, answering batches of chats.
 
-    Shared by the OCR engine and the video captioner, and usable in your own module: one
-    ``vllm.LLM`` per actor, in the actor's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
-    unless set), greedy decoding, at most ``images`` images per conversation.
-    ``max_model_len=None`` takes the model's own limit. ``gpu_memory_utilization=None``
-    means 0.85 of a GPU, or on vLLM's CPU build a 1 GiB KV cache
-    (``kv_cache_memory_bytes``, or vLLM's ``VLLM_CPU_KVCACHE_SPACE``, set it otherwise).
+    Shared by the OCR engine and the video captioner, and the way to wrap vLLM in your own
+    module: one ``vllm.LLM`` per actor, in the actor's own process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set), greedy decoding (``sampling``: other
+    ``vllm.SamplingParams`` fields), at most ``images`` images per conversation (0: a text
+    model). ``max_model_len=None`` takes the model's own limit. ``gpu_memory_utilization=None``
+    means 0.85 of a GPU, or on vLLM's CPU build a 1 GiB KV cache (set
+    ``kv_cache_memory_bytes``, or vLLM's ``VLLM_CPU_KVCACHE_SPACE``, for another size).
     Other keyword options go to ``vllm.LLM``. Check :func:`require_vllm_runtime` first for
     a clear error.
     """
 
-    def __init__(self, model: str, *, images: int, max_tokens: int,
+    def __init__(self, model: str, *, images: int = 0, max_tokens: int = 256,
                  gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                 **llm_options: Any) -> None:
+                 sampling: dict[str, Any] | None = None, **llm_options: Any) -> None:
         vllm_runtime.use_in_process_engine()
         vllm_runtime.prepare_vllm()
         import vllm
 
-        options: dict[str, Any] = {
-            "limit_mm_per_prompt": {"image": images},
-            **engine_memory_options(gpu_memory_utilization, llm_options),
-        }
+        options = engine_memory_options(gpu_memory_utilization, llm_options)
+        if images:
+            options["limit_mm_per_prompt"] = {"image": images}
         if max(llm_options.get("tensor_parallel_size", 1),
                llm_options.get("pipeline_parallel_size", 1)) == 1:
             options["distributed_executor_backend"] = "uni"  # the engine in this process
@@ -262,12 +262,21 @@ class VllmChat:
             options["max_model_len"] = max_model_len
         options.update(llm_options)
         self._llm: Any = vllm.LLM(model=model, **options)
-        self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        self._sampling = vllm.SamplingParams(
+            **{"temperature": 0.0, "max_tokens": max_tokens, **(sampling or {})})
+
+    def outputs(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
+        """One batched ``LLM.chat``: vLLM's ``RequestOutput`` per conversation, in order.
+
+        A conversation vLLM refuses (e.g. a prompt over ``max_model_len``) raises for the
+        whole batch; the module's recovery then runs its records alone, so only that one
+        fails (the others' requests are withdrawn from the engine first).
+        """
+        return list(self._llm.chat(conversations, self._sampling, use_tqdm=False))
 
     def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
         """One batched ``LLM.chat``; each answer as :func:`parse_vlm_output` cleans it."""
-        outputs = self._llm.chat(conversations, self._sampling, use_tqdm=False)
-        return [parse_vlm_output(out.outputs[0].text) for out in outputs]
+        return [parse_vlm_output(out.outputs[0].text) for out in self.outputs(conversations)]
 
 
 class EngineRegistry:
