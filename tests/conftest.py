@@ -81,7 +81,10 @@ def ray_local() -> Iterator[None]:
     ray = pytest.importorskip("ray")
     from rayorch.runtime.ray_cluster import ensure_ray
 
-    ensure_ray("local", num_cpus=8, num_gpus=2, log_to_driver=False)
+    # Two GPUs declared (most GPU modules here sleep); on a real GPU machine declare the GPUs
+    # it has (RAYORCH_TEST_RAY_GPUS), or Ray may hand an engine a device that is not there.
+    gpus = int(os.environ.get("RAYORCH_TEST_RAY_GPUS", "2"))
+    ensure_ray("local", num_cpus=8, num_gpus=gpus, log_to_driver=False)
     yield
     ray.shutdown()
 

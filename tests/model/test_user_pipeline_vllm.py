@@ -18,6 +18,7 @@ import rayorch as ro
 from rayorch import F
 from rayorch.actors.pool import PoolError
 from rayorch.pipelines.ocr import VllmChat
+from rayorch.pipelines.vllm_runtime import vllm_num_gpus
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(900)]
 
@@ -51,7 +52,7 @@ class Notes(ro.Pipeline):
         super().__init__()
         self.split = ro.RayModule(paragraphs, num_cpus=0.1)
         self.summarize = ro.RayModule(Summarize, model=model, built_log=built_log,
-                                      batch_size=2, num_cpus=1)
+                                      batch_size=2, num_cpus=1, num_gpus=vllm_num_gpus())
 
     def forward(self, docs: Any) -> Any:
         return F.reduce(self.summarize(F.expand(self.split(docs))))
