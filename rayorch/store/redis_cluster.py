@@ -129,6 +129,13 @@ def parse_cluster_url(url: str) -> ClusterURL:
     return ClusterURL(nodes, options, wait_replicas, wait_timeout_ms)
 
 
+def _per_node(answer: Any) -> dict[str, dict[str, Any]]:
+    """A cluster command's answer by node (redis-py gives one node's answer unkeyed)."""
+    if answer and all(isinstance(v, dict) for v in answer.values()):
+        return dict(answer)
+    return {"": dict(answer or {})}
+
+
 class RedisClusterStore(RedisStore):
     """:class:`RedisStore` over a Redis Cluster (redis-py's ``RedisCluster`` client)."""
 
@@ -162,8 +169,28 @@ class RedisClusterStore(RedisStore):
         return cast(RedisCluster, self._client())
 
     def check(self) -> None:
-        """Reachable and recent enough: every primary answered (writes go to primaries only)."""
-        self._client()
+        """Reachable and recent enough (every primary answered), every slot served, and as
+        many replicas per master as ``wait_replicas`` waits for: else every write would
+        time out, and the cause would be hidden behind "cannot reach the store"."""
+        client = self._cluster()
+        with self._errors():
+            states = _per_node(client.cluster_info(target_nodes=RedisCluster.PRIMARIES))
+            replication = _per_node(client.info("replication", target_nodes=RedisCluster.PRIMARIES))
+        for node, info in sorted(states.items()):
+            if info.get("cluster_state") != "ok":
+                raise StoreUnavailableError(
+                    self.safe_url, f"the cluster does not serve all its slots yet "
+                    f"(cluster_state {info.get('cluster_state')!r} on {node}): wait until "
+                    "`redis-cli --cluster create` or a failover has finished")
+        for node, info in sorted(replication.items()):
+            replicas = int(info.get("connected_slaves", 0))
+            if replicas < self.wait_replicas:
+                raise StoreError(
+                    f"the Redis Cluster at {self.safe_url} cannot acknowledge writes: each waits "
+                    f"for {self.wait_replicas} replica(s) (wait_replicas), but master {node} has "
+                    f"{replicas} connected. Add replicas, or add ?wait_replicas=0 to the URL for "
+                    "a cluster without replicas (a write only its master holds is lost if that "
+                    "master fails)")
 
     def _server_version(self, client: redis.Redis) -> str:
         infos = cast(RedisCluster, client).info("server", target_nodes=RedisCluster.PRIMARIES)

@@ -266,3 +266,30 @@ def test_a_slot_in_migration_is_followed_through_ask(own_cluster: RedisClusterNo
     assert own_cluster.master_of(keys.lease) == target
     facts = [type(s.fact).__name__ for s in store.read_run("asked")[0]]
     assert facts == ["LeaseAcquired", "SourceAdmitted", "GrainDispatched", "GrainRetried"]
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_without_replicas_names_wait_replicas_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three masters, no replicas, the default wait_replicas=1: the job says at once that no
+    replica can acknowledge and how to run without (it used to time out every write with
+    "cannot reach the lineage store"); with ?wait_replicas=0 the same job runs."""
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not installed")
+    cluster = RedisClusterNodes(tmp_path / "cluster", replicas=0)
+    cluster.start()
+    try:
+        pdfs = REPO / "examples" / "pdfs"
+        code = cli_main(["run", "pdf", "--input", str(pdfs), "--output", str(tmp_path / "a"),
+                         "--ocr", "text", "--store", cluster.url])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1, err
+        assert "cannot acknowledge writes: each waits for 1 replica(s) (wait_replicas)" in err[0]
+        assert "has 0 connected" in err[0] and "?wait_replicas=0" in err[0], err[0]
+        assert "redis-server is running" not in err[0]
+        assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
+        assert cli_main(["run", "pdf", "--input", str(pdfs), "--output", str(tmp_path / "b"),
+                         "--ocr", "text", "--store", f"{cluster.url}?wait_replicas=0"]) == 0
+    finally:
+        cluster.stop()
