@@ -119,6 +119,7 @@ class ShardDriver(LeaseSide):
         self._moved = False
         self._progress = make_progress(config.progress)
         self._stalls = StallWatch(self._log)  # a batch running far too long is said
+        self._seen_seq: dict[int, int] = {}  # per shard, the last fact seq it knows of
 
     @property
     def disagreements(self) -> int:
@@ -197,6 +198,7 @@ class ShardDriver(LeaseSide):
         stored = list(self.store.iter_facts(self.run_id, k))
         facts = [s.fact for s in stored]
         view = fold_shard(k, ((s.seq, s.fact) for s in stored))
+        self._seen(k, view.last_seq)
         st = ShardState(k, epoch, machine, emitted=len(view.emitted))
         self.shards[k] = st
         self.feed.reset(k, set(view.admitted))
@@ -256,13 +258,15 @@ class ShardDriver(LeaseSide):
             return
         facts, st.unsaved = st.unsaved, []
         try:
-            self.store.append(self.run_id, st.shard, st.epoch, facts, driver=self.driver_id)
+            seqs = self.store.append(self.run_id, st.shard, st.epoch, facts,
+                                     driver=self.driver_id)
         except TypeError as exc:
             raise UnstorableValueError(
                 f"a fact could not be written to the lineage store: {exc}. Source items "
                 "(and, with a durable store, module outputs) must be msgpack-able values; "
                 "convert sets and custom objects to lists, dicts or tuples") from exc
         self.feed.confirm(st.shard)
+        self._seen_seq[st.shard] = max(self._seen_seq.get(st.shard, 0), *seqs)
         if self._acked:
             for fact in facts:
                 if isinstance(fact, OutputEmitted):

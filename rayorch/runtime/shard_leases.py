@@ -41,6 +41,10 @@ class UnstorableValueError(RayorchError):
     """A source value or output cannot be encoded for the lineage store."""
 
 
+class LineageLostError(RayorchError):
+    """The lineage store no longer holds the run this driver was running."""
+
+
 def log_to_stderr(line: str) -> None:
     from rayorch.core.sanitize import sanitize  # ids and causes come from the store
 
@@ -81,6 +85,7 @@ class LeaseSide:
     _outage_since: float | None
     _backoff: float
     _run_done: bool
+    _seen_seq: dict[int, int]
 
     def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         raise NotImplementedError  # ShardDriver: rebuild shard k from the store
@@ -140,6 +145,7 @@ class LeaseSide:
         except LeaseLostError:
             # It lapsed (the caller was slow to ask for the next item): take it again only
             # if nobody held it since; a new epoch fences anything written before.
+            self._check_run_kept()  # or the store forgot the lease with the whole run
             try:
                 st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                     self.config.lease_ttl_s,
@@ -149,8 +155,29 @@ class LeaseSide:
                 return
         st.renewed = time.monotonic()
 
+    def _check_run_kept(self) -> None:
+        """Stop with one clear line when the store has no record of the run any more."""
+        # Not run_info: a client may keep the run's layout cached. Only on a lease loss.
+        if not any(info.run_id == self.run_id for info in self.store.list_runs()):
+            raise LineageLostError(
+                f"the lineage store lost run {self.run_id} while this driver ran it: it holds "
+                "no record of the run (restarted without its data, or its keys were evicted "
+                "or deleted), so nothing more can be delivered safely. Start the run again; "
+                "run Redis with appendonly yes to keep runs across restarts")
+
+    def _seen(self, k: int, last_seq: int) -> None:
+        """Shard ``k``'s facts reach ``last_seq``; a store holding fewer lost some (checked)."""
+        known = self._seen_seq.get(k, 0)
+        self._seen_seq[k] = max(known, last_seq)
+        if last_seq < known:
+            self._check_run_kept()
+            self._log(f"driver {self.driver_id}: the lineage store went back on shard {k} "
+                      f"(it holds facts up to {last_seq}, this driver saw {known}: a "
+                      "rollback); rebuilt from what it holds, outputs already written adopted")
+
     def _lost(self, k: int, reason: str) -> None:
         """This driver no longer holds shard ``k``: stop touching it (or stop, holding all)."""
+        self._check_run_kept()  # a lease "lost" with the whole run is the run lost
         st = self.shards.pop(k, None)
         if st is None:
             return

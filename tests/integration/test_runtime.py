@@ -642,3 +642,39 @@ def test_eight_concurrent_runs_that_each_fit_alone_all_complete(
     for run in runs:
         run.join(280)
     assert results == {i: [i + 2, 10 * i + 2] for i in range(8)}, results
+
+
+class SlowTwice:
+    def __call__(self, xs: list[int]) -> list[int]:
+        time.sleep(0.2)
+        return [2 * x for x in xs]
+
+
+class Slow(ro.Pipeline):
+    def __init__(self) -> None:
+        super().__init__()
+        self.work = ro.RayModule(SlowTwice, num_cpus=0.1, batch_size=1)
+
+    def forward(self, xs: Any) -> Any:
+        return self.work(xs)
+
+
+@pytest.mark.timeout(180)
+def test_a_store_restarted_empty_mid_run_is_said_as_a_lost_run(
+    ray_local: None, redis_server: Any
+) -> None:
+    """Redis comes back without its data while a run goes on: the driver stops with one line
+    that says the store lost the run (and how to keep runs), not a kernel error about a
+    Grain's phase, and hands out nothing more."""
+    from rayorch.runtime.shard_leases import LineageLostError
+
+    handle = Slow().run(list(range(40)), store=redis_server.url, progress=False, quiet=True)
+    received = []
+    with pytest.raises(LineageLostError, match=r"the lineage store lost run .* it holds no "
+                       r"record of the run .* run Redis with appendonly yes"):
+        for index, value in handle:
+            received.append(index)
+            if len(received) == 3:
+                redis_server.kill()  # no persistence: it starts again empty
+                redis_server.start()
+    assert 3 <= len(received) < 40
