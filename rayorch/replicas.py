@@ -91,6 +91,20 @@ def create_run(
 
 
 
+def _refuse_lost_shards(lineage: Any, run_id: str) -> None:
+    """A shard marked done whose facts are gone cannot be continued (nor silently skipped)."""
+    from rayorch.runtime.shard_leases import LineageLostError
+
+    lost = [k for k in sorted(lineage.done_shards(run_id))
+            if not lineage.read(run_id, k, limit=1, payloads=False)]
+    if lost:
+        raise LineageLostError(
+            f"run {run_id}: shard {lost[0]} is marked done but the store holds none of its "
+            f"facts{f' (nor those of shards {lost[1:]})' if lost[1:] else ''} (keys evicted or "
+            "deleted, or a lost Redis Cluster master), so this run cannot be continued; "
+            f"`rayorch audit {run_id}` lists what is missing; start the run again")
+
+
 class ReplicaHandle:
     """One driver on a shared run: an iterator of the ``(index, value)`` it emitted.
 
@@ -178,6 +192,7 @@ def join_run(
                 "could not record one and said why on stderr when it started); make runs "
                 "resumable with rayorch.replicas.create_run or a Pipeline.run that can be recorded")
         manifest = RunManifest.decode(blob)
+        _refuse_lost_shards(lineage, run_id)
         # The pipeline class is checked before anything else acts on the manifest.
         pipeline = manifest.build_pipeline(trusted_modules(trust))
         file_sink = sink_for_run(run_id, manifest.out_dir, manifest.out_format, out_dir,

@@ -13,6 +13,7 @@ shard is then skipped), never an abort.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,8 @@ from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, for
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import GrainView, ShardView, first_before, fold_shard
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
-from rayorch.store.base import LineageStore, StoredFact
+from rayorch.runtime.manifest import RunManifest
+from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
 
 
@@ -311,10 +313,13 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
     plan = Plan.from_description(info.plan)
     shape = PlanShape.of(plan)
     report = AuditReport(run_id, info.shards)
+    expected = _sources_per_shard(store, info)
+    done = store.done_shards(run_id)
+    views: dict[int, ShardView] = {}
     for shard in range(info.shards):
         facts, unresolved = _read_shard(store, run_id, shard, report)
         report.facts += len(facts)
-        view = fold_shard(shard, ((s.seq, s.fact) for s in facts))
+        view = views[shard] = fold_shard(shard, ((s.seq, s.fact) for s in facts))
         ShardAudit(view, shape, report).check()
         report.counts.setdefault("sources", Counter())["admitted"] += len(view.admitted)
         report.counts["sources"]["completed shards"] += int(bool(view.completed))
@@ -324,7 +329,52 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
         else:
             committed = {g.key: g.commit for g in view.grains.values() if g.commit is not None}
             _fold_through_kernel(plan, shard, facts, shape, report, committed)
+    _check_every_shard_held(run_id, views, expected, done, report)
     return report
+
+
+def _sources_per_shard(store: LineageStore, info: RunInfo) -> dict[int, int] | None:
+    """How many sources the run declares for each shard (None: it declares no count)."""
+    total: int | None = None
+    blob = store.load_manifest(info.run_id)
+    if blob is not None:
+        with contextlib.suppress(Exception):  # a damaged manifest is reported elsewhere
+            total = len(RunManifest.decode(blob).sources)
+    if total is None and isinstance(info.config.get("sources"), int):
+        total = int(info.config["sources"])
+    if total is None:
+        return None
+    counts = Counter(info.shard_of(index) for index in range(total))
+    return {shard: counts.get(shard, 0) for shard in range(info.shards)}
+
+
+def _check_every_shard_held(run_id: str, views: dict[int, ShardView],
+                            expected: dict[int, int] | None, done: frozenset[int],
+                            report: AuditReport) -> None:
+    """Each shard the run declares must still hold its lineage: a shard marked done (or
+    whose facts say it completed) holds every source the run declares for it, and no shard
+    is empty while another one was driven (a lost Redis Cluster master, evicted keys)."""
+    driven = [k for k, v in views.items() if v.facts]
+    for shard, view in sorted(views.items()):
+        want = None if expected is None else expected.get(shard, 0)
+        where = f"run {run_id} shard {shard}"
+        if not view.facts and (driven or shard in done) and want != 0:
+            report.violations.append(Violation(shard, 0, where, (
+                "its facts are missing: the store holds none for it"
+                + (", yet it is marked done" if shard in done else
+                   f", while shard {driven[0]} was driven")
+                + " (keys evicted or deleted, or a lost Redis Cluster master); this run "
+                "cannot be continued from the store")))
+            continue
+        if (shard in done or view.completed) and want is not None \
+                and len(view.admitted) != want:
+            report.violations.append(Violation(shard, view.last_seq, where, (
+                f"it is {'marked done' if shard in done else 'completed'} but its facts admit "
+                f"{len(view.admitted)} of the {want} sources the run declares for it: facts "
+                "are missing")))
+        elif shard in done and not view.completed:
+            report.violations.append(Violation(shard, view.last_seq, where, (
+                "it is marked done but its facts hold no RunCompleted: facts are missing")))
 
 
 def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditReport

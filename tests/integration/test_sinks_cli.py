@@ -222,3 +222,33 @@ def test_temp_and_claim_files_a_killed_writer_left_are_removed_when_the_shard_is
     assert records_of(out) == reference_records(docs)
     assert [p for p in leftovers if p.exists()] == []
     assert unrelated.exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_shard_whose_keys_are_gone_fails_the_audit_and_the_resume(
+    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A complete 2-shard run loses every key of shard 1 (LRU eviction, a lost cluster
+    master): audit names the shard, resume refuses in one line, runs never says complete."""
+    import redis
+
+    docs, out, run_id = fault_run(redis_url, tmp_path, 12, shards=2, out_dir=str(tmp_path / "out"))
+    assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2",
+                     "--quiet"]) == 0
+    code, lines = audit(run_id, redis_url, capsys)
+    assert code == 0, lines
+    client = redis.Redis.from_url(redis_url)
+    gone = list(client.scan_iter(match=f"ro:{{{run_id}:1}}*"))
+    assert gone and client.delete(*gone) == len(gone)
+    code, lines = audit(run_id, redis_url, capsys)
+    assert code == 1 and lines[0].startswith(f"run {run_id}: FAILED"), lines
+    assert any(f"run {run_id} shard 1: its facts are missing: the store holds none for it, "
+               "yet it is marked done" in line for line in lines), lines
+    capsys.readouterr()
+    assert cli_main(["resume", run_id, "--store", redis_url, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shard 1 is marked done but the store holds none of its facts" \
+        in err[0] and "cannot be continued" in err[0], err
+    assert cli_main(["runs", "--store", redis_url]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if run_id in line]
+    assert row and "complete" not in row[0], row
