@@ -21,6 +21,11 @@ reads every tool's Markdown:
 * **tables**: pipe tables, right when they have the label's rows, the label's cell count in
   every row and at least 80% of its cell texts.
 
+Tools: ``rayorch`` (``RenderPdf``, as ``rayorch run pdf --ocr text``), ``rayorch-tables``
+(``--tables``), ``pymupdf4llm`` (1.28.2 as installed, with ``pymupdf_layout``: its ONNX layout
+model), ``pymupdf4llm-no-layout`` (its rule-based mode, ``use_layout(False)``) and ``docling``
+(when installed). The first document of each tool's run is converted once untimed first.
+
 Texts are compared after NFKC, case folding, and dropping Markdown emphasis and punctuation;
 a near match (difflib ratio >= 0.9) counts. Precision = right / found, recall = right /
 labeled, per structure over the whole set; pages/s over the generated set (the same pages
@@ -52,7 +57,7 @@ CORPUS = REPO / ".cache" / "corpus"
 LABELS = REPO / "bench" / "markdown_labels.json"
 OUT = REPO / "bench" / "out"
 STRUCTURES = ("title", "headings", "list_items", "code", "tables")
-TOOLS = ("rayorch", "rayorch-tables", "pymupdf4llm", "docling")
+TOOLS = ("rayorch", "rayorch-tables", "pymupdf4llm", "pymupdf4llm-no-layout", "docling")
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
@@ -213,9 +218,11 @@ if tool.startswith("rayorch"):
         parts = re.split(r"(?m)^(?=<!-- page \d+ )", md)
         keep = [p for p in parts[1:] if int(p.split()[2]) in pages]
         return (parts[0] if 1 in pages else "") + "".join(keep)
-elif tool == "pymupdf4llm":
+elif tool.startswith("pymupdf4llm"):
     import pymupdf, pymupdf4llm
     pymupdf.TOOLS.mupdf_display_errors(False)
+    if tool == "pymupdf4llm-no-layout":  # its rule-based mode, as without pymupdf_layout
+        pymupdf4llm.use_layout(False)
     def convert(path, pages):
         chosen = None if pages is None else [p - 1 for p in pages]
         return pymupdf4llm.to_markdown(path, pages=chosen, show_progress=False)

@@ -4,7 +4,8 @@ Each takes the lines of :func:`rayorch.pipelines.pdf_markdown.page_lines` (in Mu
 order) and says which of them it consumes:
 
 * :func:`title_lines`: page 1's largest-size lines, taken together (a title set on two or
-  three lines is one title, and it is the document's ``#``, not a heading again);
+  three lines is one title, and it is the document's ``#``, not a heading again), and
+  :func:`byline_lines`: the centered lines under it (authors, date), text, not headings;
 * :func:`toc_entries`: on a page that has a "Contents" line or several dot-leader lines,
   the rows that end in a page number (MuPDF splits ``1.1``, the title, the leaders and the
   number into lines of their own: they are put together by baseline) become one nested
@@ -31,6 +32,7 @@ class _Line(Protocol):  # pdf_markdown.Line; a protocol keeps this module import
     x1: float
     y1: float
     block: int
+    bold: bool
     mono: bool
 
 
@@ -41,6 +43,7 @@ _PAGE_REF = re.compile(r"(?:\d{1,4}|[ivxlc]{1,6})$", re.IGNORECASE)
 _LEADER_CHARS = " .\u2026\u00b7"
 _DIGITS = re.compile(r"^\d{1,4}$")
 _TITLE_LINES = 4
+_BYLINE_LINES = 6
 MIN_TOC_ENTRIES = 3
 
 
@@ -63,6 +66,24 @@ def title_lines(lines: Sequence[_Line], body: float) -> list[int]:
             break
         chosen.append(i)
     return chosen
+
+
+def byline_lines(lines: Sequence[_Line], title: Sequence[int], body: float, width: float
+                 ) -> list[int]:
+    """Indices of the lines larger than the body and not bold right after a title (authors,
+    affiliations, a date: what LaTeX's ``\\maketitle`` sets), up to the first bold line or
+    body text line (body size, over 40% of the page wide); at most six. They are text, not
+    headings."""
+    found: list[int] = []
+    for i in range(title[-1] + 1 if title else len(lines), len(lines)):
+        line = lines[i]
+        if line.bold or len(found) == _BYLINE_LINES:
+            break
+        if line.size >= body * 1.15:
+            found.append(i)
+        elif line.x1 - line.x0 > 0.4 * width:
+            break
+    return found
 
 
 def _rows(lines: Sequence[_Line], indices: Sequence[int]) -> list[list[int]]:
@@ -225,4 +246,5 @@ def fence(code: Sequence[_Line]) -> str:
     return "\n".join([fences, *rows, fences])
 
 
-__all__ = ["code_runs", "fence", "is_toc_page", "title_lines", "toc_entries"]
+__all__ = ["byline_lines", "code_runs", "entry_parts", "fence", "is_toc_page", "title_lines",
+           "toc_entries"]

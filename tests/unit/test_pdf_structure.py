@@ -168,3 +168,21 @@ def test_a_table_ruled_only_between_sections_is_one_row_per_line(tmp_path: Path)
            "| Notes |  |\n| text notes | \\textnote{} |\n| emendations | \\emendation{} |" \
            in markdown
     assert "<br>" not in markdown
+
+
+def test_the_authors_and_date_under_a_title_are_text_not_headings(tmp_path: Path) -> None:
+    """LaTeX's title block: a 17 pt title, 12 pt authors and date (larger than the body,
+    not bold), then a bold section heading and the body."""
+    runs = [(200, 150, "The langnames package", 17, "helv"),
+            (180, 180, "Alejandro Garcia Matarredona", 12, "helv"),
+            (380, 180, "Niranjan", 12, "helv"),
+            (240, 205, "January 4, 2023", 12, "helv"),
+            (72, 250, "1 Introduction", 14, "hebo")]
+    runs += [(72, 275 + 13 * i, FILLER, 10, "helv") for i in range(8)]
+    markdown = markdown_of(text_pdf(tmp_path / "byline.pdf", runs))
+    assert markdown.startswith("# The langnames package\n")
+    lines = markdown.splitlines()
+    assert "January 4, 2023" in lines and "Alejandro Garcia Matarredona" in markdown
+    assert not any(line.startswith("#") and ("January" in line or "Alejandro" in line)
+                   for line in lines)
+    assert "## 1 Introduction" in lines
