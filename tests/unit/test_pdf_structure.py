@@ -179,10 +179,12 @@ def test_the_authors_and_date_under_a_title_are_text_not_headings(tmp_path: Path
             (240, 205, "January 4, 2023", 12, "helv"),
             (72, 250, "1 Introduction", 14, "hebo")]
     runs += [(72, 275 + 13 * i, FILLER, 10, "helv") for i in range(8)]
+    runs += [(72, 400, "1.1 Scope", 12, "hebo")]  # 12 pt stays a heading size
+    runs += [(72, 425 + 13 * i, FILLER, 10, "helv") for i in range(8)]
     markdown = markdown_of(text_pdf(tmp_path / "byline.pdf", runs))
     assert markdown.startswith("# The langnames package\n")
     lines = markdown.splitlines()
     assert "January 4, 2023" in lines and "Alejandro Garcia Matarredona" in markdown
     assert not any(line.startswith("#") and ("January" in line or "Alejandro" in line)
                    for line in lines)
-    assert "## 1 Introduction" in lines
+    assert "## 1 Introduction" in lines and "### 1.1 Scope" in lines
