@@ -56,7 +56,7 @@ from rayorch.pipelines.pdf_markdown import (
     textpage_lines,
 )
 from rayorch.pipelines.pdf_structure import byline_lines, title_lines
-from rayorch.pipelines.pdf_tables import page_tables
+from rayorch.pipelines.pdf_tables import Table, page_tables
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
 
@@ -269,7 +269,7 @@ class RenderPdf:
         """The pages to OCR, one record per page, and page 1's title (``None``: not read)."""
         to_ocr: list[Page] = []
         records: list[dict[str, Any]] = []
-        text_pages: list[tuple[dict[str, Any], list[Line], float, float, Any]] = []
+        text_pages: list[tuple[dict[str, Any], list[Line], float, float, list[Table]]] = []
         first_page: str | None = None
         for index in range(doc.page_count):
             page = doc.load_page(index)
@@ -291,9 +291,11 @@ class RenderPdf:
             lines = textpage_lines(textpage)
             if lines is None:  # MuPDF's JSON and HTML did not line up: PyMuPDF's dict
                 lines = page_lines(textpage.extractDICT())
-            del textpage
             layer = text_layer_quality("".join(line.text for line in lines))
             record["layer"] = layer
+            # Ruled tables read their words from this TextPage: no second one for the page.
+            tables = page_tables(page, textpage) if self.tables and layer == "usable" else []
+            del textpage
             if layer != "usable" and self.ocr_fallback and (layer == "garbage"
                                                             or _has_ink(page)):
                 to_ocr.append(self._image_page(page, index, ""))
@@ -301,23 +303,22 @@ class RenderPdf:
                 record["engine"] = "blank"
             else:
                 record["engine"] = "text"
-                text_pages.append((record, lines, width, height, page))
+                text_pages.append((record, lines, width, height, tables))
         chars = size_chars([lines for _, lines, _, _, _ in text_pages])
         scale = font_scale(chars)
         if text_pages and text_pages[0][0]["page"] == 1:
             # The title is the document's "#" (assemble_markdown), not a heading of page 1.
-            record, lines, width, height, page = text_pages[0]
+            record, lines, width, height, tables = text_pages[0]
             first_page, taken, byline = _page_title(doc, lines, scale.body, width)
             if taken or byline:  # the byline (authors, date) is text: sized as the body
                 gone, plain = set(taken), set(byline)
                 text_pages[0] = (record, [replace(line, size=scale.body) if i in plain else line
                                           for i, line in enumerate(lines) if i not in gone],
-                                 width, height, page)
+                                 width, height, tables)
                 chars.subtract(size_chars([[lines[i] for i in taken + byline]]))
                 scale = font_scale(chars)
         words = DocumentWords([lines for _, lines, _, _, _ in text_pages])
-        for record, lines, width, height, page in text_pages:
-            tables = page_tables(page) if self.tables else []
+        for record, lines, width, height, tables in text_pages:
             record["markdown"] = page_markdown(lines, width, height, scale, tables, words)
         return to_ocr, records, first_page
 
