@@ -84,12 +84,14 @@ def test_a_table_of_contents_is_a_list_of_entries_not_headings(tmp_path: Path) -
         runs.append((500, y, page, 10, font))
         y += 16
     runs += [(72, y + 30 + 13 * i, FILLER, 10, "helv") for i in range(3)]
+    runs.append((72, y + 80, "2 more examples follow in section 3", 10, "helv"))
     markdown = markdown_of(text_pdf(tmp_path / "toc.pdf", runs))
     assert "- 1 Introduction\n  - 1.1 Examples with running numbers\n" \
            "  - 1.2 Examples with other identifiers\n- 2 Glosses" in markdown
     assert ". . ." not in markdown
     assert not re.search(r"^#+ .*(Introduction|Glosses)", markdown, re.MULTILINE)
     assert FILLER in markdown  # the text after the TOC is a paragraph again
+    assert "\n2 more examples follow in section 3" in markdown  # not an entry: the TOC ended
 
 
 def test_a_judged_example_starting_with_an_asterisk_is_not_a_list_item(tmp_path: Path) -> None:
