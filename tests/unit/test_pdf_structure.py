@@ -190,3 +190,19 @@ def test_the_authors_and_date_under_a_title_are_text_not_headings(tmp_path: Path
     assert not any(line.startswith("#") and ("January" in line or "Alejandro" in line)
                    for line in lines)
     assert "## 1 Introduction" in lines and "### 1.1 Scope" in lines
+
+
+def test_an_index_with_leaders_and_page_lists_stays_text(tmp_path: Path) -> None:
+    """ltxdoc's index: dot leaders, then lists of page numbers. Not a TOC: no list, and
+    no reference is lost."""
+    runs = [(72, 150, "Index", 14, "hebo")]
+    names = ("\\@astanza@line", "\\@auxout", "\\@chapter", "\\@checking", "\\@currentlabel",
+             "\\@cs@linesinparL")
+    for i, name in enumerate(names):
+        pages = f"{1730 + i}, {1733 + i}, {1741 + i}" if i < 3 else f"{2202 + i}"
+        runs += [(72, 180 + 14 * i, name, 10, "helv"),
+                 (200, 180 + 14 * i, " .".join([""] * 20), 10, "helv"),
+                 (320, 180 + 14 * i, pages, 10, "helv")]
+    runs += [(72, 300 + 13 * i, FILLER, 10, "helv") for i in range(3)]
+    markdown = markdown_of(text_pdf(tmp_path / "index.pdf", runs))
+    assert "\n- \\@" not in markdown and "1730, 1733, 1741" in markdown and "2205" in markdown
