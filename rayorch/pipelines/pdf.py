@@ -33,6 +33,7 @@ import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,8 @@ from rayorch.pipelines.pdf_markdown import (
     text_layer_quality,
     textpage_lines,
 )
-from rayorch.pipelines.pdf_structure import title_lines
-from rayorch.pipelines.pdf_tables import page_tables
+from rayorch.pipelines.pdf_structure import byline_lines, title_lines
+from rayorch.pipelines.pdf_tables import Table, page_tables
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
 from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
@@ -130,17 +131,19 @@ def _comparable(text: str) -> str:
     return " ".join(re.sub(r"[\W_]+", " ", text.casefold()).split())
 
 
-def _page_title(doc: Any, lines: list[Line], body: float) -> tuple[str, list[Line]]:
-    """Page 1's title (its largest lines together) and the lines it takes off the page:
-    none when the metadata gives another title."""
+def _page_title(doc: Any, lines: list[Line], body: float, width: float
+                ) -> tuple[str, list[int], list[int]]:
+    """Page 1's title (its largest lines together), the indices of the lines it takes off
+    the page (none when the metadata gives another title) and of the byline under it."""
     chosen = title_lines(lines, body)
     if not chosen:
-        return "", []
+        return "", [], []
     title = normalise_ligatures(" ".join(" ".join(lines[i].text.split()) for i in chosen))
     metadata = _metadata_title(doc)
+    byline = byline_lines(lines, chosen, body, width)
     if metadata and _comparable(metadata) != _comparable(title):
-        return title[:200], []
-    return title[:200], [lines[i] for i in chosen]
+        return title[:200], [], byline
+    return title[:200], chosen, byline
 
 
 def _document_title(doc: Any, path: Path, page_title: str | None) -> str:
@@ -150,7 +153,7 @@ def _document_title(doc: Any, path: Path, page_title: str | None) -> str:
         return title
     if page_title is None and doc.page_count > 0:  # page 1 went to OCR: read its text layer
         lines = page_lines(doc[0].get_text("dict", flags=TEXT_FLAGS))
-        page_title, _ = _page_title(doc, lines, font_scale([lines]).body)
+        page_title, _, _ = _page_title(doc, lines, font_scale([lines]).body, 612.0)
     return page_title or path.stem
 
 
@@ -271,7 +274,7 @@ class RenderPdf:
         """The pages to OCR, one record per page, and page 1's title (``None``: not read)."""
         to_ocr: list[Page] = []
         records: list[dict[str, Any]] = []
-        text_pages: list[tuple[dict[str, Any], list[Line], float, float, Any]] = []
+        text_pages: list[tuple[dict[str, Any], list[Line], float, float, list[Table]]] = []
         first_page: str | None = None
         for index in range(doc.page_count):
             page = doc.load_page(index)
@@ -293,9 +296,11 @@ class RenderPdf:
             lines = textpage_lines(textpage)
             if lines is None:  # MuPDF's JSON and HTML did not line up: PyMuPDF's dict
                 lines = page_lines(textpage.extractDICT())
-            del textpage
             layer = text_layer_quality("".join(line.text for line in lines))
             record["layer"] = layer
+            # Ruled tables read their words from this TextPage: no second one for the page.
+            tables = page_tables(page, textpage) if self.tables and layer == "usable" else []
+            del textpage
             if layer != "usable" and self.ocr_fallback and (layer == "garbage"
                                                             or _has_ink(page)):
                 to_ocr.append(self._image_page(page, index, ""))
@@ -303,21 +308,22 @@ class RenderPdf:
                 record["engine"] = "blank"
             else:
                 record["engine"] = "text"
-                text_pages.append((record, lines, width, height, page))
+                text_pages.append((record, lines, width, height, tables))
         chars = size_chars([lines for _, lines, _, _, _ in text_pages])
         scale = font_scale(chars)
         if text_pages and text_pages[0][0]["page"] == 1:
             # The title is the document's "#" (assemble_markdown), not a heading of page 1.
-            record, lines, width, height, page = text_pages[0]
-            first_page, taken = _page_title(doc, lines, scale.body)
-            if taken:
-                text_pages[0] = (record, [line for line in lines if line not in taken],
-                                 width, height, page)
-                chars.subtract(size_chars([taken]))
+            record, lines, width, height, tables = text_pages[0]
+            first_page, taken, byline = _page_title(doc, lines, scale.body, width)
+            if taken or byline:  # the byline (authors, date) is text: sized as the body
+                gone, plain = set(taken), set(byline)
+                text_pages[0] = (record, [replace(line, size=scale.body) if i in plain else line
+                                          for i, line in enumerate(lines) if i not in gone],
+                                 width, height, tables)
+                chars.subtract(size_chars([[lines[i] for i in taken + byline]]))
                 scale = font_scale(chars)
         words = DocumentWords([lines for _, lines, _, _, _ in text_pages])
-        for record, lines, width, height, page in text_pages:
-            tables = page_tables(page) if self.tables else []
+        for record, lines, width, height, tables in text_pages:
             record["markdown"] = page_markdown(lines, width, height, scale, tables, words)
         return to_ocr, records, first_page
 

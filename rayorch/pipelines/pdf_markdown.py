@@ -344,11 +344,14 @@ def _join_lines(lines: list[tuple[str, Line]], words: Container[str]) -> str:
 
 
 _MARKDOWN_START = frozenset("*+#>")
+_MAYBE_MARKUP = frozenset("*+#> \t\u00a0")
 _ATX = re.compile(r"#{1,6}(\s|$)")
 
 
 def _escaped(text: str) -> str:
     """A paragraph line that Markdown would read as a list item, heading or quote, escaped."""
+    if text[:1] not in _MAYBE_MARKUP:  # most lines: one set lookup
+        return text
     stripped = text.lstrip()
     first = stripped[:1]
     if first in _MARKDOWN_START and (first == ">" or stripped[1:2].isspace()

@@ -4,7 +4,8 @@ Each takes the lines of :func:`rayorch.pipelines.pdf_markdown.page_lines` (in Mu
 order) and says which of them it consumes:
 
 * :func:`title_lines`: page 1's largest-size lines, taken together (a title set on two or
-  three lines is one title, and it is the document's ``#``, not a heading again);
+  three lines is one title, and it is the document's ``#``, not a heading again), and
+  :func:`byline_lines`: the centered lines under it (authors, date), text, not headings;
 * :func:`toc_entries`: on a page that has a "Contents" line or several dot-leader lines,
   the rows that end in a page number (MuPDF splits ``1.1``, the title, the leaders and the
   number into lines of their own: they are put together by baseline) become one nested
@@ -31,6 +32,7 @@ class _Line(Protocol):  # pdf_markdown.Line; a protocol keeps this module import
     x1: float
     y1: float
     block: int
+    bold: bool
     mono: bool
 
 
@@ -40,7 +42,9 @@ _CONTENTS = frozenset({"contents", "table of contents", "inhaltsverzeichnis", "i
 _PAGE_REF = re.compile(r"(?:\d{1,4}|[ivxlc]{1,6})$", re.IGNORECASE)
 _LEADER_CHARS = " .\u2026\u00b7"
 _DIGITS = re.compile(r"^\d{1,4}$")
+_SECTION_START = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3})*\.?|[A-Z](?:\.\d{1,3})+\.?|[IVX]{1,5}\.?)\s")
 _TITLE_LINES = 4
+_BYLINE_LINES = 6
 MIN_TOC_ENTRIES = 3
 
 
@@ -63,6 +67,24 @@ def title_lines(lines: Sequence[_Line], body: float) -> list[int]:
             break
         chosen.append(i)
     return chosen
+
+
+def byline_lines(lines: Sequence[_Line], title: Sequence[int], body: float, width: float
+                 ) -> list[int]:
+    """Indices of the lines larger than the body and not bold right after a title (authors,
+    affiliations, a date: what LaTeX's ``\\maketitle`` sets), up to the first bold line or
+    body text line (body size, over 40% of the page wide); at most six. They are text, not
+    headings."""
+    found: list[int] = []
+    for i in range(title[-1] + 1 if title else len(lines), len(lines)):
+        line = lines[i]
+        if line.bold or len(found) == _BYLINE_LINES:
+            break
+        if line.size >= body * 1.15:
+            found.append(i)
+        elif line.x1 - line.x0 > 0.4 * width:
+            break
+    return found
 
 
 def _rows(lines: Sequence[_Line], indices: Sequence[int]) -> list[list[int]]:
@@ -95,9 +117,19 @@ def _row_text(lines: Sequence[_Line], row: Sequence[int]) -> str:
     return " ".join(" ".join(lines[i].text.split()) for i in row)
 
 
+_CONTENTS_WORDS = ("contents", "inhalt", "mati\u00e8res", "sommaire", "ndice", "list of")
+_LEADER_MARKS = (". . .", "...", "\u2026", "\u00b7\u00b7")
+
+
 def is_toc_page(lines: Sequence[_Line]) -> bool:
-    """A "Contents" line, or at least three dot-leader lines (this runs on every page, so
-    only short lines and lines with dots near their end are looked at closely)."""
+    """A "Contents" line, or at least three dot-leader lines. This runs on every page, so
+    the page's text is first searched as a whole (a few substring searches, in C); lines
+    are looked at only on a page that has one of the words or leaders."""
+    text = "\n".join([line.text for line in lines])
+    folded = text.casefold()
+    if not any(word in folded for word in _CONTENTS_WORDS) and sum(
+            text.count(mark) for mark in _LEADER_MARKS) < MIN_TOC_ENTRIES:
+        return False
     leaders = 0
     for line in lines:
         text = line.text
@@ -112,18 +144,39 @@ def is_toc_page(lines: Sequence[_Line]) -> bool:
     return False
 
 
+def _section_start(lines: Sequence[_Line], row: Sequence[int], text: str) -> bool:
+    """A row that starts as a TOC entry does: a section number (``2``, ``2.3.1``, ``A.1``,
+    ``IV``) or, unnumbered, set all in bold (LaTeX's chapter-level entries)."""
+    return bool(_SECTION_START.match(text)) or all(lines[i].bold for i in row)
+
+
+def _is_index(texts: list[str]) -> bool:
+    """Leader rows ending in page lists (``1730, 1733``): an index, not a TOC."""
+    lists = sum(1 for t in texts if (". ." in t or "..." in t) and "," in t[-16:])
+    return lists >= MIN_TOC_ENTRIES
+
+
 def toc_entries(lines: Sequence[_Line]) -> dict[int, str]:
     """On a TOC page: ``{index of an entry's first line: the TOC's Markdown list}`` for
-    each run of entries, every line of an entry consumed (its index maps to ``""``)."""
+    each run of entries, every line of an entry consumed (its index maps to ``""``).
+
+    An entry is a row ending in a page number, with dot leaders, or, after a "Contents"
+    line on the same page, starting as an entry does (:func:`_section_start`); one that
+    wraps is joined with its first line. An index (page lists after leaders) is left alone,
+    as are rows that only end in a margin line number."""
     if not is_toc_page(lines):
+        return {}
+    rows = _rows(lines, range(len(lines)))
+    texts = [_row_text(lines, row) for row in rows]
+    if _is_index(texts):
         return {}
     out: dict[int, str] = {}
     run: list[tuple[float, str, list[int]]] = []  # (x0, text, line indices)
-    pending: list[list[int]] = []
-    in_toc = False
+    pending: list[int] = []  # the first line of an entry that wraps
+    contents = False  # a "Contents" line above, and no text since its entries
 
     def flush() -> None:
-        if len(run) >= MIN_TOC_ENTRIES or (run and in_toc):
+        if len(run) >= MIN_TOC_ENTRIES or (run and contents):
             lefts = sorted({round(x0 / 4) for x0, _, _ in run})
             items = []
             for x0, text, _ in run:
@@ -136,34 +189,36 @@ def toc_entries(lines: Sequence[_Line]) -> dict[int, str]:
             out[first] = "\n".join(items)
         run.clear()
 
-    rows = _rows(lines, range(len(lines)))
     for k, row in enumerate(rows):
         if not row:
             continue
-        text = _row_text(lines, row)
+        text = texts[k]
         title, numbered, leaders = entry_parts(text)
-        if not numbered and leaders and k + 1 < len(rows) and _DIGITS.match(
-                _row_text(lines, rows[k + 1])):  # the page number wrapped to a line of its own
-            row = row + rows[k + 1]
-            text = _row_text(lines, row)
+        if not numbered and leaders and k + 1 < len(rows) and _DIGITS.match(texts[k + 1]):
+            row = row + rows[k + 1]  # the page number wrapped to a line of its own
+            text = f"{text} {texts[k + 1]}"
             rows[k + 1] = []
             title, numbered, leaders = entry_parts(text)
         if text.casefold() in _CONTENTS:
             flush()
-            in_toc, pending = True, []
+            contents, pending = True, []
             continue
-        if (numbered and (in_toc or leaders) and len(text) <= 200 and title
-                and not _DIGITS.match(title)):
-            indices = [i for pend in pending for i in pend] + row
-            full = " ".join([_row_text(lines, pend) for pend in pending] + [title])
+        starts = _section_start(lines, pending or row,
+                                _row_text(lines, pending) if pending else text)
+        if (numbered and title and not _DIGITS.match(title) and len(text) <= 200
+                and (leaders or (contents and starts))):
+            indices = pending + row
+            full = f"{_row_text(lines, pending)} {title}" if pending else title
             run.append((lines[indices[0]].x0, full, indices))
-            in_toc, pending = True, []
+            pending = []
             continue
-        if in_toc and len(pending) < 2 and not leaders:
-            pending.append(row)  # a long entry's first line(s), or the TOC's end
+        if (contents or run) and not pending and not leaders and starts:
+            pending = list(row)  # perhaps the first line of a long entry
             continue
+        if run:  # the TOC's entries ended: the rest of the page is text
+            contents = False
         flush()
-        in_toc, pending = False, []
+        pending = []
     flush()
     return out
 
@@ -197,11 +252,11 @@ def code_runs(lines: Sequence[_Line]) -> dict[int, str]:
     for i, line in enumerate(lines):
         if line.mono:
             run.append(i)
-        elif (_DIGITS.match(line.text.strip()) and i + 1 < count and lines[i + 1].mono
+        elif (i + 1 < count and lines[i + 1].mono and _DIGITS.match(line.text.strip())
               and abs(lines[i + 1].y1 - line.y1) <= 0.35 * line.size
               and lines[i + 1].x0 > line.x1):
             run.append(i)  # a listing's line number beside its line: dropped
-        else:
+        elif run:
             flush()
     flush()
     return out
@@ -225,4 +280,5 @@ def fence(code: Sequence[_Line]) -> str:
     return "\n".join([fences, *rows, fences])
 
 
-__all__ = ["code_runs", "fence", "is_toc_page", "title_lines", "toc_entries"]
+__all__ = ["byline_lines", "code_runs", "entry_parts", "fence", "is_toc_page", "title_lines",
+           "toc_entries"]

@@ -6,7 +6,7 @@ with text between them bound a table. Inside it, columns are split at the vertic
 or (a table ruled only across, as LaTeX's ``booktabs``) at the gaps no word crosses in any
 row; rows are split at the horizontal rules, and a band between two rules whose cells
 hold several lines in two or more columns is one row per baseline (a table that rules
-only its sections). The words come from ``page.get_text("words", clip=...)``. A "table"
+only its sections). The words come from the page's TextPage (``extractWORDS``). A "table"
 of one column or one row is not one. Why not ``page.find_tables()``: docs/ARCHITECTURE.md,
 "PDF to Markdown".
 """
@@ -167,12 +167,13 @@ def pipe_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def page_tables(page: Any, *, min_ruling_ops: int = 4, max_ruling_ops: int = 2000
-                ) -> list[Table]:
+def page_tables(page: Any, textpage: Any = None, *, min_ruling_ops: int = 4,
+                max_ruling_ops: int = 2000) -> list[Table]:
     """The ruled tables of a page, as ``(bbox, markdown)``; ``[]`` when none.
 
     Only pages whose content stream draws a few lines or rectangles (a cheap scan) are
-    looked at."""
+    looked at. The words come from ``textpage`` (the page's TextPage, already built) when
+    given, else from a TextPage of the table's box."""
     try:
         ops = len(_RULING_OPS.findall(page.read_contents()))
     except Exception:  # a content stream MuPDF cannot read: no table search
@@ -181,10 +182,16 @@ def page_tables(page: Any, *, min_ruling_ops: int = 4, max_ruling_ops: int = 200
         return []
     across, down = _segments(page)
     found: list[Table] = []
-    for box, ys in _regions(across):
+    regions = _regions(across)
+    every = textpage.extractWORDS() if textpage is not None and regions else []
+    for box, ys in regions:
         x0, y0, x1, y1 = box
-        words = page.get_text("words", clip=(x0 - 1, y0 - 1, x1 + 1, y1 + 1),
-                              flags=_TEXT_FLAGS)
+        if textpage is None:
+            words = page.get_text("words", clip=(x0 - 1, y0 - 1, x1 + 1, y1 + 1),
+                                  flags=_TEXT_FLAGS)
+        else:
+            words = [w for w in every if x0 - 1 <= (w[0] + w[2]) / 2 <= x1 + 1
+                     and y0 - 1 <= (w[1] + w[3]) / 2 <= y1 + 1]
         if not words:
             continue
         edges = _columns(words, box, down)

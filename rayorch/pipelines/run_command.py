@@ -66,7 +66,7 @@ def add_pdf_parser(jobs: Any) -> None:
                        help="OCR engine (default: auto; see above)")
     group.add_argument("--model", default=None, help="model name for --ocr vllm")
     group.add_argument("--tables", action="store_true",
-                       help="also look for ruled tables (PyMuPDF find_tables; slow)")
+                       help="also turn ruled tables into pipe tables")
     group.add_argument("--replicas", type=int, default=1, help="OCR actors (default 1)")
     group.add_argument("--render-replicas", type=int, default=None,
                        help="render actors (default: one per CPU core, at most 8)")

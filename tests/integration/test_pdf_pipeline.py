@@ -187,7 +187,8 @@ def test_pages_in_pymupdf_order_and_bad_inputs_fail_alone(
         assert [n for n, _, _ in sections] == list(range(1, count + 1))
         assert {engine for _, engine, _ in sections} <= {"text", "blank"}
         # PyMuPDF's words, less page numbers and hyphenated halves joined again.
-        got = text_words("".join(text for _, _, text in sections))
+        # The title is the document's "#" (page 1's title lines are not repeated on the page).
+        got = text_words("\n".join([value["title"], *(text for _, _, text in sections)]))
         recall, precision = shared_share(expected, got)
         assert recall >= 0.97 and precision >= 0.97, (path, recall, precision)
     assert good == len(sources) - len(BAD_KINDS)

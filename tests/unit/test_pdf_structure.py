@@ -84,12 +84,14 @@ def test_a_table_of_contents_is_a_list_of_entries_not_headings(tmp_path: Path) -
         runs.append((500, y, page, 10, font))
         y += 16
     runs += [(72, y + 30 + 13 * i, FILLER, 10, "helv") for i in range(3)]
+    runs.append((72, y + 80, "2 more examples follow in section 3", 10, "helv"))
     markdown = markdown_of(text_pdf(tmp_path / "toc.pdf", runs))
     assert "- 1 Introduction\n  - 1.1 Examples with running numbers\n" \
            "  - 1.2 Examples with other identifiers\n- 2 Glosses" in markdown
     assert ". . ." not in markdown
     assert not re.search(r"^#+ .*(Introduction|Glosses)", markdown, re.MULTILINE)
     assert FILLER in markdown  # the text after the TOC is a paragraph again
+    assert "\n2 more examples follow in section 3" in markdown  # not an entry: the TOC ended
 
 
 def test_a_judged_example_starting_with_an_asterisk_is_not_a_list_item(tmp_path: Path) -> None:
@@ -168,3 +170,39 @@ def test_a_table_ruled_only_between_sections_is_one_row_per_line(tmp_path: Path)
            "| Notes |  |\n| text notes | \\textnote{} |\n| emendations | \\emendation{} |" \
            in markdown
     assert "<br>" not in markdown
+
+
+def test_the_authors_and_date_under_a_title_are_text_not_headings(tmp_path: Path) -> None:
+    """LaTeX's title block: a 17 pt title, 12 pt authors and date (larger than the body,
+    not bold), then a bold section heading and the body."""
+    runs = [(200, 150, "The langnames package", 17, "helv"),
+            (180, 180, "Alejandro Garcia Matarredona", 12, "helv"),
+            (380, 180, "Niranjan", 12, "helv"),
+            (240, 205, "January 4, 2023", 12, "helv"),
+            (72, 250, "1 Introduction", 14, "hebo")]
+    runs += [(72, 275 + 13 * i, FILLER, 10, "helv") for i in range(8)]
+    runs += [(72, 400, "1.1 Scope", 12, "hebo")]  # 12 pt stays a heading size
+    runs += [(72, 425 + 13 * i, FILLER, 10, "helv") for i in range(8)]
+    markdown = markdown_of(text_pdf(tmp_path / "byline.pdf", runs))
+    assert markdown.startswith("# The langnames package\n")
+    lines = markdown.splitlines()
+    assert "January 4, 2023" in lines and "Alejandro Garcia Matarredona" in markdown
+    assert not any(line.startswith("#") and ("January" in line or "Alejandro" in line)
+                   for line in lines)
+    assert "## 1 Introduction" in lines and "### 1.1 Scope" in lines
+
+
+def test_an_index_with_leaders_and_page_lists_stays_text(tmp_path: Path) -> None:
+    """ltxdoc's index: dot leaders, then lists of page numbers. Not a TOC: no list, and
+    no reference is lost."""
+    runs = [(72, 150, "Index", 14, "hebo")]
+    names = ("\\@astanza@line", "\\@auxout", "\\@chapter", "\\@checking", "\\@currentlabel",
+             "\\@cs@linesinparL")
+    for i, name in enumerate(names):
+        pages = f"{1730 + i}, {1733 + i}, {1741 + i}" if i < 3 else f"{2202 + i}"
+        runs += [(72, 180 + 14 * i, name, 10, "helv"),
+                 (200, 180 + 14 * i, " .".join([""] * 20), 10, "helv"),
+                 (320, 180 + 14 * i, pages, 10, "helv")]
+    runs += [(72, 300 + 13 * i, FILLER, 10, "helv") for i in range(3)]
+    markdown = markdown_of(text_pdf(tmp_path / "index.pdf", runs))
+    assert "\n- \\@" not in markdown and "1730, 1733, 1741" in markdown and "2205" in markdown
