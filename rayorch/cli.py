@@ -193,6 +193,8 @@ def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) ->
             except ManifestError as exc:
                 return [f"the run's manifest cannot be read to find its output directory "
                         f"({exc}); pass --out-dir"]
+        sink = store.run_info(run_id).sink  # recorded by the driver that wrote it
+        out_dir = out_dir or (sink[0] if sink else None)
     shards = store.read_view(run_id).shards.values()  # outputs not needed
     complete = all(view.completed for view in shards)
     emitted = [fact for view in shards

@@ -195,8 +195,12 @@ def join_run(
         _refuse_lost_shards(lineage, run_id)
         # The pipeline class is checked before anything else acts on the manifest.
         pipeline = manifest.build_pipeline(trusted_modules(trust))
-        file_sink = sink_for_run(run_id, manifest.out_dir, manifest.out_format, out_dir,
+        recorded = (manifest.out_dir, manifest.out_format) if manifest.out_dir else info.sink
+        file_sink = sink_for_run(run_id, recorded[0] if recorded else None,
+                                 recorded[1] if recorded else "jsonl", out_dir,
                                  out_format)  # the run's own sink wins
+        if file_sink is not None and recorded is None:  # so audit finds it without --out-dir
+            lineage.record_sink(run_id, str(file_sink.directory.resolve()), file_sink.format)
         if file_sink is None and require_sink:
             raise DriverError(
                 f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "

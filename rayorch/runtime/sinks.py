@@ -463,11 +463,11 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
     """
     if recorded_dir is not None:
         if out_dir is not None and Path(out_dir).resolve() != Path(recorded_dir).resolve():
-            raise SinkError(f"run {run_id} writes its outputs to {recorded_dir} (chosen when it "
-                            f"was created), not {out_dir}; drop --out-dir")
+            raise SinkError(f"run {run_id} writes its outputs to {recorded_dir} (recorded with "
+                            f"the run), not {out_dir}; drop --out-dir")
         if out_format is not None and out_format != recorded_format:
-            raise SinkError(f"run {run_id} writes {recorded_format} outputs (chosen when it "
-                            f"was created), not {out_format}; drop --format")
+            raise SinkError(f"run {run_id} writes {recorded_format} outputs (recorded with the "
+                            f"run), not {out_format}; drop --format")
         return FileSink(recorded_dir, recorded_format, run_id=run_id)
     if out_dir is None:
         if out_format is not None:

@@ -213,7 +213,8 @@ class RunRegistry(ABC):
 
 
 class DriverRegistry(ABC):
-    """The drivers alive on a run (heartbeats, in the store's clock) and its finished shards."""
+    """The drivers alive on a run (heartbeats, in the store's clock), its finished shards, and
+    where its drivers write its outputs."""
 
     @abstractmethod
     def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
@@ -231,6 +232,12 @@ class DriverRegistry(ABC):
         """The drivers whose last heartbeat has not expired, sorted."""
         now, deadlines = self.driver_registry(run_id)
         return sorted(driver for driver, deadline in deadlines.items() if deadline > now)
+
+    @abstractmethod
+    def record_sink(self, run_id: str, out_dir: str, out_format: str) -> tuple[str, str]:
+        """Keep where a driver writes the run's outputs (first write wins; returns the kept
+        one), so that ``rayorch audit`` checks them without ``--out-dir``; ``run_info``
+        reports it as ``sink``."""
 
     @abstractmethod
     def mark_shard_done(self, run_id: str, shard: int) -> None:

@@ -65,6 +65,7 @@ class RunInfo:
     micro_batch: int
     config: dict[str, Any] = field(default_factory=dict)
     created_ts: float = 0.0
+    sink: tuple[str, str] | None = None  # (directory, format) a driver recorded, if any
 
     def shard_of(self, index: int) -> int:
         return shard_of(index, self.micro_batch, self.shards)

@@ -17,7 +17,7 @@ import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
@@ -224,6 +224,14 @@ class MemoryStore(LineageStore):
             if run.manifest is None:
                 run.manifest = bytes(manifest)
             return run.manifest
+
+    def record_sink(self, run_id: str, out_dir: str, out_format: str) -> tuple[str, str]:
+        with self._lock:
+            layout = self._run(run_id).layout
+            if layout.info.sink is None:
+                layout.info = replace(layout.info, sink=(str(out_dir), str(out_format)))
+            assert layout.info.sink is not None
+            return layout.info.sink
 
     def load_manifest(self, run_id: str) -> bytes | None:
         with self._lock:

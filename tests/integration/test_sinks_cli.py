@@ -68,8 +68,14 @@ def test_resume_writes_jsonl_once_per_source_and_audit_sees_lost_or_altered_part
     assert delivered_count(out) == len(docs) and all(p.suffix == ".jsonl" for p in parts(out))
     code, lines = audit(run_id, redis_url, capsys, "--out-dir", str(out))
     assert code == 0 and lines[0].startswith(f"run {run_id}: OK"), lines
-    code, lines = audit(run_id, redis_url, capsys)  # the run records no directory
-    assert code == 1 and "pass --out-dir DIR to check them" in lines[-1], lines
+    # The resume recorded where it wrote: the README's audit command checks it as is.
+    code, lines = audit(run_id, redis_url, capsys)
+    assert code == 0 and lines[0].startswith(f"run {run_id}: OK"), lines
+    capsys.readouterr()
+    assert cli_main(["resume", run_id, "--store", redis_url, "--quiet", "--out-dir",
+                     str(tmp_path / "elsewhere")]) == 2
+    assert f"writes its outputs to {out.resolve()} (recorded with the run)" in \
+        capsys.readouterr().err
 
     first, second = parts(out)[:2]
     blob = first.read_bytes()
@@ -100,7 +106,7 @@ def test_parquet_sink_chosen_at_creation_reads_with_pandas_and_audits_by_default
     capsys.readouterr()
     assert cli_main(["resume", run_id, "--store", redis_url, "--format", "jsonl",
                      "--quiet"]) == 2
-    assert "writes parquet outputs (chosen when it was created), not jsonl; drop --format" in \
+    assert "writes parquet outputs (recorded with the run), not jsonl; drop --format" in \
         capsys.readouterr().err
     assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2",
                      "--quiet"]) == 0

@@ -155,6 +155,13 @@ class TestDriverRegistry:
         with pytest.raises(UnknownRunPartError, match="shard 2"):
             store.mark_shard_done(run, 2)
 
+    def test_the_sink_a_driver_records_is_kept_first_write_wins(
+            self, store: LineageStore, run: str) -> None:
+        assert store.run_info(run).sink is None
+        assert store.record_sink(run, "/data/out", "parquet") == ("/data/out", "parquet")
+        assert store.record_sink(run, "/elsewhere", "jsonl") == ("/data/out", "parquet")
+        assert store.run_info(run).sink == ("/data/out", "parquet")
+
 
 class TestLeases:
     """One live holder per shard; epochs only go forward; a deposed driver is fenced."""
