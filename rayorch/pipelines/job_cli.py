@@ -74,10 +74,11 @@ class JobSummary:
     warnings: list[str] = field(default_factory=list)
     engines: Counter[str] = field(default_factory=Counter)
     run_started: float | None = None
-    """``time.monotonic()`` when start-up ended: the run's actors were up (see :meth:`rate`)."""
+    """``time.monotonic()`` when the run began (its actors may still be starting)."""
     run_ended: float | None = None
     actors_up: Callable[[], float | None] = field(default=lambda: None, repr=False)
-    """When the run's actors were all up (``None`` while some start); moves ``run_started``."""
+    """When the run's actors were all up (``None`` while some start): :meth:`rate` counts
+    from then on, when that is later than ``run_started``."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     layout: JobLayout = field(init=False, repr=False)
 
@@ -210,7 +211,6 @@ def check_store(url: str) -> None:
         raise StoreUnavailableError(redact_url(url), exc.detail) from None
     finally:
         store.close()
-
 
 
 def start_ray_for(plan: Any, address: str | None) -> str:

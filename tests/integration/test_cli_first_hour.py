@@ -175,3 +175,20 @@ def test_a_resumed_run_keeps_the_document_ids_in_its_lineage(workdir: Path,
     assert rows_of(workdir / "out")[1]["status"] == "ok"
     not_run = rayorch(workdir, ["show", found[1], "0", "--store", redis_url])
     assert not_run.returncode == 1 and "no facts about entity 0" in not_run.stdout
+
+
+def test_the_quickstart_prints_outcomes_in_words(tmp_path: Path) -> None:
+    """``python examples/quickstart.py`` (memory store): a failed document reads as words,
+    and nothing suggests auditing a lineage that ended with the script."""
+    script = REPO / "examples" / "quickstart.py"
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path,
+                          env=user_env(tmp_path), capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "doc 2: suppressed: shout[2.0] failed: this page is unreadable\n" in done.stdout
+    assert "FailedResult(" not in done.stdout and "Outcome." not in done.stdout
+    assert "doc 0: RAY RUNS TASKS! ACTORS KEEP STATE!\n" in done.stdout
+    assert "rayorch audit" not in done.stdout
+    assert "its lineage was in memory, gone when this script ends" in done.stdout
+    docstring = script.read_text().split('"""')[1]
+    assert "rayorch audit RUN --store redis://" in docstring  # only for the Redis variant

@@ -34,7 +34,7 @@ from rayorch.pipelines.pdf import (
     TEXT_FLAGS,
     OcrPage,
     PdfPipeline,
-    RenderPdf,
+    RenderPages,
     failure_kind,
     find_pdfs,
 )
@@ -234,7 +234,7 @@ class EveryPageThroughOcr(PdfPipeline):
 
     def __init__(self, marker_dir: str | None = None) -> None:
         super().__init__("text", replicas=2)
-        self.render = ro.RayModule(RenderPdf, needs_image=True, dpi=8, num_outputs=2,
+        self.render = ro.RayModule(RenderPages, needs_image=True, dpi=8, num_outputs=3,
                                    batch_size=2, num_cpus=1.0)
         if marker_dir is not None:
             self.ocr = ro.RayModule(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rayorch.runtime.delivery import IteratorFeed, ManifestFeed
+from rayorch.core.machine import OutputReady
+from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.store.base import RunInfo
 
 
@@ -36,6 +37,19 @@ def test_iterator_feed_keeps_shards_to_their_micro_batches() -> None:
     assert feed.take(1, 8) == [(2, (2,)), (3, (3,))]
     assert feed.take(0, 8) == [(4, (4,))]
     assert feed.exhausted(0) and feed.exhausted(1)
+
+
+def test_an_admission_order_keeps_each_source_at_its_input_position() -> None:
+    """Largest files first, or the sources ``--resume`` left: positions keep their index."""
+    feed = IteratorFeed(iter([(c,) for c in "abcde"]), info(micro_batch=2), 5, order=[4, 0, 2])
+    assert feed.total == 3
+    assert feed.take(0, 8) == [(4, ("e",)), (0, ("a",))]  # a micro-batch's worth at a time
+    assert feed.take(0, 8) == [(2, ("c",))]
+    assert feed.exhausted(0)
+    sink = CallerSink(ordered=True, indexes=[4, 0, 2])
+    for index in (4, 2, 0):
+        sink.offer(0, OutputReady(index, None, "present"))
+    assert [ready.index for _, ready in sink.take()] == [0, 2, 4]  # in input order
 
 
 def test_manifest_feed_offers_what_the_store_lacks() -> None:
