@@ -11,7 +11,7 @@ that is not logged again).
 
 from __future__ import annotations
 
-from rayorch.core.commit import CommitVerdict, GrainPhase, commit_verdict
+from rayorch.core.commit import commit_verdict
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     REPORT_PRESENT,
@@ -27,7 +27,15 @@ from rayorch.core.ids import GrainKey, Path, format_grain, format_path
 from rayorch.core.outcome import Outcome
 from rayorch.core.plan_tables import CallInfo
 from rayorch.core.propagation import Absent, ItemPropagation
-from rayorch.core.vocabulary import BARRED, IN_FLIGHT, READY, SEALED, phase_text
+from rayorch.core.vocabulary import (
+    BARRED,
+    IN_FLIGHT,
+    READY,
+    SEALED,
+    CommitVerdict,
+    GrainPhase,
+    phase_text,
+)
 
 
 class AlreadyApplied(Exception):

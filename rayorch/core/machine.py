@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     BarrierInstalled,
@@ -41,6 +40,7 @@ from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.outcome import FailedResult, Item, Outcome, source_result
 from rayorch.core.plan import Plan
 from rayorch.core.state import Kernel
+from rayorch.core.vocabulary import CommitVerdict
 
 GrainTag = tuple[Path, int]
 

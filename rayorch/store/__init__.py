@@ -5,9 +5,13 @@
 """
 
 from rayorch.store.base import (
+    DriverRegistry,
+    FactLog,
     LeaseHolder,
+    Leases,
     LineageStore,
     RunInfo,
+    RunRegistry,
     StoredFact,
     shard_of,
 )
@@ -33,6 +37,10 @@ from rayorch.store.errors import (
 from rayorch.store.registry import open_store, register_backend
 
 __all__ = [
+    "DriverRegistry",
+    "FactLog",
+    "Leases",
+    "RunRegistry",
     "FactNotAllowedError",
     "FencedError",
     "GrainSealedError",

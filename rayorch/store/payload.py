@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from rayorch.core.commit import CommitVerdict
 from rayorch.core.facts import GrainCommitted, pack_value, unpack_value
 from rayorch.core.ids import format_path
 from rayorch.core.names import check_component, valid_run_id
+from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.errors import PayloadError
 
 DEFAULT_THRESHOLD = 64 * 1024

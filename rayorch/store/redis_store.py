@@ -33,12 +33,12 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.errors import StoreError
 from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
 from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.machine import barrier_fact
+from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
 from rayorch.store.errors import (
     GrainSealedError,

@@ -7,7 +7,7 @@ from typing import Any
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
-from rayorch.core.commit import GrainPhase
+from rayorch.core.vocabulary import GrainPhase
 from rayorch.store.registry import redact_url
 
 

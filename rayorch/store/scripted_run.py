@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rayorch.core import functional as F
-from rayorch.core.commit import CommitVerdict
 from rayorch.core.compiler import compile_pipeline
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
@@ -32,7 +31,7 @@ from rayorch.core.facts import (
 from rayorch.core.ids import Path
 from rayorch.core.plan import Plan
 from rayorch.core.program import PipelineBase, RayModule
-from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, Outcome
+from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, CommitVerdict, Outcome
 from rayorch.store.base import LineageStore, shard_of
 
 

@@ -20,8 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from rayorch.core.commit import CommitVerdict
 from rayorch.core.errors import StoreError
+from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.errors import FencedError, LeaseLostError, LeaseRolledBackError
 
 _LUA_DIR = Path(__file__).parent / "lua"
