@@ -672,7 +672,7 @@ def test_a_store_restarted_empty_mid_run_is_said_as_a_lost_run(
     received = []
     with pytest.raises(LineageLostError, match=r"the lineage store lost run .* it holds no "
                        r"record of the run .* run Redis with appendonly yes"):
-        for index, value in handle:
+        for index, _ in handle:
             received.append(index)
             if len(received) == 3:
                 redis_server.kill()  # no persistence: it starts again empty

@@ -238,7 +238,7 @@ def test_a_shard_whose_keys_are_gone_fails_the_audit_and_the_resume(
     master): audit names the shard, resume refuses in one line, runs never says complete."""
     import redis
 
-    docs, out, run_id = fault_run(redis_url, tmp_path, 12, shards=2, out_dir=str(tmp_path / "out"))
+    _, _, run_id = fault_run(redis_url, tmp_path, 12, shards=2, out_dir=str(tmp_path / "out"))
     assert cli_main(["resume", run_id, "--store", redis_url, "--lease-ttl", "2",
                      "--quiet"]) == 0
     code, lines = audit(run_id, redis_url, capsys)
