@@ -209,3 +209,32 @@ def test_invalid_max_inflight_is_refused_at_its_line() -> None:
         ro.RayModule(Pages, ray_options={"max_concurrency": 4})
     assert f"{here}:" in str(err.value) and "set max_inflight=N" in str(err.value)
     assert ro.RayModule(Pages).ray_options(max_inflight=4).options.max_inflight == 4
+
+
+class HangOnce:
+    """An async stage whose page ``h:0`` hangs on its first attempt (a marker file says)."""
+
+    def __init__(self, n: int, marker_dir: str) -> None:
+        self.marker = Path(marker_dir) / "hung"
+
+    async def __call__(self, pages: list[str]) -> list[Any]:
+        if "h:0" in pages and not self.marker.exists():
+            self.marker.write_text(str(os.getpid()))
+            await asyncio.sleep(3600)
+        return [(page, 0, 0) for page in pages]
+
+
+def test_batch_past_timeout_replaces_the_actor_and_its_batch_mates_retry(
+        store_url: str, tmp_path: Path) -> None:
+    docs = [("a", 3), ("h", 2), ("c", 4)]
+    pipeline = Stage(HangOnce, 2, marker_dir=str(tmp_path), timeout_s=5.0)
+    run = pipeline.run(docs, store=store_url, progress=False)
+    got = run.collect()
+    assert [[p[0] for p in doc] for doc in got] == [pages_of(d) for d in docs]
+    assert (tmp_path / "hung").exists()
+    facts = [s.fact for s in open_store(store_url).iter_facts(run.run_id, 0)]
+    retried = [f for f in facts if isinstance(f, GrainRetried)]
+    assert any(f.path == (1, 0) and "ran past timeout_s=5.0" in f.cause for f in retried)
+    assert set(committed_once(store_url, run.run_id, "model").values()) == {1}
+    report = audit_run(open_store(store_url), run.run_id)
+    assert report.ok, [str(v) for v in report.violations]
