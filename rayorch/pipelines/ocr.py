@@ -218,6 +218,14 @@ class VllmEngine:
     def recognize(self, pages: list[Page]) -> list[str]:
         return self._chat.answers([build_vlm_messages(page, self.prompt) for page in pages])
 
+    async def recognize_async(self, pages: list[Page]) -> list[str]:
+        """:meth:`recognize` for a module with several batches in flight: the batches'
+        pages share the engine (:class:`ContinuousChat`)."""
+        if getattr(self, "_continuous", None) is None:
+            self._continuous = ContinuousChat(self._chat)
+        return await self._continuous.answers(
+            [build_vlm_messages(page, self.prompt) for page in pages])
+
 
 class VllmChat:
     """A vision-language model served in-process by vLLM, answering batches of chats.
@@ -240,10 +248,87 @@ class VllmChat:
         )
         self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
 
+    @property
+    def llm(self) -> Any:
+        """The ``vllm.LLM`` (in this process)."""
+        return self._llm
+
+    @property
+    def sampling(self) -> Any:
+        """The default ``vllm.SamplingParams`` (greedy)."""
+        return self._sampling
+
     def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
         """One batched ``LLM.chat``; each answer as :func:`parse_vlm_output` cleans it."""
         outputs = self._llm.chat(conversations, self._sampling, use_tqdm=False)
         return [parse_vlm_output(out.outputs[0].text) for out in outputs]
+
+
+class ContinuousChat:
+    """Batches in flight at once sharing one in-process engine (continuous batching).
+
+    Wraps a built :class:`VllmChat`. Each :meth:`answers` call enqueues its conversations
+    at once (``LLM.enqueue_chat``) and waits for its own; one stepping task on the running
+    event loop calls the engine's ``step()`` while any request is unfinished, so requests
+    of other batches join between steps and the engine never waits for a batch boundary.
+    Everything that touches the engine runs on that one loop (the module's own, see
+    ``max_inflight`` in docs/ARCHITECTURE.md), so the engine is never used from two
+    threads. ``log`` keeps ``(enqueued, finished)`` monotonic times per request, for the
+    busy-fraction benchmark (bench/engine_busy.py).
+    """
+
+    def __init__(self, chat: VllmChat, *, keep_log: bool = False) -> None:
+        self.chat = chat
+        self._waiting: dict[str, Any] = {}  # request id -> asyncio.Future
+        self._stepper: Any = None
+        self.log: list[tuple[float, float]] | None = [] if keep_log else None
+
+    async def outputs(self, conversations: list[list[dict[str, Any]]],
+                      sampling: Any = None) -> list[Any]:
+        """vLLM's ``RequestOutput`` per conversation (``sampling``: one or one each)."""
+        import asyncio
+        import time
+
+        loop = asyncio.get_running_loop()
+        enqueued = time.monotonic()
+        ids = self.chat.llm.enqueue_chat(conversations, sampling or self.chat.sampling,
+                                         use_tqdm=False)
+        futures = [loop.create_future() for _ in ids]
+        # enqueue_chat gives the engine's ids ("<ours>-<random>"); outputs carry ours.
+        self._waiting.update((rid.rsplit("-", 1)[0], f) for rid, f in zip(ids, futures))
+        if self._stepper is None or self._stepper.done():
+            self._stepper = loop.create_task(self._step())
+        done = await asyncio.gather(*futures)
+        if self.log is not None:
+            self.log.extend((enqueued, finished) for _, finished in done)
+        return [out for out, _ in done]
+
+    async def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
+        """Like :meth:`VllmChat.answers`, awaiting this batch's requests only."""
+        return [parse_vlm_output(out.outputs[0].text) for out in await self.outputs(conversations)]
+
+    async def _step(self) -> None:
+        import asyncio
+        import time
+
+        engine = self.chat.llm.llm_engine
+        try:
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.finished and out.request_id in self._waiting:
+                        self._waiting.pop(out.request_id).set_result((out, time.monotonic()))
+                await asyncio.sleep(0)  # batches that arrived meanwhile enqueue here
+        except Exception as exc:  # the engine failed: every waiting batch learns why
+            self._fail_waiting(exc)
+        else:
+            self._fail_waiting(OcrEngineError(
+                f"the vLLM engine finished without answering {len(self._waiting)} requests"))
+
+    def _fail_waiting(self, exc: Exception) -> None:
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._waiting.clear()
 
 
 class EngineRegistry:
