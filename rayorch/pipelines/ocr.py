@@ -273,19 +273,23 @@ class ContinuousChat:
     of other batches join between steps and the engine never waits for a batch boundary.
     Everything that touches the engine runs on that one loop (the module's own, see
     ``max_inflight`` in docs/ARCHITECTURE.md), so the engine is never used from two
-    threads. ``log`` keeps ``(enqueued, finished)`` monotonic times per request, for the
-    busy-fraction benchmark (bench/engine_busy.py).
+    threads. :meth:`timed_outputs` says when each request entered and left the engine
+    (the busy-fraction benchmark, bench/engine_real.py, reads them).
     """
 
-    def __init__(self, chat: VllmChat, *, keep_log: bool = False) -> None:
+    def __init__(self, chat: VllmChat) -> None:
         self.chat = chat
         self._waiting: dict[str, Any] = {}  # request id -> asyncio.Future
         self._stepper: Any = None
-        self.log: list[tuple[float, float]] | None = [] if keep_log else None
 
     async def outputs(self, conversations: list[list[dict[str, Any]]],
                       sampling: Any = None) -> list[Any]:
         """vLLM's ``RequestOutput`` per conversation (``sampling``: one or one each)."""
+        return [out for out, _, _ in await self.timed_outputs(conversations, sampling)]
+
+    async def timed_outputs(self, conversations: list[list[dict[str, Any]]],
+                            sampling: Any = None) -> list[tuple[Any, float, float]]:
+        """``(RequestOutput, enqueued, finished)`` per conversation (monotonic seconds)."""
         import asyncio
         import time
 
@@ -299,9 +303,7 @@ class ContinuousChat:
         if self._stepper is None or self._stepper.done():
             self._stepper = loop.create_task(self._step())
         done = await asyncio.gather(*futures)
-        if self.log is not None:
-            self.log.extend((enqueued, finished) for _, finished in done)
-        return [out for out, _ in done]
+        return [(out, enqueued, finished) for out, finished in done]
 
     async def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
         """Like :meth:`VllmChat.answers`, awaiting this batch's requests only."""
