@@ -248,6 +248,7 @@ class VllmChat:
     def __init__(self, model: str, *, images: int = 0, max_tokens: int = 256,
                  gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
                  sampling: dict[str, Any] | None = None, **llm_options: Any) -> None:
+        require_vllm_runtime("run this module without a model", "this module")
         vllm_runtime.use_in_process_engine()
         vllm_runtime.prepare_vllm()
         import vllm
