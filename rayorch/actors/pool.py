@@ -448,11 +448,27 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|F
 
 
 def _raised_line(exc: BaseException) -> str:
-    """``SomeError: message`` of the exception a remote constructor raised (the last such
-    line of Ray's report, without its traceback), else the report's first line."""
+    """``SomeError: message`` of the exception a remote constructor raised, on one line.
+
+    That exception ends Ray's report, after the traceback's last frame; all its lines are
+    kept (a pydantic ``ValidationError`` says what is wrong on the lines after its first),
+    joined with spaces. Without a traceback: the report's last ``SomeError: ...`` line,
+    else its first line.
+    """
     lines = strip_ansi(str(exc)).splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if frames:
+        rest = lines[frames[-1] + 1:]
+        while rest and (not rest[0].strip() or rest[0][0].isspace()):  # its code, carets
+            rest = rest[1:]
+        if rest and _EXCEPTION_LINE.match(rest[0]):
+            return _shorten(" ".join(line.strip() for line in rest if line.strip()))
     raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    return raised[-1].strip()[:500] if raised else _first_line(exc)[:500]
+    return _shorten(raised[-1].strip() if raised else _first_line(exc))
+
+
+def _shorten(cause: str, limit: int = 1000) -> str:
+    return cause if len(cause) <= limit else cause[: limit - 3] + "..."
 
 
 def _first_line_with(exc: BaseException, needle: str) -> str:

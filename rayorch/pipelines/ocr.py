@@ -14,12 +14,13 @@ from __future__ import annotations
 import base64
 import importlib.util
 import inspect
+import os
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rayorch import RayorchError
+from rayorch.pipelines import vllm_runtime
 
 Page = dict[str, Any]
 """One rendered page: ``{"page", "width", "height", "text"}`` plus ``"png"`` when rendered."""
@@ -159,32 +160,15 @@ def parse_vlm_output(text: str) -> str:
     return text.strip()
 
 
-def gpu_count() -> int:
-    """CUDA devices visible to this process (via torch when present, else device files)."""
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        return int(torch.cuda.device_count())
-    return len(list(Path("/dev").glob("nvidia[0-9]*")))
-
-
 def require_vllm_runtime(
     instead: str = "choose engine='rapidocr' (CPU OCR) or 'text'",
     module: str = "the OCR module",
     error: type[RayorchError] = OcrEngineError,
 ) -> None:
-    """Raise ``error`` unless vLLM is installed and a GPU is visible; ``instead`` and
-    ``module`` name the CPU alternatives and the module that needs the GPU."""
-    if importlib.util.find_spec("vllm") is None:
-        raise error(
-            "the vllm engine needs vLLM, which is not installed: pip install 'rayorch[gpu]' "
-            f"on a machine with a GPU, or {instead}"
-        )
-    if gpu_count() == 0:
-        raise error(
-            f"the vllm engine needs a GPU and none is visible to this process: give {module} "
-            f"num_gpus=1 on a GPU node, or {instead}"
-        )
+    """Raise ``error`` unless vLLM can run here: installed, and its CPU build or a visible
+    GPU (:func:`rayorch.pipelines.vllm_runtime.require_vllm_runtime`); ``instead`` and
+    ``module`` name the alternatives without vLLM and the module that needs it."""
+    vllm_runtime.require_vllm_runtime(instead, module, error)
 
 
 class VllmEngine:
@@ -193,7 +177,9 @@ class VllmEngine:
     A batch of pages becomes one batched ``LLM.chat`` call (greedy decoding). The
     model name is an option, e.g. ``Qwen/Qwen2.5-VL-7B-Instruct`` or
     ``opendatalab/MinerU2.5-2509-1.2B`` (whole-page transcription; MinerU's
-    two-step layout flow is not used). Other keyword options go to ``vllm.LLM``.
+    two-step layout flow is not used). ``max_model_len`` defaults to the model's own
+    limit; memory options as :class:`VllmChat` takes them. Other keyword options go to
+    ``vllm.LLM``.
     """
 
     needs_image: bool = True
@@ -204,8 +190,8 @@ class VllmEngine:
         model: str = DEFAULT_VLM_MODEL,
         prompt: str = DEFAULT_VLM_PROMPT,
         max_tokens: int = 4096,
-        gpu_memory_utilization: float = 0.85,
-        max_model_len: int = 16384,
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
         **llm_options: Any,
     ) -> None:
         require_vllm_runtime()
@@ -227,26 +213,75 @@ class VllmEngine:
             [build_vlm_messages(page, self.prompt) for page in pages])
 
 
-class VllmChat:
-    """A vision-language model served in-process by vLLM, answering batches of chats.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
+"""The fraction of GPU memory a GPU engine takes (weights, activations, KV cache)."""
+DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
+"""The KV cache of a CPU engine: 1 GiB (vLLM's CPU build otherwise reserves a fraction of
+the whole machine's memory, ``gpu_memory_utilization`` of it, and fails when that much is
+not free)."""
 
-    Shared by the OCR engine and the video captioner: one ``vllm.LLM`` per actor, greedy
-    decoding, at most ``images`` images per conversation; other keyword options go to
-    ``vllm.LLM``. Check :func:`require_vllm_runtime` first for a clear error.
+
+def engine_memory_options(gpu_memory_utilization: float | None,
+                          llm_options: dict[str, Any]) -> dict[str, Any]:
+    """The memory options a ``vllm.LLM`` gets: the caller's, else a default per build.
+
+    >>> engine_memory_options(0.5, {})
+    {'gpu_memory_utilization': 0.5}
+    """
+    if gpu_memory_utilization is not None:
+        return {"gpu_memory_utilization": gpu_memory_utilization}
+    if "kv_cache_memory_bytes" in llm_options:
+        return {}
+    if not vllm_runtime.vllm_is_cpu_build():
+        return {"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION}
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):  # vLLM's own setting for a CPU engine
+        return {}
+    return {"kv_cache_memory_bytes": DEFAULT_CPU_KV_CACHE_BYTES}
+
+
+class VllmChat:
+    """A (vision-)language model served in-process by vLLM, answering batches of chats.
+
+    Shared by the OCR engine and the video captioner, and the way to wrap vLLM in your own
+    module: one ``vllm.LLM`` per actor, in the actor's own process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set), greedy decoding (``sampling``: other
+    ``vllm.SamplingParams`` fields), at most ``images`` images per conversation (0: a text
+    model). ``max_model_len=None`` takes the model's own limit. ``gpu_memory_utilization=None``
+    means 0.85 of a GPU, or on vLLM's CPU build a 1 GiB KV cache (set
+    ``kv_cache_memory_bytes``, or vLLM's ``VLLM_CPU_KVCACHE_SPACE``, for another size).
+    Other keyword options go to ``vllm.LLM``. Check :func:`require_vllm_runtime` first for
+    a clear error.
     """
 
-    def __init__(self, model: str, *, images: int, max_tokens: int,
-                 gpu_memory_utilization: float, max_model_len: int, **llm_options: Any
-                 ) -> None:
+    def __init__(self, model: str, *, images: int = 0, max_tokens: int = 256,
+                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
+                 sampling: dict[str, Any] | None = None, **llm_options: Any) -> None:
+        require_vllm_runtime("run this module without a model", "this module")
+        vllm_runtime.use_in_process_engine()
+        vllm_runtime.prepare_vllm()
         import vllm
 
-        self._llm = vllm.LLM(
-            model=model,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            **{"limit_mm_per_prompt": {"image": images}, **llm_options},
-        )
-        self._sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        options = engine_memory_options(gpu_memory_utilization, llm_options)
+        if images:
+            options["limit_mm_per_prompt"] = {"image": images}
+        if max(llm_options.get("tensor_parallel_size", 1),
+               llm_options.get("pipeline_parallel_size", 1)) == 1:
+            options["distributed_executor_backend"] = "uni"  # the engine in this process
+        if max_model_len is not None:
+            options["max_model_len"] = max_model_len
+        options.update(llm_options)
+        self._llm: Any = vllm.LLM(model=model, **options)
+        self._sampling = vllm.SamplingParams(
+            **{"temperature": 0.0, "max_tokens": max_tokens, **(sampling or {})})
+
+    def outputs(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
+        """One batched ``LLM.chat``: vLLM's ``RequestOutput`` per conversation, in order.
+
+        A conversation vLLM refuses (e.g. a prompt over ``max_model_len``) raises for the
+        whole batch; the module's recovery then runs its records alone, so only that one
+        fails (the others' requests are withdrawn from the engine first).
+        """
+        return list(self._llm.chat(conversations, self._sampling, use_tqdm=False))
 
     @property
     def llm(self) -> Any:
@@ -260,8 +295,7 @@ class VllmChat:
 
     def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
         """One batched ``LLM.chat``; each answer as :func:`parse_vlm_output` cleans it."""
-        outputs = self._llm.chat(conversations, self._sampling, use_tqdm=False)
-        return [parse_vlm_output(out.outputs[0].text) for out in outputs]
+        return [parse_vlm_output(out.outputs[0].text) for out in self.outputs(conversations)]
 
 
 class ContinuousChat:

@@ -55,6 +55,7 @@ from rayorch.pipelines.pdf_markdown import (
 )
 from rayorch.pipelines.sources import check_file, failure_kind, find_files
 from rayorch.pipelines.sources import refuse as _refuse
+from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
 
 DEFAULT_DPI = 110
 MAX_PAGE_SIDE_PT = 14_400.0
@@ -66,7 +67,8 @@ DEFAULT_MAX_PAGE_PIXELS = 16_000_000
 
 OCR_MODES = ("auto", "text", "rapidocr", "vllm")
 """``--ocr`` choices: ``auto`` (text layer, OCR where it is missing or garbage), ``text``
-(text layer only), ``rapidocr`` (CPU OCR of every page), ``vllm`` (a VLM on a GPU)."""
+(text layer only), ``rapidocr`` (CPU OCR of every page), ``vllm`` (a VLM served by vLLM: on a
+GPU, or on the CPU with vLLM's CPU build, slower)."""
 FALLBACK_ENGINE = "rapidocr"
 """The engine ``auto`` uses for pages without a usable text layer."""
 TEXT_FLAGS = 2 | 64
@@ -471,7 +473,10 @@ class AssembleDocument:
 
 
 def ocr_module_cpus(engine: str) -> float:
-    """CPUs an OCR actor declares: rapidocr works all the time, ``auto`` now and then."""
+    """CPUs an OCR actor declares: rapidocr works all the time, ``auto`` now and then, a
+    vLLM engine all the time on vLLM's CPU build."""
+    if engine == "vllm":
+        return vllm_num_cpus(0.25)
     return {"rapidocr": 1.0, "auto": 0.5}.get(engine, 0.25)
 
 
@@ -481,7 +486,8 @@ class PdfPipeline(ro.Pipeline):
     ``engine`` (``--ocr``) is one of :data:`OCR_MODES`: ``"auto"`` (the default: the
     text layer where usable, rapidocr for pages without one or with a garbage one),
     ``"text"`` (text layer only, no OCR), ``"rapidocr"`` (CPU OCR of every page) or
-    ``"vllm"`` (a VLM on a GPU; ``engine_options={"model": ...}``). Each result is the
+    ``"vllm"`` (a VLM served by vLLM, ``engine_options={"model": ...}``: one GPU per replica,
+    none with vLLM's CPU build). Each result is the
     ``AssembleDocument`` dict of one PDF, or a failed result with its cause.
     ``ocr_inflight`` > 1 lets each OCR actor run that many batches at once
     (:class:`AsyncOcrPage`: a vLLM engine then batches the pages of all of them).
@@ -531,7 +537,7 @@ class PdfPipeline(ro.Pipeline):
             replicas=replicas,
             num_cpus=ocr_num_cpus if ocr_num_cpus is not None else ocr_module_cpus(engine),
             num_gpus=ocr_num_gpus if ocr_num_gpus is not None else (
-                1.0 if engine == "vllm" else 0.0),
+                vllm_num_gpus() if engine == "vllm" else 0.0),
         ).pre_init(FALLBACK_ENGINE if auto else engine, **ocr_options)
         self.assemble = ro.RayModule(AssembleDocument, batch_size=8, num_cpus=0.25)
 

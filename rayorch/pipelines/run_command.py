@@ -11,8 +11,10 @@ OCR engines (--ocr):
             (a warning names them).
   rapidocr  OCR every page on the CPU (PP-OCRv4): for PDFs whose text layer cannot
             be trusted at all; about 3 s per page per core.
-  vllm      a vision-language model on a GPU transcribes every page (--model NAME):
-            best for complex layouts, tables and formulas; needs vLLM and a GPU.
+  vllm      a vision-language model served by vLLM transcribes every page (--model NAME,
+            a hub id or a local directory): best for complex layouts, tables and
+            formulas; on a GPU (pip install 'rayorch[gpu]'), or slower on the CPU with
+            vLLM's CPU build (pip install 'rayorch[model]').
 
 Each page's engine is recorded in documents.jsonl (page_engines) and in the .md
 (<!-- page N engine=E -->). Exit code: 0 when every document succeeded, 1 when some

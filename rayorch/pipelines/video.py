@@ -49,6 +49,7 @@ from rayorch.pipelines.video_decode import (
     probe_video,
     read_clip,
 )
+from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ogv", ".mpg",
                             ".mpeg", ".ts", ".flv", ".wmv", ".3gp"})
@@ -198,7 +199,8 @@ class VideoPipeline(ro.Pipeline):
     """Video -> scene clips -> keyframes + signals -> annotation -> one record per video.
 
     ``annotate`` is ``"stats"`` (signals only, CPU), ``"ocr"`` (RapidOCR on keyframes, CPU)
-    or ``"vllm"`` (a captioning VLM on a GPU; ``engine_options={"model": ...}``). Each
+    or ``"vllm"`` (a captioning VLM served by vLLM, ``engine_options={"model": ...}``: one GPU
+    per replica, none with vLLM's CPU build). Each
     result is the ``AssembleVideo`` dict of one video, or a failed result with its cause.
 
     >>> plan = VideoPipeline("stats").compile()
@@ -224,7 +226,7 @@ class VideoPipeline(ro.Pipeline):
         super().__init__()
         ProbeVideo(max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold)
         DecodeClip(keyframes=keyframes)  # bad options fail here, not inside an actor
-        gpu = annotate == "vllm"
+        vllm = annotate == "vllm"
         self.probe = ro.RayModule(
             ProbeVideo, max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold,
             clips_dir=clips_dir, num_outputs=2, batch_size=1, replicas=probe_replicas,
@@ -237,8 +239,9 @@ class VideoPipeline(ro.Pipeline):
         self.annotate = ro.RayModule(
             AnnotateClip, annotate, batch_size=batch_size, replicas=replicas,
             num_cpus=annotate_num_cpus if annotate_num_cpus is not None
-            else (1.0 if annotate == "ocr" else 0.25),
-            num_gpus=annotate_num_gpus if annotate_num_gpus is not None else (1.0 if gpu else 0.0),
+            else (1.0 if annotate == "ocr" else vllm_num_cpus(0.25) if vllm else 0.25),
+            num_gpus=annotate_num_gpus if annotate_num_gpus is not None
+            else (vllm_num_gpus() if vllm else 0.0),
             **(engine_options or {}),
         )
         self.assemble = ro.RayModule(AssembleVideo, batch_size=8, num_cpus=0.25)

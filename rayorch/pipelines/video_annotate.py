@@ -140,7 +140,7 @@ def build_caption_messages(clip: ClipFrames, prompt: str = DEFAULT_CAPTION_PROMP
 
 
 def require_vllm_runtime() -> None:
-    """Raise :class:`AnnotatorError` unless vLLM is installed and a GPU is visible."""
+    """Raise :class:`AnnotatorError` unless vLLM can run here (its CPU build or a GPU)."""
     ocr.require_vllm_runtime("choose --annotate stats (CPU) or ocr", "the annotate module",
                              AnnotatorError)
 
@@ -149,15 +149,17 @@ class VllmCaptioner:
     """A captioning VLM served in-process by vLLM: one engine per actor, batched generate.
 
     A batch of clips becomes one ``LLM.chat`` call (greedy decoding), each conversation
-    holding the clip's keyframes as images. Other keyword options go to ``vllm.LLM``.
+    holding the clip's keyframes as images. ``max_model_len`` defaults to the model's own
+    limit; memory options as :class:`~rayorch.pipelines.ocr.VllmChat` takes them. Other
+    keyword options go to ``vllm.LLM``.
     """
 
     needs_image: bool = True
 
     def __init__(self, *, model: str = DEFAULT_CAPTION_MODEL,
                  prompt: str = DEFAULT_CAPTION_PROMPT, max_tokens: int = 128,
-                 max_images: int = 3, gpu_memory_utilization: float = 0.85,
-                 max_model_len: int = 8192, **llm_options: Any) -> None:
+                 max_images: int = 3, gpu_memory_utilization: float | None = None,
+                 max_model_len: int | None = None, **llm_options: Any) -> None:
         require_vllm_runtime()
         self.model, self.prompt, self.max_images = model, prompt, max_images
         self._chat = ocr.VllmChat(model, images=max_images, max_tokens=max_tokens,

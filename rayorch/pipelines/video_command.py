@@ -14,7 +14,8 @@ Annotation engines (--annotate):
   stats  the default: motion, brightness and sharpness flags on the CPU, no model.
   ocr    on-screen text in the keyframes with RapidOCR (CPU): for filtering videos
          full of text.
-  vllm   a captioning vision-language model on a GPU (--model NAME).
+  vllm   a captioning vision-language model served by vLLM (--model NAME): on a GPU,
+         or slower on the CPU with vLLM's CPU build (pip install 'rayorch[model]').
 
 Output directory, exit code and Ray are as for every job: a non-empty --output from
 an earlier run is refused unless --overwrite (replace it) or --resume (keep its

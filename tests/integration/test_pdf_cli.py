@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from rayorch.testing import free_port, word_recall
+from rayorch.testing import free_port, word_recall, write_scanned_pdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -104,30 +104,13 @@ def run_cli(cluster: OtherCluster, *args: str, env: dict[str, str] | None = None
 
 
 # -- inputs -------------------------------------------------------------------------------
-def scanned_pdf(path: Path) -> str:
-    """The top third of a real page, rendered to pixels and saved as an image-only PDF.
-
-    Returns the text layer of that region of the original page (what OCR should find).
-    """
-    with pymupdf.open(SCANNED_FROM) as src:
-        page = src[0]
-        clip = pymupdf.Rect(0, 0, page.rect.width, page.rect.height / 3)
-        expected = page.get_text(clip=clip)
-        pixmap = page.get_pixmap(dpi=150, clip=clip, colorspace=pymupdf.csGRAY)
-    with pymupdf.open() as doc:
-        target = doc.new_page(width=clip.width, height=clip.height)
-        target.insert_image(target.rect, pixmap=pixmap)
-        doc.save(path)
-    return str(expected)
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("pdf-cli")
     mixed = root / "mixed"
     mixed.mkdir()
     shutil.copyfile(EXAMPLES / "qtree-qarrows.pdf", mixed / "a-digital.pdf")
-    expected = scanned_pdf(mixed / "b-scanned.pdf")
+    expected = write_scanned_pdf(SCANNED_FROM, mixed / "b-scanned.pdf")
     (mixed / "c-broken.pdf").write_bytes(b"not a PDF at all\n" * 10)
     bad = root / "bad"
     bad.mkdir()

@@ -382,6 +382,17 @@ class NoModel:
         return xs
 
 
+class BadConfig:
+    """Raises as pydantic does: the first line counts, the next ones say what is wrong."""
+
+    def __init__(self) -> None:
+        raise ValueError("1 validation error for ModelConfig\n  Value error, max_model_len "
+                         "(16384) is greater than the model's own limit (2048). [type=value_error]")
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        return xs
+
+
 class SlowToStart:
     """The second replica to start takes 20 s to build."""
 
@@ -420,6 +431,16 @@ def test_a_module_that_cannot_be_built_is_one_clear_error(ray_local: None) -> No
                        r"FileNotFoundError: no model weights at /models/absent; check"):
         handle.collect()
     assert handle.actors_replaced == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_constructor_errors_detail_lines_stay_in_the_pool_error(ray_local: None) -> None:
+    handle = Stages(BadConfig).run(list(range(2)), progress=False, quiet=True)
+    with pytest.raises(PoolError) as info:
+        handle.collect()
+    assert str(info.value).count("\n") == 0
+    assert ("ValueError: 1 validation error for ModelConfig Value error, max_model_len (16384) "
+            "is greater than the model's own limit (2048).") in str(info.value)
 
 
 @pytest.mark.timeout(120)

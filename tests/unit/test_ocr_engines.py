@@ -1,4 +1,5 @@
-"""OCR engines: choice by name, real RapidOCR on rendered pages, the vLLM path without a GPU."""
+"""OCR engines: choice by name, real RapidOCR on rendered pages, the vLLM path without vLLM
+(where vLLM can run: test_vllm_runtime; the real engine: tests/model)."""
 
 from __future__ import annotations
 
@@ -146,6 +147,7 @@ def test_vllm_engine_fails_at_construction_without_vllm() -> None:
     with pytest.raises(OcrEngineError, match="needs vLLM, which is not installed") as info:
         get_engine("vllm", model="Qwen/Qwen2.5-VL-3B-Instruct")
     assert "engine='rapidocr'" in str(info.value)
+    assert "pip install 'rayorch[model]'" in str(info.value)  # the CPU build: no GPU needed
     with pytest.raises(OcrEngineError):
         require_vllm_runtime()
     with pytest.raises(OcrEngineError):

@@ -144,7 +144,9 @@ def test_pdf_pipeline_compiles_render_expand_ocr_reduce_assemble() -> None:
     assert dict(plan.module("ocr").kwargs) == {} and plan.module("ocr").args == ("rapidocr",)
 
 
-def test_pdf_pipeline_gpu_engine_asks_for_a_gpu_and_text_engine_for_no_images() -> None:
+def test_pdf_pipeline_gpu_engine_asks_for_a_gpu_and_text_engine_for_no_images(
+        vllm_build: Any) -> None:
+    vllm_build("vllm")  # vLLM's GPU build (its CPU build asks for none: test_vllm_runtime)
     vlm = PdfPipeline("vllm", engine_options={"model": "some/vlm"}).compile()
     assert vlm.options("ocr").num_gpus == 1.0
     assert dict(vlm.module("ocr").kwargs) == {"model": "some/vlm"}

@@ -1,7 +1,7 @@
 """Clip annotation engines: stats flags, real OCR on rendered text, the vLLM captioner's CPU side.
 
-The vLLM model call needs a GPU (tests/gpu); here: its messages, keyframe limit, output
-parsing and the clear error without vLLM or a GPU.
+The vLLM model call runs in tests/model (vLLM's CPU build, a test model) and tests/gpu; here:
+its messages, keyframe limit, output parsing and the clear error without vLLM.
 """
 
 from __future__ import annotations
