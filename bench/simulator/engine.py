@@ -13,18 +13,23 @@ them in one ``ray.wait`` would. Actors are never idle while their Call has a rea
 Nothing here sleeps or copies kernel logic: scheduling, propagation, reduce and completion
 are the kernel's. Actor counts are the modules' ``replicas``, batch sizes their
 ``batch_size``; the cost of a batch is the caller's ``cost(call_id, rows)`` in virtual
-seconds.
+seconds. A Call given an :class:`~bench.simulator.llm.EngineModel` (``engines=``) runs on
+continuous-batching engines instead: each actor holds ``depth`` batches, runs ``inflight``
+of them at once, and a batch ends when its last request has its tokens
+(:mod:`bench.simulator.llm`).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.simulator.llm import EngineModel, EnginePool
 from rayorch.core.errors import KernelError
 from rayorch.core.ids import CallId, Path
 from rayorch.core.machine import (
@@ -71,6 +76,7 @@ class SimResult:
     wall_s: float
     kernel: Kernel  # the kernel after the run (its ``log`` holds every fact, in fold order)
     retries: int = 0
+    engines: dict[CallId, EnginePool] = field(default_factory=dict)
 
     def windows(self, call: CallId) -> list[tuple[float, float]]:
         """The union of the Call's batch intervals: when at least one of its actors was busy."""
@@ -123,8 +129,10 @@ class Simulator:
         cost: CostModel,
         max_active_sources: int | None = 256,
         max_events: int = 50_000_000,
+        engines: dict[CallId, EngineModel] | None = None,
     ) -> None:
         self.plan = plan
+        self.engines = dict(engines or {})
         self.cost = cost
         self.max_active_sources = max_active_sources
         self.max_events = max_events
@@ -143,7 +151,12 @@ class Simulator:
                                total_sources=total)
         kernel = machine.kernel
         actors = {call: module.options.replicas for call, module in self._modules.items()}
-        idle: dict[CallId, deque[int]] = {c: deque(range(n)) for c, n in actors.items()}
+        engines = {c: EnginePool(m, actors[c]) for c, m in self.engines.items()}
+        # One entry per batch an actor may hold (round-robin over the actors).
+        idle: dict[CallId, deque[int]] = {
+            c: deque(a for _ in range(self.engines[c].depth if c in engines else 1)
+                     for a in range(n)) for c, n in actors.items()}
+        inside: dict[int, _Pending] = {}  # batches inside an engine, by dispatch number
         functions: dict[tuple[CallId, int], Callable[..., Any]] = {}
         heap: list[_Pending] = []
         batches: list[BatchRecord] = []
@@ -196,10 +209,23 @@ class Simulator:
                                                list(send.rows))
                     except UdfError as exc:
                         error = exc.cause
-                    end = now + float(self.cost(call, send.rows))
-                    heapq.heappush(heap, _Pending(end, seq, call, actor, now, list(send.tags),
-                                                  results, error))
+                    end = now + float(self.cost(call, send.rows)) if call not in engines else now
+                    job = _Pending(end, seq, call, actor, now, list(send.tags), results, error)
+                    if call in engines:
+                        engines[call].send(actor, seq, list(send.rows), now)
+                        inside[seq] = job
+                    else:
+                        heapq.heappush(heap, job)
                     seq += 1
+            engine_next = min((pool.next_s() for pool in engines.values()), default=math.inf)
+            if engine_next < (heap[0].end_s if heap else math.inf):
+                now = engine_next  # an engine event: a batch arrives or a request ends
+                for pool in engines.values():
+                    for key, back_s in pool.advance(now):
+                        job = inside.pop(key)
+                        job.end_s = back_s
+                        heapq.heappush(heap, job)
+                continue
             if not heap:
                 if kernel.run_completed:
                     break
@@ -221,7 +247,7 @@ class Simulator:
         else:
             raise KernelError(f"the simulation did not finish in {self.max_events} events")
         return SimResult(now, outputs, completion, batches, actors,
-                         time.perf_counter() - started, kernel, retries)
+                         time.perf_counter() - started, kernel, retries, engines)
 
 
 __all__ = ["BatchRecord", "CostModel", "SimResult", "Simulator", "merge_intervals"]

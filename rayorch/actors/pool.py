@@ -1,8 +1,9 @@
 """Actor pools: one pool of Ray actors per module, shared by all Calls of that module.
 
 A pool owns ``replicas`` actor slots. Each slot holds at most ``depth`` batches in
-flight (pipelining keeps an actor busy while the driver handles the previous
-result). A slot whose actor died, ran past ``timeout_s``, or whose UDF raised
+flight: the module's ``max_inflight`` running at once, plus one queued (pipelining keeps
+an actor busy while the driver handles a result), none queued with a ``timeout_s``.
+A slot whose actor died, ran past ``timeout_s``, or whose UDF raised
 ``ro.ActorFailure`` is *replaced*: the old actor is killed and a fresh one built;
 batches still queued on the old actor come back as physical failures. Any other
 exception from the UDF is handled inside the actor (its recovery policy), which
@@ -74,7 +75,7 @@ class InFlightBatch:
     slot: ActorSlot
     incarnation: int
     submitted: float
-    started: float | None  # when it reached the head of the actor's queue
+    started: float | None  # when it became one of the actor's oldest max_inflight batches
     kill_cause: str | None = None  # set when the driver killed its actor (timeout)
 
 
@@ -133,8 +134,10 @@ class ActorPool:
         self.shared = shared
         self.reservation = reservation
         self._bundle = None if reservation is None else reservation.bundle(module.name)
+        self.inflight = opts.max_inflight
         # With a timeout a batch must start when submitted, so no pipelining.
-        self.depth = depth if depth is not None else (1 if opts.timeout_s is not None else 2)
+        queued = 0 if opts.timeout_s is not None else 1
+        self.depth = max(depth, self.inflight) if depth is not None else self.inflight + queued
         self.replaced = 0
         self.slots = [ActorSlot(i, self._spawn(i, 0)) for i in range(max(1, opts.replicas))]
         for slot in self.slots:
@@ -228,7 +231,7 @@ class ActorPool:
             "num_gpus": opts.num_gpus,
             "max_restarts": 0,
             "max_task_retries": 0,
-            "max_concurrency": 1,
+            "max_concurrency": opts.max_inflight,
         }
         if opts.resources:
             options["resources"] = dict(opts.resources)
@@ -398,7 +401,7 @@ class ActorPool:
         slot.reserved = max(0, slot.reserved - 1)
         now = time.monotonic()
         ref = slot.handle.run_batch.remote(task)
-        started = None if slot.queue else now
+        started = now if len(slot.queue) < self.inflight else None
         batch = InFlightBatch(ref, task, slot, slot.incarnation, now, started)
         slot.queue.append(batch)
         return batch
@@ -409,8 +412,9 @@ class ActorPool:
         current = batch.incarnation == slot.incarnation and batch in slot.queue
         if current:
             slot.queue.remove(batch)
-            if slot.queue and slot.queue[0].started is None:
-                slot.queue[0].started = time.monotonic()
+            for running in slot.queue[: self.inflight]:  # the oldest ones run
+                if running.started is None:
+                    running.started = time.monotonic()
         try:
             result: BatchResult = self._fetch(batch)
         except ray.exceptions.RayError as exc:
@@ -436,7 +440,8 @@ class ActorPool:
         return BatchOutcome(batch, result, None)
 
     def overdue(self, now: float | None = None) -> list[InFlightBatch]:
-        """Batches running longer than ``timeout_s`` (none when no timeout is set)."""
+        """Batches running longer than ``timeout_s`` (none when no timeout is set): a slot's
+        oldest batch started first, so it is the one to look at."""
         timeout = self.module.options.timeout_s
         if timeout is None:
             return []

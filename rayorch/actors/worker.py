@@ -12,12 +12,18 @@ The ABI is value-only. A worker receives a Call spec, the batch's input rows and
 Either way the values travel back to the driver on Ray's object store (the fast
 path). A worker knows nothing of the plan. An exception from the user code never leaves
 the worker (its recovery policy handles it here); only ``ro.ActorFailure`` does.
+
+A module with ``max_inflight=N`` gets an actor that runs up to N batches at once (Ray's
+``max_concurrency``, one thread per batch; an ``async def`` module's coroutines share one
+event loop, see :func:`rayorch.core.udf.instantiate`). Each batch is still its own attempt
+with its own commit; the commits of one actor go through its store client one at a time.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +105,7 @@ class ModuleWorker:
         self._fn = instantiate(module)
         self._binding = binding
         self._store: Any = None
+        self._commit_lock = threading.Lock()  # batches in flight at once share one client
         if binding is not None and binding.orphan_grace_s is not None:
             from rayorch.actors.orphan_watch import start_orphan_watch
 
@@ -152,6 +159,10 @@ class ModuleWorker:
         The store writes outputs over its payload threshold to the payload directory
         before the commit; the returned reports keep their values inline for the driver.
         """
+        with self._commit_lock:
+            return self._commit_locked(reports, run_id)
+
+    def _commit_locked(self, reports: tuple[GrainCommitted, ...], run_id: str) -> tuple[int, ...]:
         if self._store is None:
             assert self._binding is not None
             from rayorch.store.registry import open_store

@@ -61,6 +61,9 @@ class ModuleOptions:
     """What the actor does when the UDF raises (None: ``isolate_tail``)."""
     output_layout: str = "rows"
     """``rows``: a tuple of outputs per record; ``columns``: one list per output (upstream)."""
+    max_inflight: int = 1
+    """Batches one actor runs at once (an engine that batches concurrent requests wants
+    several: docs/ARCHITECTURE.md, "Several batches in flight per actor")."""
 
 
 @dataclass(frozen=True, slots=True)

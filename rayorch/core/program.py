@@ -39,6 +39,7 @@ _OPTION_NAMES = frozenset(
         "batched",
         "recovery",
         "output_layout",
+        "max_inflight",
     }
 )
 """Execution options: rayorch's own, set flat or through ``ray_options``."""
@@ -70,8 +71,8 @@ RESERVED_RAY_OPTIONS = {
     "namespace": "rayorch names the pool's actors itself",
     "lifetime": "rayorch owns the actors' lifetime",
     "get_if_exists": "rayorch finds shared actors itself",
-    "max_concurrency": "an actor runs one batch at a time",
-    "concurrency_groups": "an actor runs one batch at a time",
+    "max_concurrency": "set max_inflight=N (batches one actor runs at once)",
+    "concurrency_groups": "set max_inflight=N (batches one actor runs at once)",
     "allow_out_of_order_execution": "an actor runs its batches in order",
     "max_task_retries": "rayorch retries batches itself (max_attempts, recovery=)",
     "_actor_generator_backpressure_num_objects": "rayorch actors are not generators",
@@ -97,7 +98,9 @@ class RayModule:
 
     * execution options (``replicas``, ``batch_size``, ``num_cpus``, ``num_gpus``,
       ``resources``, ``max_attempts``, ``timeout_s``, ``policy`` = ``"elastic"`` |
-      ``"parent_bound"``, ``batched``, ``num_outputs``, ``recovery``, ``output_layout``);
+      ``"parent_bound"``, ``batched``, ``num_outputs``, ``recovery``, ``output_layout``,
+      ``max_inflight``: batches one actor runs at once, default 1; an ``async def``
+      ``__call__`` runs them as coroutines on one event loop, a plain one in threads);
     * Ray actor options (``runtime_env``, ``memory``, ``max_restarts``,
       ``accelerator_type``, ``scheduling_strategy``, ``label_selector``, ...), given as
       ``ray_options={...}`` and passed to ``ray.remote(...).options`` unchanged;
@@ -126,6 +129,7 @@ class RayModule:
         num_outputs: int = 1,
         recovery: Any = None,
         output_layout: str | None = None,
+        max_inflight: int = 1,
         ray_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -144,6 +148,7 @@ class RayModule:
             "num_gpus": num_gpus, "resources": resources, "max_attempts": max_attempts,
             "timeout_s": timeout_s, "policy": policy, "batched": batched,
             "num_outputs": num_outputs, "recovery": recovery, "output_layout": output_layout,
+            "max_inflight": max_inflight,
         }
         self._ray: dict[str, Any] = {}
         self._check_constructor(location, explicit=False)
@@ -271,7 +276,7 @@ class RayModule:
     @staticmethod
     def _defaults() -> dict[str, Any]:
         return {"replicas": 1, "batch_size": 1, "num_cpus": 1.0, "num_gpus": 0.0,
-                "batched": True, "num_outputs": 1, "policy": Policy.ELASTIC}
+                "batched": True, "num_outputs": 1, "policy": Policy.ELASTIC, "max_inflight": 1}
 
     def _build(self, location: Any) -> ModuleOptions:
         e = self._exec
@@ -302,6 +307,9 @@ class RayModule:
              "num_cpus/num_gpus must be numbers >= 0"),
             (e["timeout_s"] is None or e["timeout_s"] > 0, f"timeout_s={e['timeout_s']}",
              "timeout_s must be > 0"),
+            (_is_int(e["max_inflight"]) and e["max_inflight"] >= 1,
+             f"max_inflight={e['max_inflight']!r}",
+             "max_inflight (batches one actor runs at once) must be an int >= 1"),
             (layout in ("rows", "columns"), f"output_layout={layout!r}",
              "output_layout is 'rows' (a tuple per record) or 'columns' (a list per output)"),
         ]
@@ -330,6 +338,7 @@ class RayModule:
             ray_options=tuple(sorted(self._ray.items())),
             recovery=recovery,
             output_layout=layout,
+            max_inflight=e["max_inflight"],
         )
 
     def spec(self, name: str) -> ModuleSpec:

@@ -2,7 +2,9 @@
 
 * :func:`instantiate` turns a :class:`ModuleSpec` into a callable: a class target is
   built once with ``module.args``/``module.kwargs``; a function target gets
-  ``module.kwargs`` bound as keyword arguments.
+  ``module.kwargs`` bound as keyword arguments. An ``async def`` entry point is run on
+  one event loop of its own (:class:`ModuleLoop`), so the callable is plain and may be
+  called from several threads at once: their coroutines share that loop.
 * :func:`invoke_batch` runs that callable on a batch of rows (one tuple of input values
   per Grain) and returns, per row, a tuple of ``num_outputs`` values or the
   :class:`RecordFailure`/:class:`GroupFailure` the UDF gave for that record.
@@ -16,8 +18,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +70,38 @@ def one_line_cause(exc: BaseException) -> str:
     return cause if len(cause) <= _CAUSE_LIMIT else cause[: _CAUSE_LIMIT - 3] + "..."
 
 
+def is_async_target(target: Any) -> bool:
+    """Whether a module's entry point (``run``, else ``__call__``, or the function) is a
+    coroutine function."""
+    if inspect.isclass(target):
+        run = getattr(target, "run", None)
+        entry = run if callable(run) else inspect.getattr_static(target, "__call__", None)
+        return inspect.iscoroutinefunction(entry)
+    return inspect.iscoroutinefunction(target)
+
+
+class ModuleLoop:
+    """One asyncio event loop on a daemon thread, for one async module instance.
+
+    The instance is built on the loop (an engine's constructor finds it running) and every
+    call of its entry point is a coroutine scheduled there, whichever thread calls: the
+    batches a pool actor runs at once (``max_inflight``) share the loop, and so one engine.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name=f"rayorch-loop-{name}",
+                         daemon=True).start()
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the loop (awaited when it returns an awaitable)."""
+        async def call() -> Any:
+            out = fn(*args, **kwargs)
+            return await out if inspect.isawaitable(out) else out
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+
+
 def instantiate(module: ModuleSpec) -> Callable[..., Any]:
     """Build the callable for one actor (or one interpreter) from a module spec."""
     target = module.target
@@ -74,6 +110,15 @@ def instantiate(module: ModuleSpec) -> Callable[..., Any]:
             f"module {module.name!r} has no code (the plan was rebuilt from a description); "
             "compile the pipeline from its Python class to run it"
         )
+    if is_async_target(target):
+        loop = ModuleLoop(module.name)
+        entry = loop.run(_build, module)
+        return functools.partial(loop.run, entry)
+    return _build(module)
+
+
+def _build(module: ModuleSpec) -> Callable[..., Any]:
+    target = module.target
     kwargs = dict(module.kwargs)
     if inspect.isclass(target):
         instance = target(*module.args, **kwargs)
@@ -379,7 +424,9 @@ __all__ = [
     "run_with_recovery",
     "UdfError",
     "expansion_elements",
+    "ModuleLoop",
     "instantiate",
     "invoke_batch",
+    "is_async_target",
     "one_line_cause",
 ]

@@ -204,6 +204,14 @@ class VllmEngine:
     def recognize(self, pages: list[Page]) -> list[str]:
         return self._chat.answers([build_vlm_messages(page, self.prompt) for page in pages])
 
+    async def recognize_async(self, pages: list[Page]) -> list[str]:
+        """:meth:`recognize` for a module with several batches in flight: the batches'
+        pages share the engine (:class:`ContinuousChat`)."""
+        if getattr(self, "_continuous", None) is None:
+            self._continuous = ContinuousChat(self._chat)
+        return await self._continuous.answers(
+            [build_vlm_messages(page, self.prompt) for page in pages])
+
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
 """The fraction of GPU memory a GPU engine takes (weights, activations, KV cache)."""
@@ -248,6 +256,7 @@ class VllmChat:
     def __init__(self, model: str, *, images: int = 0, max_tokens: int = 256,
                  gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
                  sampling: dict[str, Any] | None = None, **llm_options: Any) -> None:
+        require_vllm_runtime("run this module without a model", "this module")
         vllm_runtime.use_in_process_engine()
         vllm_runtime.prepare_vllm()
         import vllm
@@ -274,9 +283,88 @@ class VllmChat:
         """
         return list(self._llm.chat(conversations, self._sampling, use_tqdm=False))
 
+    @property
+    def llm(self) -> Any:
+        """The ``vllm.LLM`` (in this process)."""
+        return self._llm
+
+    @property
+    def sampling(self) -> Any:
+        """The default ``vllm.SamplingParams`` (greedy)."""
+        return self._sampling
+
     def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
         """One batched ``LLM.chat``; each answer as :func:`parse_vlm_output` cleans it."""
         return [parse_vlm_output(out.outputs[0].text) for out in self.outputs(conversations)]
+
+
+class ContinuousChat:
+    """Batches in flight at once sharing one in-process engine (continuous batching).
+
+    Wraps a built :class:`VllmChat`. Each :meth:`answers` call enqueues its conversations
+    at once (``LLM.enqueue_chat``) and waits for its own; one stepping task on the running
+    event loop calls the engine's ``step()`` while any request is unfinished, so requests
+    of other batches join between steps and the engine never waits for a batch boundary.
+    Everything that touches the engine runs on that one loop (the module's own, see
+    ``max_inflight`` in docs/ARCHITECTURE.md), so the engine is never used from two
+    threads. :meth:`timed_outputs` says when each request entered and left the engine
+    (the busy-fraction benchmark, bench/engine_real.py, reads them).
+    """
+
+    def __init__(self, chat: VllmChat) -> None:
+        self.chat = chat
+        self._waiting: dict[str, Any] = {}  # request id -> asyncio.Future
+        self._stepper: Any = None
+
+    async def outputs(self, conversations: list[list[dict[str, Any]]],
+                      sampling: Any = None) -> list[Any]:
+        """vLLM's ``RequestOutput`` per conversation (``sampling``: one or one each)."""
+        return [out for out, _, _ in await self.timed_outputs(conversations, sampling)]
+
+    async def timed_outputs(self, conversations: list[list[dict[str, Any]]],
+                            sampling: Any = None) -> list[tuple[Any, float, float]]:
+        """``(RequestOutput, enqueued, finished)`` per conversation (monotonic seconds)."""
+        import asyncio
+        import time
+
+        loop = asyncio.get_running_loop()
+        enqueued = time.monotonic()
+        ids = self.chat.llm.enqueue_chat(conversations, sampling or self.chat.sampling,
+                                         use_tqdm=False)
+        futures = [loop.create_future() for _ in ids]
+        # enqueue_chat gives the engine's ids ("<ours>-<random>"); outputs carry ours.
+        self._waiting.update((rid.rsplit("-", 1)[0], f) for rid, f in zip(ids, futures))
+        if self._stepper is None or self._stepper.done():
+            self._stepper = loop.create_task(self._step())
+        done = await asyncio.gather(*futures)
+        return [(out, enqueued, finished) for out, finished in done]
+
+    async def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:
+        """Like :meth:`VllmChat.answers`, awaiting this batch's requests only."""
+        return [parse_vlm_output(out.outputs[0].text) for out in await self.outputs(conversations)]
+
+    async def _step(self) -> None:
+        import asyncio
+        import time
+
+        engine = self.chat.llm.llm_engine
+        try:
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.finished and out.request_id in self._waiting:
+                        self._waiting.pop(out.request_id).set_result((out, time.monotonic()))
+                await asyncio.sleep(0)  # batches that arrived meanwhile enqueue here
+        except Exception as exc:  # the engine failed: every waiting batch learns why
+            self._fail_waiting(exc)
+        else:
+            self._fail_waiting(OcrEngineError(
+                f"the vLLM engine finished without answering {len(self._waiting)} requests"))
+
+    def _fail_waiting(self, exc: Exception) -> None:
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._waiting.clear()
 
 
 class EngineRegistry:

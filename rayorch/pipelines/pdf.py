@@ -383,6 +383,13 @@ class OcrPage:
         return self._engine
 
     def __call__(self, pages: list[Page]) -> list[PageText | RecordFailure]:
+        results, readable = self._readable(pages)
+        texts = self.engine.recognize([pages[i] for i in readable]) if readable else []
+        return self._filled(pages, results, readable, texts)
+
+    def _readable(self, pages: list[Page]) -> tuple[list[PageText | RecordFailure], list[int]]:
+        """A result slot per page (a RecordFailure for a page the engine cannot read) and
+        the positions of the pages to recognize."""
         results: list[PageText | RecordFailure] = []
         readable: list[int] = []
         for i, page in enumerate(pages):
@@ -390,7 +397,10 @@ class OcrPage:
             results.append(RecordFailure(problem) if problem else {})
             if not problem:
                 readable.append(i)
-        texts = self.engine.recognize([pages[i] for i in readable]) if readable else []
+        return results, readable
+
+    def _filled(self, pages: list[Page], results: list[PageText | RecordFailure],
+                readable: list[int], texts: list[str]) -> list[PageText | RecordFailure]:
         if len(texts) != len(readable):
             raise OcrEngineError(
                 f"OCR engine {self.engine_name!r} returned {len(texts)} texts "
@@ -410,6 +420,25 @@ class OcrPage:
                 "reads pixels; render with RenderPdf(needs_image=True)"
             )
         return None
+
+
+class AsyncOcrPage(OcrPage):
+    """:class:`OcrPage` for a module with several batches in flight (``max_inflight``): an
+    engine with ``recognize_async`` (vLLM: the batches share one engine) is awaited, any
+    other runs in a thread, off the module's event loop."""
+
+    async def __call__(self, pages: list[Page]) -> list[PageText | RecordFailure]:  # type: ignore[override]
+        import asyncio
+
+        results, readable = self._readable(pages)
+        todo = [pages[i] for i in readable]
+        texts: list[str] = []
+        if todo:
+            engine = self.engine
+            recognize_async = getattr(engine, "recognize_async", None)
+            texts = (await recognize_async(todo) if recognize_async is not None
+                     else await asyncio.to_thread(engine.recognize, todo))
+        return self._filled(pages, results, readable, texts)
 
 
 def _clean_text(text: str) -> str:
@@ -532,6 +561,8 @@ class PdfPipeline(ro.Pipeline):
     ``"vllm"`` (a VLM served by vLLM, ``engine_options={"model": ...}``: one GPU per replica,
     none with vLLM's CPU build). Each result is the
     ``AssembleDocument`` dict of one PDF, or a failed result with its cause.
+    ``ocr_inflight`` > 1 lets each OCR actor run that many batches at once
+    (:class:`AsyncOcrPage`: a vLLM engine then batches the pages of all of them).
 
     >>> plan = PdfPipeline().compile()
     """
@@ -549,6 +580,7 @@ class PdfPipeline(ro.Pipeline):
         engine_options: dict[str, Any] | None = None,
         ocr_num_cpus: float | None = None,
         ocr_num_gpus: float | None = None,
+        ocr_inflight: int = 1,
     ) -> None:
         super().__init__()
         if engine not in OCR_MODES:
@@ -571,7 +603,8 @@ class PdfPipeline(ro.Pipeline):
         # The engine's options are constructor arguments (.pre_init), never execution
         # options: an engine's own timeout_s must not become the batch timeout.
         self.ocr = ro.RayModule(
-            OcrPage,
+            OcrPage if ocr_inflight == 1 else AsyncOcrPage,
+            max_inflight=ocr_inflight,
             batch_size=batch_size,
             replicas=replicas,
             num_cpus=ocr_num_cpus if ocr_num_cpus is not None else ocr_module_cpus(engine),
@@ -599,8 +632,7 @@ from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's p
 )
 
 __all__ = [
-    "OCR_MODES", "AssembleDocument", "OcrPage", "PdfPipeline", "RenderPages", "RenderPdf",
-    "assemble_markdown",
-    "document_pages", "document_warnings", "failure_kind", "find_pdfs", "summary_dict",
-    "write_outputs",
+    "OCR_MODES", "AssembleDocument", "AsyncOcrPage", "OcrPage", "PdfPipeline", "RenderPages",
+    "RenderPdf", "assemble_markdown", "document_pages", "document_warnings", "failure_kind",
+    "find_pdfs", "summary_dict", "write_outputs",
 ]

@@ -65,6 +65,15 @@ def test_reference_evaluation(sources: list[str]) -> None:
     check(evaluate(plan, [(p,) for p in sources]).outputs, sources, origin=False)
 
 
+def test_ocr_with_several_batches_in_flight_gives_the_same_documents(
+        sources: list[str]) -> None:
+    """``ocr_inflight=2``: the OCR module is AsyncOcrPage (run on its own event loop, the
+    CPU engine in a thread); the documents are the same."""
+    pipeline = PdfPipeline(ocr_inflight=2)
+    assert pipeline.ocr.options.max_inflight == 2
+    check(evaluate(pipeline.compile(), [(p,) for p in sources]).outputs, sources, origin=False)
+
+
 @pytest.mark.parametrize(
     "options",
     [

@@ -194,3 +194,33 @@ def test_quick_cli_writes_table_json_and_plot(tmp_path: Path,
     assert rows[8]["makespan_s"] < rows[1]["makespan_s"] / 6
     assert figure.stat().st_size > 10_000
     assert (tmp_path / "out" / "sim_scaling.png").read_bytes() == figure.read_bytes()
+
+
+# -- model stages on continuous-batching engines (bench/simulator/llm.py) ---------------------
+def test_engine_model_batch_ends_with_its_longest_request() -> None:
+    from bench.simulator.llm import EngineModel, EnginePool
+
+    model = EngineModel(tokens=lambda row: row[0], step_a_s=1.0, step_b_s=0.0, max_seqs=8,
+                        latency_s=0.5, inflight=1, depth=2)
+    pool = EnginePool(model, actors=1)
+    pool.send(0, 7, [(10,), (20,)], now=0.0)
+    pool.send(0, 8, [(5,)], now=0.0)  # queued behind the first (inflight=1)
+    ended = []
+    while (t := pool.next_s()) != float("inf"):
+        ended.extend(pool.advance(t))
+    # arrives at 0.5, 20 steps of 1 s; the queued batch then runs 5 steps; results +0.5 s
+    assert ended == [(7, 21.0), (8, 26.0)]
+    assert pool.busy_fraction() == pytest.approx(1.0)
+    assert pool.occupancy() == pytest.approx((2 * 10 + 1 * 10 + 1 * 5) / 25 / 8)
+
+
+def test_engine_busy_sim_several_batches_in_flight_fill_the_engine(tmp_path: Path) -> None:
+    from bench.engine_busy import main as busy_main
+
+    assert busy_main(["sim", "--quick", "--out", str(tmp_path)]) == 0  # checks every output
+    rows = json.loads((tmp_path / "engine_busy_sim.json").read_text())
+    by_inflight = {row["max_inflight"]: row for row in rows}
+    assert all(0.0 < row["busy_fraction"] <= 1.0 + 1e-9 for row in rows)
+    assert by_inflight[4]["occupancy"] > 2 * by_inflight[1]["occupancy"]
+    assert by_inflight[8]["pages_per_s"] > by_inflight[4]["pages_per_s"] > \
+        by_inflight[1]["pages_per_s"]
