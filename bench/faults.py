@@ -189,6 +189,7 @@ class Harness:
     actor_kills: int = 4
     stops: int = 1
     redis_restarts: int = 1
+    rollbacks: int = 1  # Redis SIGKILLed with the last second of its AOF cut off (an OS crash)
     gpu_ms: float = 20.0
     lease_ttl: float = 3.0
     interval: float = 3.0
@@ -304,7 +305,8 @@ class Harness:
         from rayorch.store.errors import StoreUnavailableError
 
         todo = (["driver"] * self.driver_kills + ["actor"] * self.actor_kills
-                + ["stop"] * self.stops + ["redis"] * self.redis_restarts)
+                + ["stop"] * self.stops + ["redis"] * self.redis_restarts
+                + ["rollback"] * self.rollbacks)
         rng.shuffle(todo)
         shards = store.run_info(run_id).shards
         next_fault = time.monotonic() + self.interval
@@ -313,7 +315,7 @@ class Harness:
             with contextlib.suppress(StoreUnavailableError):
                 replicas_done = replicas_done or len(store.done_shards(run_id)) == shards
             if replicas_done:
-                todo = [kind for kind in todo if kind == "redis"]
+                todo = [kind for kind in todo if kind in ("redis", "rollback")]
                 if not callers.is_alive():
                     break
             elif not self.live() or all(p.stopped for p in self.live()):
@@ -401,6 +403,24 @@ class Harness:
                 self.log(f"SIGCONT driver {victim.driver_id}")
 
             threading.Timer(pause, resume).start()
+        elif kind == "rollback":
+            # appendfsync everysec (docs/DEPLOYING.md) loses up to its last second in an OS
+            # crash: keep the AOF's size now, go on for a second, kill, cut it back, restart.
+            aof = sorted((redis.workdir / "appendonlydir").glob("*.incr.aof"))
+            size = aof[-1].stat().st_size if aof else 0
+            time.sleep(1.0)
+            redis.kill()
+            now = sorted((redis.workdir / "appendonlydir").glob("*.incr.aof"))
+            if aof and now and now[-1] == aof[-1]:
+                lost = aof[-1].stat().st_size - size
+                with open(aof[-1], "r+b") as f:
+                    f.truncate(size)
+                self.faults["redis rollback (last second of its AOF lost)"] += 1
+                self.log(f"SIGKILL redis-server, its AOF cut back by {lost} bytes (1 s), restart")
+            else:
+                self.faults["redis kill+restart"] += 1  # the AOF was rewritten meanwhile
+                self.log("SIGKILL redis-server (AOF rewritten meanwhile: not cut), restart")
+            redis.start()
         elif kind == "redis":
             redis.kill()
             down = rng.uniform(1.0, 3.0)
@@ -471,6 +491,7 @@ class Harness:
             "deposed_wakeups": sum(faults[k] for k in DEPOSED),
             "lost_replies": sum(n for k, n in faults.items() if k.endswith("reply lost")),
             "redis_restarts": faults["redis kill+restart"],
+            "rollbacks": faults["redis rollback (last second of its AOF lost)"],
             "caller_runs": len(episodes),
             "caller_sources": sum(self.caller_items for _ in episodes),
             "caller_printed": sum(len(ep.printed) for ep in episodes),
@@ -508,7 +529,7 @@ def report(result: dict[str, Any]) -> str:
         f"driver kills: {result['driver_kills']} (replica drivers, callers and resumes)",
         f"deposed wake-ups: {result['deposed_wakeups']}",
         f"lost replies: {result['lost_replies']}",
-        f"redis restarts: {result['redis_restarts']}",
+        f"redis restarts: {result['redis_restarts']}, rollbacks: {result['rollbacks']}",
         f"outputs lost: {result['outputs_lost']}",
         f"outputs duplicated beyond one re-delivery per interrupted caller: "
         f"{result['outputs_duplicated']} (re-delivered, allowed: "
@@ -536,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--actor-kills", type=int)
     parser.add_argument("--stops", type=int)
     parser.add_argument("--redis-restarts", type=int)
+    parser.add_argument("--rollbacks", type=int,
+                        help="Redis SIGKILLs that lose the last second of its AOF")
     parser.add_argument("--caller-kills", type=int, help="caller runs SIGKILLed, then resumed")
     parser.add_argument("--caller-stops", type=int,
                         help="caller runs SIGSTOPped past their lease, resumed, SIGCONTed")
@@ -555,10 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     base: dict[str, Any] = {}
     if args.soak:
         base = {"docs": 2000, "drivers": 3, "shards": 12, "driver_kills": 50,
-                "actor_kills": 50, "stops": 5, "redis_restarts": 3, "interval": 2.5,
+                "actor_kills": 50, "stops": 5, "redis_restarts": 3, "rollbacks": 3, "interval": 2.5,
                 "gpu_ms": 120.0, "timeout": 1500.0, "caller_kills": 9, "caller_stops": 6}
     for name in ("docs", "drivers", "shards", "driver_kills", "actor_kills", "stops",
-                 "redis_restarts", "caller_kills", "caller_stops", "caller_items",
+                 "redis_restarts", "rollbacks", "caller_kills", "caller_stops", "caller_items",
                  "resume_kill_p", "reply_interval", "interval", "lease_ttl", "gpu_ms",
                  "timeout"):
         if getattr(args, name) is not None:
