@@ -38,8 +38,9 @@ def run_job(job: str, inputs: Path, out: Path, engine: str, model: Path, store: 
     code = cli_main(["run", job, "--input", str(inputs), "--output", str(out), engine, "vllm",
                      "--model", str(model), "--batch-size", "2", "--no-progress", "--json",
                      "--store", store])
-    summary: dict[str, Any] = json.loads(capsys.readouterr().out)
-    assert code == 0, summary
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-3000:]
+    summary: dict[str, Any] = json.loads(captured.out)
     return summary
 
 
