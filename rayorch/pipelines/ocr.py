@@ -315,6 +315,8 @@ class ContinuousChat:
         self.chat = chat
         self._waiting: dict[str, Any] = {}  # request id -> asyncio.Future
         self._stepper: Any = None
+        self.peak = 0
+        """The most requests inside the engine at once (several batches' when they overlap)."""
 
     async def outputs(self, conversations: list[list[dict[str, Any]]],
                       sampling: Any = None) -> list[Any]:
@@ -334,6 +336,7 @@ class ContinuousChat:
         futures = [loop.create_future() for _ in ids]
         # enqueue_chat gives the engine's ids ("<ours>-<random>"); outputs carry ours.
         self._waiting.update((rid.rsplit("-", 1)[0], f) for rid, f in zip(ids, futures))
+        self.peak = max(self.peak, len(self._waiting))
         if self._stepper is None or self._stepper.done():
             self._stepper = loop.create_task(self._step())
         done = await asyncio.gather(*futures)
