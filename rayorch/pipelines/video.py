@@ -173,7 +173,10 @@ class AnnotateClip:
             self.engine = engine
 
     def __call__(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:
-        notes = self.engine.annotate(clips) if clips else []
+        return self._records(clips, self.engine.annotate(clips) if clips else [])
+
+    def _records(self, clips: list[ClipFrames], notes: list[dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
         if len(notes) != len(clips):
             raise AnnotatorError(f"annotation engine {self.engine_name!r} returned "
                                  f"{len(notes)} annotations for {len(clips)} clips")
@@ -184,6 +187,22 @@ class AnnotateClip:
             record["annotation"] = {"engine": self.engine_name, **note}
             results.append(record)
         return results
+
+
+class AsyncAnnotateClip(AnnotateClip):
+    """:class:`AnnotateClip` for a module with several batches in flight (``max_inflight``):
+    an engine with ``annotate_async`` (vLLM: the batches share one engine) is awaited, any
+    other runs in a thread, off the module's event loop."""
+
+    async def __call__(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:  # type: ignore[override]
+        import asyncio
+
+        if not clips:
+            return []
+        annotate_async = getattr(self.engine, "annotate_async", None)
+        notes = (await annotate_async(clips) if annotate_async is not None
+                 else await asyncio.to_thread(self.engine.annotate, clips))
+        return self._records(clips, notes)
 
 
 class AssembleVideo:
@@ -200,7 +219,9 @@ class VideoPipeline(ro.Pipeline):
 
     ``annotate`` is ``"stats"`` (signals only, CPU), ``"ocr"`` (RapidOCR on keyframes, CPU)
     or ``"vllm"`` (a captioning VLM served by vLLM, ``engine_options={"model": ...}``: one GPU
-    per replica, none with vLLM's CPU build). Each
+    per replica, none with vLLM's CPU build). ``annotate_inflight`` > 1 lets each annotate
+    actor run that many batches at once (:class:`AsyncAnnotateClip`: a vLLM engine then
+    batches the clips of all of them). Each
     result is the ``AssembleVideo`` dict of one video, or a failed result with its cause.
 
     >>> plan = VideoPipeline("stats").compile()
@@ -222,6 +243,7 @@ class VideoPipeline(ro.Pipeline):
         engine_options: dict[str, Any] | None = None,
         annotate_num_cpus: float | None = None,
         annotate_num_gpus: float | None = None,
+        annotate_inflight: int = 1,
     ) -> None:
         super().__init__()
         ProbeVideo(max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold)
@@ -237,7 +259,8 @@ class VideoPipeline(ro.Pipeline):
             batch_size=batch_size, replicas=decode_replicas, num_cpus=0.5,
         )
         self.annotate = ro.RayModule(
-            AnnotateClip, annotate, batch_size=batch_size, replicas=replicas,
+            AnnotateClip if annotate_inflight == 1 else AsyncAnnotateClip, annotate,
+            max_inflight=annotate_inflight, batch_size=batch_size, replicas=replicas,
             num_cpus=annotate_num_cpus if annotate_num_cpus is not None
             else (1.0 if annotate == "ocr" else vllm_num_cpus(0.25) if vllm else 0.25),
             num_gpus=annotate_num_gpus if annotate_num_gpus is not None

@@ -167,9 +167,19 @@ class VllmCaptioner:
                                   max_model_len=max_model_len, **llm_options)
 
     def annotate(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:
-        captions = self._chat.answers([
-            build_caption_messages(limit_keyframes(c, self.max_images), self.prompt)
-            for c in clips])
+        captions = self._chat.answers(self._conversations(clips))
+        return [{"caption": caption, "model": self.model} for caption in captions]
+
+    def _conversations(self, clips: list[ClipFrames]) -> list[list[dict[str, Any]]]:
+        return [build_caption_messages(limit_keyframes(c, self.max_images), self.prompt)
+                for c in clips]
+
+    async def annotate_async(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:
+        """:meth:`annotate` for a module with several batches in flight: the batches' clips
+        share the engine (:class:`~rayorch.pipelines.ocr.ContinuousChat`)."""
+        if getattr(self, "_continuous", None) is None:
+            self._continuous = ocr.ContinuousChat(self._chat)
+        captions = await self._continuous.answers(self._conversations(clips))
         return [{"caption": caption, "model": self.model} for caption in captions]
 
 

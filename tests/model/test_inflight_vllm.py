@@ -59,7 +59,7 @@ class Inflight(ro.Pipeline):
         return F.reduce(self.answer(F.expand(self.split(docs))))
 
 
-def test_batches_in_flight_share_one_engine(test_models: dict[str, Any]) -> None:
+def test_batches_in_flight_share_one_engine(ray_local: None, test_models: dict[str, Any]) -> None:
     words = ["the", "page", "of", "the", "document", "shows", "a", "table", "and", "a", "list"]
     docs = ["|".join(" ".join(words[(d + k) % len(words):]) or "page" for k in range(n))
             for d, n in enumerate([3, 1, 4, 2, 3])]

@@ -74,6 +74,15 @@ def test_long_scene_split_and_clips_in_time_order(sources: list[str]) -> None:
     assert all(c["annotation"] == {"engine": "stats", "flags": []} for c in video["clips"])
 
 
+def test_annotate_with_several_batches_in_flight_gives_the_same_videos(
+        sources: list[str]) -> None:
+    """``annotate_inflight=2``: AsyncAnnotateClip (its own event loop, the CPU engine in a
+    thread); the videos are the same."""
+    pipeline = VideoPipeline("stats", max_clip_s=MAX_CLIP_S, annotate_inflight=2)
+    assert pipeline.annotate.options.max_inflight == 2
+    check(evaluate(pipeline.compile(), [(p,) for p in sources]).outputs, sources, origin=False)
+
+
 def test_reference_evaluation(sources: list[str]) -> None:
     plan = VideoPipeline("stats", max_clip_s=MAX_CLIP_S).compile()
     check(evaluate(plan, [(p,) for p in sources]).outputs, sources, origin=False)
