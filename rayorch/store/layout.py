@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import orjson
+
 from rayorch.core.facts import (
     BarrierInstalled,
     ExpansionClosed,
@@ -73,6 +75,22 @@ class RunInfo:
     @property
     def domains(self) -> tuple[DomainId, ...]:
         return tuple(d[0] for d in self.plan["domains"])
+
+
+def encode_sink(out_dir: str, out_format: str) -> bytes:
+    """How a backend keeps a recorded sink (``RunInfo.sink``): ``["dir", "format"]``."""
+    return orjson.dumps([str(out_dir), str(out_format)])
+
+
+def decode_sink(raw: bytes | str | None) -> tuple[str, str] | None:
+    """A recorded ``[directory, format]``; None when absent or not of that shape."""
+    try:
+        value = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None
 
 
 class RunLayout:

@@ -65,15 +65,12 @@ from rayorch.store.layout import (
     RunInfo,
     RunLayout,
     check_run_id,
+    decode_sink,
+    encode_sink,
     prepare_driver_facts,
     prepare_reports,
 )
-from rayorch.store.payload import (
-    DEFAULT_THRESHOLD,
-    PayloadStore,
-    deletable_refs,
-    store_identity,
-)
+from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs, store_identity
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
@@ -106,17 +103,6 @@ from rayorch.store.scripts import (
 MIN_REDIS_VERSION = (7, 0)
 MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket timeout)
 _STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries")
-
-
-def _decode_sink(raw: bytes | str | None) -> tuple[str, str] | None:
-    """A recorded ``[directory, format]``; None when absent or not of that shape."""
-    try:
-        value = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
-        return value[0], value[1]
-    return None
 
 
 class RedisStore(LineageStore):
@@ -276,7 +262,7 @@ class RedisStore(LineageStore):
                 micro_batch=int(raw[b"micro_batch"]),
                 config=orjson.loads(raw[b"config"]),
                 created_ts=float(raw[b"created_ts"]),
-                sink=_decode_sink(raw.get(b"sink")),
+                sink=decode_sink(raw.get(b"sink")),
             )
             layout = self._layouts[run_id] = RunLayout(info)
         return layout
@@ -561,11 +547,10 @@ class RedisStore(LineageStore):
     def record_sink(self, run_id: str, out_dir: str, out_format: str) -> tuple[str, str]:
         self._layout(run_id)
         with self._errors():
-            self._client().hsetnx(meta_key(run_id), "sink",
-                                  orjson.dumps([str(out_dir), str(out_format)]))
+            self._client().hsetnx(meta_key(run_id), "sink", encode_sink(out_dir, out_format))
             raw: Any = self._client().hget(meta_key(run_id), "sink")
         self._layouts.pop(run_id, None)  # run_info reads it back
-        return _decode_sink(raw) or (str(out_dir), str(out_format))
+        return decode_sink(raw) or (str(out_dir), str(out_format))
 
     def load_manifest(self, run_id: str) -> bytes | None:
         self._layout(run_id)
