@@ -471,10 +471,10 @@ class ShardDriver(LeaseSide):
                 facts = []
                 todo = ready
                 if st.on_disk is None:  # parts of a dead holder or of a rolled-back store
-                    st.on_disk = self.sink.indexes_in_parts(k)
+                    st.on_disk = self.sink.parts_by_index(k)
                 if hits := [r.index for r in ready if r.index in st.on_disk]:
-                    st.on_disk.difference_update(hits)
-                    facts = self.sink.adopt(k, hits)
+                    parts = set().union(*(st.on_disk.pop(i) for i in hits))
+                    facts = self.sink.adopt(k, hits, among=parts)
                     adopted = {f.index for f in facts}
                     todo = [r for r in ready if r.index not in adopted]
                 if todo:

@@ -385,35 +385,39 @@ class FileSink:
         if removed:
             _fsync_dir(self.directory)
 
-    def indexes_in_parts(self, shard: int) -> set[int]:
-        """The sources whose records the part files of ``shard`` hold (read once when a
-        driver takes the shard: the ones it finds ready again are :meth:`adopt`-ed); the
-        temp and claim files that its killed writers left are removed first."""
+    def parts_by_index(self, shard: int) -> dict[int, set[str]]:
+        """Which part files of ``shard`` hold each source's record (read once when a driver
+        takes the shard: the sources it finds ready again are :meth:`adopt`-ed from just
+        those parts); the temp and claim files its killed writers left are removed first."""
         self._remove_leftovers(shard)
-        found: set[int] = set()
+        found: dict[int, set[str]] = {}
         for name in os.listdir(self.directory):
             part = PartName.parse(name)
             if part is None or part.shard != shard or part.fmt != self.format:
                 continue
             try:
-                found.update(rec.index for rec, _ in read_part(self.directory / name))
+                for rec, _ in read_part(self.directory / name):
+                    found.setdefault(rec.index, set()).add(name)
             except SinkError:
                 if (self.directory / name).exists():
                     raise
                 # discarded by its writer meanwhile
         return found
 
-    def adopt(self, shard: int, indexes: Collection[int]) -> list[OutputEmitted]:
+    def adopt(self, shard: int, indexes: Collection[int],
+              among: Collection[str] | None = None) -> list[OutputEmitted]:
         """Facts for sources of ``shard`` a previous holder wrote but never recorded.
 
-        Each part holding some of ``indexes`` is claimed by an atomic rename (so a deposed
+        Each part holding some of ``indexes`` (looked for ``among`` these part names when
+        given, else in every part of the shard) is claimed by an atomic rename (so a deposed
         holder's :meth:`discard` and this adoption cannot both win) and published again
         under a new name with just those records, byte for byte: same digests, no second
         copy. Sources found in no part are not returned.
         """
         wanted = set(indexes)
         found: list[OutputEmitted] = []
-        for name in sorted(os.listdir(self.directory)):
+        names = sorted(os.listdir(self.directory) if among is None else among)
+        for name in names:
             part = PartName.parse(name)
             if not wanted or part is None or part.shard != shard or part.fmt != self.format:
                 continue

@@ -44,7 +44,6 @@ class StallWatch:
         self.floor_s = stall_floor_s() if floor_s is None else floor_s
         self._recent: dict[str, deque[float]] = {}
         self._next_say: dict[int, float] = {}  # batch id -> run time at which to say it
-        self.said = 0
 
     def finished(self, module: str, batch: Any, now: float | None = None) -> None:
         """``batch`` of ``module`` ended (well or not): its run time joins the history."""
@@ -78,7 +77,6 @@ class StallWatch:
                     if ran <= self._next_say.get(key, limit):
                         continue
                     self._next_say[key] = 2 * ran
-                    self.said += 1
                     self._log(self._line(module, batch, ran, limit))
 
     def _line(self, module: str, batch: Any, ran: float, limit: float) -> str:

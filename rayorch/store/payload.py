@@ -71,6 +71,7 @@ class PayloadStore:
         self.root = Path(root) if root is not None else default_payload_dir()
         self.threshold = threshold
         self.owner = owner
+        self._claimed: set[Path] = set()  # run folders whose owner mark is known written
 
     def owner_of(self, run_dir: str) -> str | None:
         """Which store wrote the payload folder ``run_dir`` (None: unknown, an older one)."""
@@ -80,12 +81,16 @@ class PayloadStore:
             return None
 
     def _claim(self, run_folder: Path) -> None:
+        """Write the owner mark into ``run_folder`` once (not a stat per payload file)."""
+        if not self.owner or run_folder in self._claimed:
+            return
         marker = run_folder / OWNER_FILE
-        if self.owner and not marker.exists():
+        if not marker.exists():
             fd, tmp = tempfile.mkstemp(dir=run_folder, prefix=".tmp-")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(self.owner)
             os.replace(tmp, marker)
+        self._claimed.add(run_folder)
 
     def externalize(self, run_id: str, report: GrainCommitted) -> tuple[GrainCommitted, str]:
         """Write the report's outputs to a file; return the report holding only the ref.
@@ -181,6 +186,7 @@ class PayloadStore:
         for ref in self.refs(run_id):
             self.delete(ref)
         base = self._path(self._run_dir(run_id))
+        self._claimed.discard(base)
         if not base.is_dir() or base.is_symlink():
             return
         (base / OWNER_FILE).unlink(missing_ok=True)
