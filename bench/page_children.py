@@ -4,7 +4,7 @@
 
 The PDF job expands every page (``F.expand_aligned(pages, to_ocr)``) and drops the text
 pages before the OCR Call (``F.filter``), so the kernel publishes a child and decides its
-OCR Item per page without a dispatch. This runs that wiring in process (``core.executor``,
+OCR Item per page without a dispatch. This runs that wiring in process (``runtime.in_process``,
 no Ray, sleep-free modules) over 142 documents of 14 pages, once with every page a child
 and once with none, and reports the kernel's CPU per child (best of ``--repeat``).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import rayorch as ro
 from rayorch import F
-from rayorch.core.executor import execute
+from rayorch.runtime.in_process import execute
 
 
 class Render:

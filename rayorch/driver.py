@@ -23,6 +23,7 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.runtime.delivery import CallerSink, IteratorFeed
+from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
     LEASE_TTL_S,
     build_pools,
@@ -116,18 +117,23 @@ class RunHandle:
             return tuple(columns)
         return dict(zip(names, columns, strict=True))
 
+    def _ray_pools(self) -> dict[str, Any]:
+        pools = self._driver.pools
+        assert isinstance(pools, RayPools)
+        return pools.pools
+
     @property
     def actors_up_at(self) -> float | None:
         """``time.monotonic()`` when every pool's actors were first up (None while one
         starts): a run starts while its actors start, so this ends its start-up."""
-        times = [pool.ready_at for pool in self._driver.pools.values()]
+        times = [pool.ready_at for pool in self._ray_pools().values()]
         return None if None in times else max(t for t in times if t is not None)
 
     @property
     def actors_replaced(self) -> int:
         """How many actors were replaced (crash, timeout, ``ro.ActorFailure``); an exception
         from a UDF never replaces its actor."""
-        return sum(pool.replaced for pool in self._driver.pools.values())
+        return self._driver.pools.replaced()
 
     @property
     def elapsed_s(self) -> float:
@@ -391,8 +397,9 @@ class Executor:
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
                               progress=progress, new_run=created)
         driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
-                             driver_id=new_driver_id(), pools=pools,
-                             call_module=self._call_module,
+                             driver_id=new_driver_id(),
+                             pools=RayPools(pools, self._call_module, run_id=run_id,
+                                            log=config.log),
                              feed=IteratorFeed(rows, info, total, order),
                              sink=CallerSink(ordered, order),
                              config=config, on_close=release)

@@ -16,6 +16,7 @@ from typing import Any
 from rayorch.core.plan import Plan
 from rayorch.driver import DriverError, _new_run_id, _zip_inputs
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
+from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
     REPLICA_LEASE_TTL_S,
     build_pools,
@@ -232,8 +233,9 @@ def join_run(
                           manifest.max_active_sources, progress=False, log=log)
     sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
     driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
-                         driver_id=driver_id or new_driver_id(), pools=pools,
-                         call_module=call_module, feed=ManifestFeed(manifest.sources, info),
+                         driver_id=driver_id or new_driver_id(),
+                         pools=RayPools(pools, call_module, run_id=run_id, log=log),
+                         feed=ManifestFeed(manifest.sources, info),
                          sink=sink, config=config, on_close=release)
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)

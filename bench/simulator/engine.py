@@ -1,14 +1,15 @@
-"""A discrete-event simulator that drives the real kernel under a virtual clock.
+"""A discrete-event simulator: the one driver shell with virtual-clock actors.
 
-It performs the same ``ShardMachine`` instructions as the Ray driver
-(``rayorch/runtime/shard_driver.py``) with Ray replaced by an event heap: admit sources
-while the machine has room -> for every Call with ready Grains and every idle actor of its
-pool, ``SlotFree`` (the Call's own policy and batch size) -> the UDF of each ``SendBatch``
-runs at once (time is virtual) and the batch's completion is scheduled at
-``now + cost(call, rows)`` -> at that virtual time the reports go through the commit gate
-and back as ``BatchCommitted`` -> finished sources (``OutputReady``) are delivered. All completions
-that share one virtual instant are folded before the next dispatch, as a driver that sees
-them in one ``ray.wait`` would. Actors are never idle while their Call has a ready Grain.
+The simulator is :class:`~rayorch.runtime.shard_driver.ShardDriver` (the driver every
+run uses) with other ports (``rayorch/runtime/ports.py``): :class:`VirtualPools`, whose
+actors finish a batch at ``now + cost(call, rows)`` of a virtual clock, a memory store as
+the fact log (its commit gate is the one commit rule) and a collecting sink. The driver
+admits while the machine has room, fills every idle actor of a Call with ready Grains
+(the Call's own policy and batch size), and folds all the completions that share one
+virtual instant before it dispatches again, as a driver that sees them in one
+``ray.wait`` would. The user code runs as in a pool actor (``run_batch``: an exception
+is handled by the module's recovery policy; ``ro.ActorFailure`` fails the batch
+physically and it is retried).
 
 Nothing here sleeps or copies kernel logic: scheduling, propagation, reduce and completion
 are the kernel's. Actor counts are the modules' ``replicas``, batch sizes their
@@ -31,23 +32,17 @@ from typing import Any
 
 from bench.simulator.llm import EngineModel, EnginePool
 from rayorch.core.errors import KernelError
-from rayorch.core.ids import CallId, Path
-from rayorch.core.machine import (
-    BatchCommitted,
-    BatchFailed,
-    InputClosed,
-    Instruction,
-    OutputDelivered,
-    OutputReady,
-    SendBatch,
-    ShardMachine,
-    SlotFree,
-    SourcesArrived,
-)
+from rayorch.core.ids import CallId
+from rayorch.core.machine import GrainTag
 from rayorch.core.outcome import Item
-from rayorch.core.plan import CallSpec, ModuleSpec, Plan
+from rayorch.core.plan import CallSpec, ModuleSpec, Plan, Policy
 from rayorch.core.state import Kernel
-from rayorch.core.udf import Row, RowResult, UdfError, instantiate, invoke_batch, reports_for
+from rayorch.core.udf import Row, instantiate
+from rayorch.runtime.delivery import ManifestFeed
+from rayorch.runtime.in_process import NEVER_EXPIRES_S, CollectSink, run_batch
+from rayorch.runtime.ports import Completion
+from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
+from rayorch.store.memory import MemoryStore
 
 CostModel = Callable[[CallId, Sequence[Row]], float]
 """Virtual seconds one batch of ``rows`` of Call ``call_id`` takes on one actor."""
@@ -115,9 +110,96 @@ class _Pending:
     call: CallId = field(compare=False)
     actor: int = field(compare=False)
     start_s: float = field(compare=False)
-    tags: list[tuple[Path, int]] = field(compare=False)
-    results: list[RowResult] | None = field(compare=False)
-    error: str | None = field(compare=False)
+    tags: tuple[GrainTag, ...] = field(compare=False)
+    completion: Completion = field(compare=False)
+
+
+class VirtualPools:
+    """The pools port of the simulator: actors on a virtual clock (see the module doc)."""
+
+    def __init__(self, plan: Plan, cost: CostModel, engines: dict[CallId, EngineModel]) -> None:
+        self.cost = cost
+        self.now = 0.0
+        self._modules: dict[CallId, ModuleSpec] = {}
+        for node in plan.calls:
+            assert node.call is not None
+            self._modules[node.call.id] = plan.module(node.call.module)
+        self.actors = {call: module.options.replicas for call, module in self._modules.items()}
+        self.engines = {c: EnginePool(m, self.actors[c]) for c, m in engines.items()}
+        # One entry per batch an actor may hold (round-robin over the actors).
+        self._idle: dict[CallId, deque[int]] = {
+            c: deque(a for _ in range(engines[c].depth if c in engines else 1)
+                     for a in range(n)) for c, n in self.actors.items()}
+        self._inside: dict[int, _Pending] = {}  # batches inside an engine, by dispatch number
+        self._functions: dict[tuple[CallId, int], Callable[..., Any]] = {}
+        self._heap: list[_Pending] = []
+        self._seq = 0
+        self.batches: list[BatchRecord] = []
+        self.retries = 0
+
+    def batch_limit(self, call: CallId) -> int:
+        return self._modules[call].options.batch_size
+
+    def one_parent(self, call: CallId) -> bool:
+        return self._modules[call].options.policy is Policy.PARENT_BOUND
+
+    def reserve(self, call: CallId) -> int | None:
+        free = self._idle[call]
+        return free.popleft() if free else None
+
+    def unreserve(self, call: CallId, slot: Any) -> None:
+        self._idle[call].appendleft(slot)
+
+    def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
+               rows: tuple[tuple[Any, ...], ...]) -> int:
+        cid, module = call.id, self._modules[call.id]
+        fn = self._functions.get((cid, slot))
+        if fn is None:
+            fn = self._functions[(cid, slot)] = instantiate(module)
+        reports, failure = run_batch(fn, module, call, tags, rows)
+        if failure is not None:  # ro.ActorFailure: the actor is replaced
+            del self._functions[(cid, slot)]
+        seq = self._seq
+        self._seq += 1
+        done = Completion(seq, cid, tags, reports, failure=failure)
+        end = self.now + float(self.cost(cid, rows)) if cid not in self.engines else self.now
+        job = _Pending(end, seq, cid, slot, self.now, tags, done)
+        if cid in self.engines:
+            self.engines[cid].send(slot, seq, list(rows), self.now)
+            self._inside[seq] = job
+        else:
+            heapq.heappush(self._heap, job)
+        return seq
+
+    def busy(self) -> bool:
+        return bool(self._heap or self._inside)
+
+    def collect(self) -> list[Completion]:
+        """Advance the clock to the next event; the batches that end at that instant."""
+        heap = self._heap
+        engine_next = min((pool.next_s() for pool in self.engines.values()), default=math.inf)
+        if engine_next < (heap[0].end_s if heap else math.inf):
+            self.now = engine_next  # an engine event: a batch arrives or a request ends
+            for pool in self.engines.values():
+                for key, back_s in pool.advance(self.now):
+                    job = self._inside.pop(key)
+                    job.end_s = back_s
+                    heapq.heappush(heap, job)
+            return []
+        now = self.now = heap[0].end_s
+        out: list[Completion] = []
+        while heap and heap[0].end_s == now:
+            job = heapq.heappop(heap)
+            self._idle[job.call].append(job.actor)
+            self.batches.append(BatchRecord(job.call, job.actor, job.start_s, now,
+                                            len(job.tags)))
+            if job.completion.failure is not None:
+                self.retries += len(job.tags)
+            out.append(job.completion)
+        return out
+
+    def replaced(self) -> int:
+        return 0
 
 
 class Simulator:
@@ -136,118 +218,36 @@ class Simulator:
         self.cost = cost
         self.max_active_sources = max_active_sources
         self.max_events = max_events
-        self._modules: dict[CallId, ModuleSpec] = {}
-        self._specs: dict[CallId, CallSpec] = {}
-        for node in plan.calls:
-            assert node.call is not None
-            self._modules[node.call.id] = plan.module(node.call.module)
-            self._specs[node.call.id] = node.call
 
     def run(self, sources: Sequence[tuple[Any, ...]]) -> SimResult:
         """Simulate every source (a tuple of forward arguments) to completion."""
         started = time.perf_counter()
-        total = len(sources)
-        machine = ShardMachine(self.plan, max_active_sources=self.max_active_sources,
-                               total_sources=total)
-        kernel = machine.kernel
-        actors = {call: module.options.replicas for call, module in self._modules.items()}
-        engines = {c: EnginePool(m, actors[c]) for c, m in self.engines.items()}
-        # One entry per batch an actor may hold (round-robin over the actors).
-        idle: dict[CallId, deque[int]] = {
-            c: deque(a for _ in range(self.engines[c].depth if c in engines else 1)
-                     for a in range(n)) for c, n in actors.items()}
-        inside: dict[int, _Pending] = {}  # batches inside an engine, by dispatch number
-        functions: dict[tuple[CallId, int], Callable[..., Any]] = {}
-        heap: list[_Pending] = []
-        batches: list[BatchRecord] = []
-        outputs: dict[int, tuple[Item, ...]] = {}
-        completion: dict[int, float] = {}
-        now = 0.0
-        seq = 0
-        retries = 0
-        next_source = 0
+        run_id = "simulation"
+        store = MemoryStore()
+        info = store.open_run(run_id, self.plan)
+        pools = VirtualPools(self.plan, self.cost, self.engines)
+        sink = CollectSink(clock=lambda: pools.now)
+        config = DriverConfig(LeaseMode.HOLD_ALL, NEVER_EXPIRES_S, 1 << 30,
+                              self.max_active_sources, log=lambda _: None, new_run=True,
+                              clock=lambda: pools.now, keep_history=True, keep_finished=True)
+        turns = 0
 
-        def perform(instructions: list[Instruction]) -> list[SendBatch]:
-            """Outputs are delivered at once (virtual time); facts need no store here."""
-            sends = []
-            for ins in instructions:
-                if isinstance(ins, SendBatch):
-                    sends.append(ins)
-                elif isinstance(ins, OutputReady):
-                    outputs[ins.index] = ins.items
-                    completion[ins.index] = now
-                    perform(machine.handle(OutputDelivered(ins.index, ins.outcome, "caller")))
-            return sends
+        def count_turn() -> None:
+            nonlocal turns
+            turns += 1
+            if turns > self.max_events:
+                raise KernelError(f"the simulation did not finish in {self.max_events} events")
 
-        if total == 0:
-            perform(machine.handle(InputClosed()))
-        for _ in range(self.max_events):
-            # admit -> dispatch onto every idle actor
-            if next_source < total:
-                take = min(machine.room(), total - next_source)
-                rows = tuple((i, tuple(sources[i])) for i in range(next_source, next_source + take))
-                perform(machine.handle(SourcesArrived(rows)))
-                next_source += take
-                if next_source == total:
-                    perform(machine.handle(InputClosed()))
-            for call in machine.ready_calls():
-                free = idle[call]
-                module = self._modules[call]
-                while free:
-                    sends = perform(machine.handle(SlotFree(call, module.options.batch_size)))
-                    if not sends:
-                        break
-                    (send,) = sends
-                    actor = free.popleft()
-                    fn = functions.get((call, actor))
-                    if fn is None:
-                        fn = functions[(call, actor)] = instantiate(module)
-                    results: list[RowResult] | None = None
-                    error = None
-                    try:
-                        results = invoke_batch(fn, module.options, self._specs[call],
-                                               list(send.rows))
-                    except UdfError as exc:
-                        error = exc.cause
-                    end = now + float(self.cost(call, send.rows)) if call not in engines else now
-                    job = _Pending(end, seq, call, actor, now, list(send.tags), results, error)
-                    if call in engines:
-                        engines[call].send(actor, seq, list(send.rows), now)
-                        inside[seq] = job
-                    else:
-                        heapq.heappush(heap, job)
-                    seq += 1
-            engine_next = min((pool.next_s() for pool in engines.values()), default=math.inf)
-            if engine_next < (heap[0].end_s if heap else math.inf):
-                now = engine_next  # an engine event: a batch arrives or a request ends
-                for pool in engines.values():
-                    for key, back_s in pool.advance(now):
-                        job = inside.pop(key)
-                        job.end_s = back_s
-                        heapq.heappush(heap, job)
-                continue
-            if not heap:
-                if kernel.run_completed:
-                    break
-                kernel.check_progress()
-                raise KernelError("the simulator has nothing in flight but the run is not done")
-            # advance the clock to the next completion; fold every batch ending then
-            now = heap[0].end_s
-            while heap and heap[0].end_s == now:
-                job = heapq.heappop(heap)
-                idle[job.call].append(job.actor)
-                batches.append(BatchRecord(job.call, job.actor, job.start_s, now, len(job.tags)))
-                if job.error is not None:
-                    retries += len(job.tags)
-                    perform(machine.handle(BatchFailed(job.call, tuple(job.tags), job.error)))
-                    continue
-                reports = tuple(reports_for(job.call, job.tags, job.results or []))
-                verdicts = tuple(int(kernel.verdict(r)) for r in reports)  # the commit gate
-                perform(machine.handle(BatchCommitted(reports, verdicts)))
-        else:
-            raise KernelError(f"the simulation did not finish in {self.max_events} events")
-        return SimResult(now, outputs, completion, batches, actors,
-                         time.perf_counter() - started, kernel, retries, engines)
+        driver = ShardDriver(store=store, run_id=run_id, info=info, plan=self.plan,
+                             driver_id="simulator", pools=pools,
+                             feed=ManifestFeed(sources, info), sink=sink, config=config,
+                             on_turn=count_turn)
+        for _ in driver.results():
+            pass  # the collecting sink delivers at once
+        kernel = driver.finished[0].machine.kernel
+        return SimResult(pools.now, sink.outputs, sink.times, pools.batches, pools.actors,
+                         time.perf_counter() - started, kernel, pools.retries, pools.engines)
 
 
-__all__ = ["BatchRecord", "CostModel", "SimResult", "Simulator", "merge_intervals"]
+__all__ = ["BatchRecord", "CostModel", "SimResult", "Simulator", "VirtualPools",
+           "merge_intervals"]

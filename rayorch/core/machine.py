@@ -15,7 +15,7 @@ state machine, :meth:`ShardMachine.handle` takes events and returns instructions
   rejected that the kernel expected): rebuild the shard from the store.
 
 No I/O, no clock: timestamps arrive inside events. The Ray driver
-(``rayorch.runtime.shard_driver``), the in-process executor (``core/executor.py``)
+(``rayorch.runtime.shard_driver``), the in-process executor (``runtime/in_process.py``)
 and the simulator (``bench/simulator``) perform the same instructions
 (docs/ARCHITECTURE.md, "One driver").
 """

@@ -13,7 +13,7 @@ read back without importing user code).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -336,6 +336,21 @@ class Plan:
         return "\n".join(lines)
 
 
+def override_plan(plan: Plan, batch_size: int | None, policy: Policy | None) -> Plan:
+    """The plan with every module's batch size and/or policy replaced (the executor's knobs)."""
+    if batch_size is None and policy is None:
+        return plan
+    modules = []
+    for module in plan.modules:
+        options = module.options
+        if batch_size is not None:
+            options = replace(options, batch_size=batch_size)
+        if policy is not None:
+            options = replace(options, policy=policy)
+        modules.append(replace(module, options=options))
+    return replace(plan, modules=tuple(modules))
+
+
 __all__ = [
     "ROOT",
     "CallSpec",
@@ -348,4 +363,5 @@ __all__ = [
     "Policy",
     "PortSpec",
     "SourceLocation",
+    "override_plan",
 ]

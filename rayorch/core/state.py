@@ -20,7 +20,7 @@ Per-Call queues are in :mod:`rayorch.core.scheduler`, the Plan's routing tables 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rayorch.core.errors import InvalidTransition, KernelError, NoProgressError
@@ -299,4 +299,12 @@ class Kernel(GrainLifecycle):
         return snapshot_kernel(self)
 
 
-__all__ = ["UNBOUNDED", "Kernel"]
+def rebuild(plan: Plan, log: Sequence[Fact], **kernel_args: Any) -> Kernel:
+    """A new Kernel folding ``log`` in order (what a restarted driver does)."""
+    kernel = Kernel(plan, **kernel_args)
+    for fact in log:
+        kernel.apply(fact)
+    return kernel
+
+
+__all__ = ["UNBOUNDED", "Kernel", "rebuild"]

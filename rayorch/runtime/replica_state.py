@@ -21,9 +21,6 @@ class ShardState:
     ready: list[OutputReady] = field(default_factory=list)  # outputs not yet given to the sink
     draining: bool = False
     input_closed: bool = False
-    # Sources whose records part files already hold (read at the first delivery): a
-    # previous holder, or a store rolled back, wrote them without a fact that is kept.
-    on_disk: dict[int, set[str]] | None = None  # source -> the part files holding it
     resync: str | None = None  # the machine asked to be rebuilt from the store (why)
     in_flight: int = 0  # batches of this driver that carry Grains of the shard
     renewed: float = field(default_factory=time.monotonic)  # last successful lease write

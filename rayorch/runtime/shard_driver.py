@@ -1,31 +1,32 @@
-"""The one driver: a shard-aware loop that performs the shard machines' instructions.
+"""The one driver shell: a shard-aware loop that performs the shard machines' instructions.
 
-Every way of running a pipeline is this loop (docs/ARCHITECTURE.md, "One driver"):
+It hands each instruction to a port and feeds each port's completion back to the machine
+as an event (:mod:`rayorch.runtime.ports`): facts to the fact log (the store, fenced),
+batches to the pools, finished sources to the sink. Every way of running a pipeline is
+this loop with other ports (docs/ARCHITECTURE.md, "One driver"):
 
 * ``Pipeline.run`` — the driver holds *every* shard of its run (``LeaseMode.HOLD_ALL``)
   and its sink is the caller's iterator; losing a lease stops it with a clear error.
 * ``rayorch driver`` / ``rayorch resume`` / ``join_run`` — the same driver sharing the
   shards with other drivers (``LeaseMode.SHARE``: balance, take over, drain), with a
-  file sink (or the caller's iterator for ``join_run`` without one).
+  file sink (or the caller's iterator for ``join_run`` without one);
+* the in-process executor of the property tests (:mod:`rayorch.runtime.in_process`) and
+  the simulator (``bench/simulator``): in-process or virtual-clock pools, a memory store.
 
 Each held shard is a :class:`~rayorch.core.machine.ShardMachine`. One turn of the loop:
 leases → admit → dispatch → deliver → finish shards → collect batches → write facts.
 Recovery has one shape: when the store and a machine disagree (a sealed Grain, a
-rejected report, a store outage), the shard is rebuilt from the store.
+rejected report, a store outage, a restart), the shard is rebuilt from the store.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
-import ray
-
-from rayorch.actors.pool import ActorPool, BatchOutcome, InFlightBatch
-from rayorch.actors.worker import BatchTask
 from rayorch.core.errors import NoProgressError, RayorchError
 from rayorch.core.facts import (
     GrainCommitted,
@@ -47,11 +48,12 @@ from rayorch.core.machine import (
     SourcesArrived,
     WriteFacts,
 )
-from rayorch.core.plan import CallSpec, Plan, Policy
+from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.run_view import fold_shard
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
+from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.runtime.shard_leases import (
     DriverConfig,
@@ -61,7 +63,6 @@ from rayorch.runtime.shard_leases import (
     UnstorableValueError,
     log_to_stderr,
 )
-from rayorch.runtime.stall_watch import StallWatch
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import (
     FencedError,
@@ -71,25 +72,28 @@ from rayorch.store.errors import (
 )
 
 IDLE_SLEEP_S = 0.05
-COLLECT_WAIT_S = 0.5
 
 
 class ShardDriver(LeaseSide):
-    """Drives the shards of one run on Ray; iterate :meth:`results` to run it."""
+    """Drives the shards of one run through its ports; iterate :meth:`results` to run it.
+
+    ``pools`` is the pools port, ``sink`` a :class:`~rayorch.runtime.ports.Sink` or the
+    caller's :class:`CallerSink`; ``on_turn`` (the in-process executor's faults) runs after
+    every turn of the loop.
+    """
 
     def __init__(self, *, store: LineageStore, run_id: str, info: RunInfo, plan: Plan,
-                 driver_id: str, pools: dict[str, ActorPool], call_module: dict[CallId, str],
-                 feed: Feed, sink: Any, config: DriverConfig,
-                 on_close: Callable[[bool], None] | None = None,
-                 wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait) -> None:
+                 driver_id: str, pools: Pools, feed: Feed, sink: Sink | CallerSink,
+                 config: DriverConfig, on_close: Callable[[bool], None] | None = None,
+                 on_turn: Callable[[], None] | None = None) -> None:
         self.store, self.run_id, self.info, self.plan = store, run_id, info, plan
         self.driver_id = driver_id
         self.pools = pools
-        self._pool_of = {call: pools[module] for call, module in call_module.items()}
         self.feed, self.sink, self.config = feed, sink, config
         self._log = config.log
+        self._now = config.clock  # fact timestamps
         self._on_close = on_close
-        self._wait = wait  # ray.wait; an in-process harness passes its own
+        self._on_turn = on_turn
         self.call_specs: dict[CallId, CallSpec] = {}
         for node in plan.calls:
             assert node.call is not None
@@ -97,13 +101,15 @@ class ShardDriver(LeaseSide):
         # Downstream Calls first: finishing parents frees memory and yields results sooner.
         self._call_rank = {call: -i for i, call in enumerate(self.call_specs)}
         self.shards: dict[int, ShardState] = {}
+        self.finished: dict[int, ShardState] = {}  # with config.keep_finished only
         self.counters = ReplicaStats(driver_id)
         self.stats = RunStats(run_id, sources_total=feed.total)
         for call in self.call_specs:
             self.stats.call(call)
-        self._batches: dict[Any, InFlightBatch] = {}
-        self._batch_shards: dict[Any, list[ShardState]] = {}
-        self._batch_ids = itertools.count()
+        # Batches in flight: handle -> (Call, tags, the shards whose Grains it carries).
+        self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...],
+                                       list[ShardState]]] = {}
+        self._done: deque[Completion] = deque()  # collected from the pools, not yet settled
         self._held: tuple[int, OutputReady] | None = None  # handed to the caller, not acked
         # Outputs the caller has whose OutputEmitted is not known to be written (a store
         # outage hit the write): a shard rebuilt meanwhile records them, never re-delivers.
@@ -118,7 +124,6 @@ class ShardDriver(LeaseSide):
         self._closed = False
         self._moved = False
         self._progress = make_progress(config.progress)
-        self._stalls = StallWatch(self._log)  # a batch running far too long is said
         self._seen_seq: dict[int, int] = {}  # per shard, the last fact seq it knows of
 
     @property
@@ -144,9 +149,8 @@ class ShardDriver(LeaseSide):
                     self._dispatch()
                     yield from self._deliver()
                     self._finish_shards()
-                    if self._batches or self._actors_starting():
+                    if self._done or self.pools.busy():
                         self._collect()
-                        self._enforce_timeouts()
                     elif self.config.mode is LeaseMode.SHARE:
                         self.config.sleep(IDLE_SLEEP_S if self.shards
                                           else self.config.lease_ttl_s / 8)
@@ -155,6 +159,8 @@ class ShardDriver(LeaseSide):
                     self._flush_all()
                     self._store_back()
                     self._show()
+                    if self._on_turn is not None:
+                        self._on_turn()
                 except StoreUnavailableError as exc:
                     self._store_outage(exc)
         finally:
@@ -194,7 +200,8 @@ class ShardDriver(LeaseSide):
         """
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
-                               total_sources=self.feed.shard_total(k), keep_history=False)
+                               total_sources=self.feed.shard_total(k),
+                               keep_history=self.config.keep_history)
         stored = list(self.store.iter_facts(self.run_id, k))
         facts = [s.fact for s in stored]
         view = fold_shard(k, ((s.seq, s.fact) for s in stored))
@@ -202,20 +209,22 @@ class ShardDriver(LeaseSide):
         st = ShardState(k, epoch, machine, emitted=len(view.emitted))
         self.shards[k] = st
         self.feed.reset(k, set(view.admitted))
+        if not isinstance(self.sink, CallerSink):
+            self.sink.reset(k)  # parts of a dead holder or of a rolled-back store: read again
         self._perform(st, machine.handle(FactsStored(tuple(facts))))
         if self.feed.exhausted(k):
             self._perform(st, machine.handle(InputClosed()))
             st.input_closed = True
         for event in failed:
             self._perform(st, machine.handle(event))
-        mine = {(b.task.call.id, path, gen) for b in self._batches.values()
-                for path, gen in b.task.tags}
+        mine = {(call, path, gen) for call, tags, _ in self._batches.values()
+                for path, gen in tags}
         orphans: dict[CallId, list[tuple[Path, int]]] = {}
         for grain in sorted(view.grains.values(), key=lambda g: g.last_dispatch):
             gen = grain.in_flight
             if gen is not None and (grain.call, grain.path, gen) not in mine:
                 orphans.setdefault(grain.call, []).append((grain.path, gen))
-        now = time.time()
+        now = self._now()
         rerun = sum(len(tags) for tags in orphans.values())
         self._perform(st, machine.handle(*(BatchFailed(call, tuple(tags), FAILOVER_CAUSE, now)
                                            for call, tags in orphans.items())))
@@ -227,6 +236,12 @@ class ShardDriver(LeaseSide):
         if facts and (self.config.mode is LeaseMode.SHARE or rerun):
             self._log(f"driver {self.driver_id}: took shard {k} (epoch {epoch}): {len(facts)} "
                       f"facts folded, {rerun} in-flight grains re-dispatched, in {took:.2f}s")
+
+    def rebuild(self, k: int) -> None:
+        """Throw shard ``k``'s machine away and rebuild it from the store (a restart)."""
+        st = self.shards[k]
+        with self._guard(k):
+            self._take(k, st.epoch)
 
     def _resync(self, k: int, reason: str, failed: Sequence[BatchFailed] = ()) -> None:
         """The store knows better than shard ``k``'s machine: rebuild it, same lease."""
@@ -287,7 +302,7 @@ class ShardDriver(LeaseSide):
     def _admit(self) -> None:
         micro = self.config.micro_batch
         progress = True
-        now = time.time()
+        now = self._now()
         while progress:
             progress = False
             for k in sorted(self.shards):
@@ -312,13 +327,14 @@ class ShardDriver(LeaseSide):
         self._rr += 1
         states = states[self._rr % len(states):] + states[: self._rr % len(states)]
         ready = {call for st in states for call in st.machine.ready_calls()}
-        planned: list[tuple[ActorPool, Any, CallSpec, list[tuple[ShardState, SendBatch]]]] = []
-        now = time.time()
+        planned: list[tuple[Any, CallSpec, list[tuple[ShardState, SendBatch]]]] = []
+        now = self._now()
+        pools = self.pools
         for call in sorted(ready, key=self._call_rank.__getitem__):
-            pool, spec = self._pool_of[call], self.call_specs[call]
-            limit = pool.module.options.batch_size
-            one_parent = pool.module.options.policy is Policy.PARENT_BOUND
-            while (slot := pool.reserve()) is not None:
+            spec = self.call_specs[call]
+            limit = pools.batch_limit(call)
+            one_parent = pools.one_parent(call)
+            while (slot := pools.reserve(call)) is not None:
                 parts: list[tuple[ShardState, SendBatch]] = []
                 room = limit
                 for st in states:
@@ -330,9 +346,9 @@ class ShardDriver(LeaseSide):
                     if parts and one_parent:
                         break
                 if not parts:
-                    pool.unreserve(slot)
+                    pools.unreserve(call, slot)
                     break
-                planned.append((pool, slot, spec, parts))
+                planned.append((slot, spec, parts))
         if not planned:
             return
         self._moved = True
@@ -341,82 +357,54 @@ class ShardDriver(LeaseSide):
         except BaseException:
             # Nothing was sent: give the slots back (a store outage rebuilds the shards,
             # so the Grains are dispatched again, or retried, from what the store holds).
-            for pool, slot, _, _ in planned:
-                pool.unreserve(slot)
+            for slot, spec, _ in planned:
+                pools.unreserve(spec.id, slot)
             raise
-        for pool, slot, spec, parts in planned:
+        for slot, spec, parts in planned:
             kept = [(st, send) for st, send in parts if self.shards.get(st.shard) is st]
             if not kept:
-                pool.unreserve(slot)
+                pools.unreserve(spec.id, slot)
                 continue
             tags = tuple(tag for _, send in kept for tag in send.tags)
             rows = tuple(row for _, send in kept for row in send.rows)
-            task = BatchTask(spec, tags, rows, next(self._batch_ids), self.run_id)
-            batch = pool.submit(slot, task)
+            handle = pools.submit(slot, spec, tags, rows)
             touched = list({id(st): st for st, _ in kept}.values())
             for st in touched:
                 st.in_flight += 1
-            self._batches[batch.ref] = batch
-            self._batch_shards[batch.ref] = touched
+            self._batches[handle] = (spec.id, tags, touched)
             self.stats.batches += 1
             self.counters.batches += 1
             self.stats.call(spec.id).in_flight += len(tags)
 
     # == collection ==============================================================================
-    def _wait_timeout(self) -> float:
-        timeout = COLLECT_WAIT_S
-        now = time.monotonic()
-        for pool in self.pools.values():
-            limit = pool.module.options.timeout_s
-            if limit is None:
-                continue
-            for slot in pool.slots:
-                if slot.queue and slot.queue[0].started is not None:
-                    timeout = min(timeout, slot.queue[0].started + limit - now)
-        return max(timeout, 0.01)
-
-    def _actors_starting(self) -> list[Any]:
-        """The start-up answers of actors still starting."""
-        return [ref for pool in self.pools.values() for ref in pool.starting()]
-
     def _collect(self) -> None:
-        """Wait for a batch to finish or an actor to come up; settle the batches that did
-        (the actors that came up are noted by :meth:`_enforce_timeouts`, called next)."""
-        refs = [*self._batches, *self._actors_starting()]
-        done, rest = self._wait(refs, num_returns=1, timeout=self._wait_timeout())
-        if done and rest:
-            more, _ = self._wait(rest, num_returns=len(rest), timeout=0)
-            done.extend(more)
-        for ref in done:
-            batch = self._batches.pop(ref, None)
-            if batch is None:  # an actor's start-up answer
-                continue
-            self._stalls.finished((pool := self._pool_of[batch.task.call.id]).module.name, batch)
-            for st in self._batch_shards.pop(ref, []):
+        """Wait for batches to finish (or actors to come up); settle those that did.
+
+        Completions wait in a queue until settled: when settling one raises (a store
+        outage), the others are settled on a later turn, never dropped."""
+        if not self._done:
+            self._done.extend(self.pools.collect())
+        while self._done:
+            done = self._done.popleft()
+            entry = self._batches.pop(done.handle, None)
+            if entry is None:
+                continue  # not sent by this driver (a warm pool's earlier run)
+            for st in entry[2]:
                 st.in_flight -= 1
-            self._settle(pool.finish(batch))
+            self._settle(done)
 
-    def _enforce_timeouts(self) -> None:
-        for pool in self.pools.values():
-            pool.check_started()
-            for batch in pool.overdue():
-                pool.time_out(batch)
-        self._stalls.check(self.pools.values(), time.monotonic())
-
-    def _settle(self, outcome: BatchOutcome) -> None:
-        task = outcome.batch.task
-        call = task.call.id
-        self.stats.call(call).in_flight -= len(task.tags)
-        if outcome.physical_failure is not None or outcome.result is None:
-            self._batch_failed(call, task.tags, outcome.physical_failure or "batch lost")
+    def _settle(self, done: Completion) -> None:
+        call = done.call
+        self.stats.call(call).in_flight -= len(done.tags)
+        if done.failure is not None:
+            self._batch_failed(call, done.tags, done.failure)
             return
-        result = outcome.result
-        if result.verdicts is None:  # the in-process memory store: commit here
-            verdicts = [int(v) for v in self.store.commit(self.run_id, result.reports)]
+        if done.verdicts is None:  # the worker did not commit (the memory store): here
+            verdicts = [int(v) for v in self.store.commit(self.run_id, done.reports)]
         else:
-            verdicts = list(result.verdicts)
+            verdicts = list(done.verdicts)
         by_shard: dict[int, tuple[list[GrainCommitted], list[int]]] = {}
-        for report, code in zip(result.reports, verdicts, strict=True):
+        for report, code in zip(done.reports, verdicts, strict=True):
             reports, codes = by_shard.setdefault(self.info.shard_of(report.path[0]), ([], []))
             reports.append(report)
             codes.append(code)
@@ -437,7 +425,7 @@ class ShardDriver(LeaseSide):
         by_shard: dict[int, list[tuple[Path, int]]] = {}
         for path, gen in tags:
             by_shard.setdefault(self.info.shard_of(path[0]), []).append((path, gen))
-        now = time.time()
+        now = self._now()
         for k, shard_tags in by_shard.items():
             st = self.shards.get(k)
             if st is None:
@@ -467,27 +455,15 @@ class ShardDriver(LeaseSide):
             self._moved = True
             delivered: list[OutputReady] = []
             with self._guard(k):
-                self._flush(st)
-                facts = []
-                todo = ready
-                if st.on_disk is None:  # parts of a dead holder or of a rolled-back store
-                    st.on_disk = self.sink.parts_by_index(k)
-                if hits := [r.index for r in ready if r.index in st.on_disk]:
-                    parts = set().union(*(st.on_disk.pop(i) for i in hits))
-                    facts = self.sink.adopt(k, hits, among=parts)
-                    adopted = {f.index for f in facts}
-                    todo = [r for r in ready if r.index not in adopted]
-                if todo:
-                    facts += self.sink.write_part(k, [(r.index, r.value) for r in todo])
-                events = [OutputDelivered(f.index, f.outcome, f.sink, f.digest, f.ts)
-                          for f in facts]
+                self._flush(st)  # fenced: a deposed driver writes no part
+                events = self.sink.deliver(k, ready)
                 self._perform(st, st.machine.handle(*events))
                 try:
                     self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
                 except (LeaseLostError, FencedError):
-                    self.sink.discard(facts)
+                    self.sink.discard(events)
                     raise
-                self._delivered(st, len(facts))
+                self._delivered(st, len(events))
                 delivered = ready
             for r in delivered:  # for a ReplicaHandle's caller: what this driver delivered
                 yield r.index, r.value
@@ -526,7 +502,7 @@ class ShardDriver(LeaseSide):
         st = self.shards.get(k)
         if st is None:
             return
-        event = OutputDelivered(ready.index, ready.outcome, "caller", "", time.time())
+        event = OutputDelivered(ready.index, ready.outcome, "caller", "", self._now())
         self._acked[ready.index] = event  # until its fact is written
         with self._guard(k):
             self._perform(st, st.machine.handle(event))
@@ -557,6 +533,8 @@ class ShardDriver(LeaseSide):
                     self._released_at[k] = time.monotonic()
                 self.store.release_lease(self.run_id, k, self.driver_id, st.epoch)
                 del self.shards[k]
+                if done and self.config.keep_finished:
+                    self.finished[k] = st
                 self._last_balance = -1e9  # look for more work (or the end) at once
 
     def _stuck(self) -> None:
@@ -578,7 +556,7 @@ class ShardDriver(LeaseSide):
                               for st in self.shards.values())
             stats.suppressed = sum(st.machine.kernel.suppressed_count(call_id)
                                    for st in self.shards.values())
-        self.stats.actors_replaced = sum(p.replaced for p in self.pools.values())
+        self.stats.actors_replaced = self.pools.replaced()
         self._progress.update(self.stats)
 
     def _stop_progress(self) -> None:

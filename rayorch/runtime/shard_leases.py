@@ -65,6 +65,9 @@ class DriverConfig:
     # HOLD_ALL on a run this driver created: nobody may have held a shard before its first
     # lease (a driver stopped between creating the run and taking its leases is deposed).
     new_run: bool = False
+    clock: Callable[[], float] = time.time  # the timestamps of facts (virtual in the simulator)
+    keep_history: bool = False  # machines keep their kernel's fact log (tests)
+    keep_finished: bool = False  # finished shards stay readable in ``ShardDriver.finished``
 
 
 class LeaseSide:
@@ -122,6 +125,9 @@ class LeaseSide:
 
     def _leases(self) -> None:
         """Renew the held leases (every quarter TTL); share shards when replicas do."""
+        if self.config.mode is LeaseMode.HOLD_ALL and not self.shards:
+            self._run_done = True  # every shard finished
+            return
         now = time.monotonic()
         if now - self._last_balance < self.config.lease_ttl_s / 4:
             return
@@ -129,8 +135,6 @@ class LeaseSide:
         if self.config.mode is LeaseMode.HOLD_ALL:
             for k in list(self.shards):
                 self._renew(k)
-            if not self.shards:
-                self._run_done = True
             return
         self._balance(now)
 

@@ -46,8 +46,8 @@ from typing import Any
 import orjson
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import OutputEmitted
 from rayorch.core.json_values import json_bytes
+from rayorch.core.machine import OutputDelivered, OutputReady
 from rayorch.core.outcome import FailedResult, Outcome
 
 SINK_MANIFEST = "_rayorch_sink.json"
@@ -312,6 +312,8 @@ class FileSink:
                                 "(or use --format jsonl)") from None
         self.directory = Path(out_dir)
         self.format = fmt
+        # Per shard, which parts hold each source (read at its first delivery; see deliver).
+        self._on_disk: dict[int, dict[int, set[str]]] = {}
         self.run_id = run_id
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -355,16 +357,41 @@ class FileSink:
             return _publish(self.directory, name, None, _parquet_table(records))
         return _publish(self.directory, name, b"".join(r.line + b"\n" for r in records))
 
-    def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]) -> list[OutputEmitted]:
+    def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]
+               ) -> list[OutputDelivered]:
         now, sink = time.time(), self.sink_of(name)
-        return [OutputEmitted(rec.index, rec.outcome, sink, digest, ts=now)
+        return [OutputDelivered(rec.index, rec.outcome, sink, digest, ts=now)
                 for rec, digest in records]
 
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[OutputEmitted]:
-        """Write these sources' records as one new part file; their ``OutputEmitted``, in order.
+    # -- the driver's sink port (rayorch/runtime/ports.py) ----------------------------------
+    def reset(self, shard: int) -> None:
+        """``shard`` was (re)built from the store: read what its parts hold again."""
+        self._on_disk.pop(shard, None)
 
-        The facts are not yet delivery: the caller appends them fenced (and on a refusal
-        calls :meth:`discard`). ``SinkError`` names the source whose value JSON cannot hold.
+    def deliver(self, shard: int, ready: Sequence[OutputReady]) -> list[OutputDelivered]:
+        """Write ``ready`` as one part, adopting first the sources a part holds already (a
+        dead holder's, or written before a store rollback): no source is in two parts."""
+        on_disk = self._on_disk.get(shard)
+        if on_disk is None:
+            on_disk = self._on_disk[shard] = self.parts_by_index(shard)
+        delivered: list[OutputDelivered] = []
+        todo = list(ready)
+        if hits := [r.index for r in ready if r.index in on_disk]:
+            parts = set().union(*(on_disk.pop(i) for i in hits))
+            delivered = self.adopt(shard, hits, among=parts)
+            adopted = {d.index for d in delivered}
+            todo = [r for r in ready if r.index not in adopted]
+        if todo:
+            delivered += self.write_part(shard, [(r.index, r.value) for r in todo])
+        return delivered
+
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]
+                   ) -> list[OutputDelivered]:
+        """Write these sources' records as one new part file; their deliveries, in order.
+
+        They are not yet delivery: the driver appends their ``OutputEmitted`` fenced (and on
+        a refusal calls :meth:`discard`). ``SinkError`` names the source whose value JSON
+        cannot hold.
         """
         if not records:
             return []
@@ -374,7 +401,7 @@ class FileSink:
         name = self._write(PartName.new(shard, encoded, self.format), encoded)
         return self._facts(name, [(r, r.digest) for r in encoded])
 
-    def discard(self, facts: Sequence[OutputEmitted]) -> None:
+    def discard(self, facts: Sequence[OutputDelivered]) -> None:
         """The fenced append of ``facts`` was refused: remove the part files they name."""
         names = {f.sink.partition(":")[2] for f in facts if f.sink.startswith(f"{self.format}:")}
         removed = False
@@ -405,7 +432,7 @@ class FileSink:
         return found
 
     def adopt(self, shard: int, indexes: Collection[int],
-              among: Collection[str] | None = None) -> list[OutputEmitted]:
+              among: Collection[str] | None = None) -> list[OutputDelivered]:
         """Facts for sources of ``shard`` a previous holder wrote but never recorded.
 
         Each part holding some of ``indexes`` (looked for ``among`` these part names when
@@ -415,7 +442,7 @@ class FileSink:
         copy. Sources found in no part are not returned.
         """
         wanted = set(indexes)
-        found: list[OutputEmitted] = []
+        found: list[OutputDelivered] = []
         names = sorted(os.listdir(self.directory) if among is None else among)
         for name in names:
             part = PartName.parse(name)

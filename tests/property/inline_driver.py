@@ -16,6 +16,7 @@ import ray.exceptions
 from rayorch.actors.pool import ActorPool, InFlightBatch
 from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker
 from rayorch.core.plan import ModuleSpec, Plan
+from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.store.memory import MemoryStore
 
@@ -76,6 +77,6 @@ def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
             pools[node.call.module] = InlinePool(plan.module(node.call.module), None)
     config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None,
                           sleep=sleep)
+    ports = RayPools(pools, call_module, run_id=run_id, log=config.log, wait=harness.wait)
     return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
-                       pools=pools, call_module=call_module, feed=feed, sink=sink,
-                       config=config, wait=harness.wait)
+                       pools=ports, feed=feed, sink=sink, config=config)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rayorch.core.executor import ExecutionResult, rebuild
 from rayorch.core.facts import BarrierInstalled, ExpansionClosed, GrainCommitted, GrainFailed
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.reference import ReferenceResult
+from rayorch.core.state import rebuild
+from rayorch.runtime.in_process import ExecutionResult
 
 
 def comparable(item: Item) -> tuple[Any, ...]:

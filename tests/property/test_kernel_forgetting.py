@@ -20,7 +20,6 @@ from programs import Behaviour, ProgramSpec, RandomPipeline, programs
 from test_kernel_invariance import schedules, sources
 
 from rayorch.core.errors import InvalidTransition, KernelError
-from rayorch.core.executor import execute, rebuild
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     REPORT_PRESENT,
@@ -36,7 +35,8 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import GrainKey
-from rayorch.core.state import Kernel
+from rayorch.core.state import Kernel, rebuild
+from rayorch.runtime.in_process import execute
 
 SPEC = ProgramSpec(
     block=(("map",), ("expand", (("filter",), ("expand", (("broadcast", 0),

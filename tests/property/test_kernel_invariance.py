@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from invariance import assert_same_as_reference
 from programs import ProgramSpec, RandomPipeline, programs
 
-from rayorch.core.executor import ExecutorOptions, execute
 from rayorch.core.plan import Policy
 from rayorch.core.reference import evaluate
+from rayorch.runtime.in_process import ExecutorOptions, execute
 
 schedules = st.builds(
     ExecutorOptions,

@@ -16,7 +16,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from programs import Behaviour, ProgramSpec, RandomPipeline
 
 from rayorch.core.errors import InvalidTransition
-from rayorch.core.executor import rebuild
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     REPORT_PRESENT,
@@ -28,7 +27,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import GrainKey
-from rayorch.core.state import Kernel
+from rayorch.core.state import Kernel, rebuild
 
 SPEC = ProgramSpec(
     block=(("map",), ("expand", (("filter",), ("expand", (("broadcast", 0),

@@ -25,10 +25,10 @@ import rayorch as ro
 from rayorch.cli import main as cli_main
 from rayorch.core.compile_errors import ModuleDefinitionError
 from rayorch.core.errors import RayorchError
-from rayorch.core.executor import execute
 from rayorch.core.facts import BarrierInstalled, Fact, GrainCommitted, LeaseAcquired, pack_value
 from rayorch.core.names import valid_run_id
 from rayorch.core.program import PipelineBase
+from rayorch.runtime.in_process import execute
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run
 from rayorch.store.base import LineageStore

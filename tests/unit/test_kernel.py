@@ -7,7 +7,6 @@ from test_kernel_support import Driver, Parse
 
 from rayorch.core.commit import CommitVerdict
 from rayorch.core.errors import InvalidTransition, NoProgressError
-from rayorch.core.executor import rebuild
 from rayorch.core.facts import (
     REPORT_PRESENT,
     ExpansionClosed,
@@ -17,7 +16,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.outcome import Outcome
-from rayorch.core.state import Kernel
+from rayorch.core.state import Kernel, rebuild
 
 
 def started(docs: list[int], **parse: object) -> Driver:

@@ -11,9 +11,8 @@ from test_kernel_support import Driver, Parse
 
 import rayorch as ro
 from rayorch.core.errors import KernelError
-from rayorch.core.executor import rebuild
 from rayorch.core.outcome import Outcome
-from rayorch.core.state import Kernel
+from rayorch.core.state import Kernel, rebuild
 
 
 def started(docs: list[int], **parse: Any) -> Driver:

@@ -14,10 +14,10 @@ from test_kernel_support import Driver
 
 import rayorch as ro
 from rayorch import F
-from rayorch.core.executor import ExecutorOptions, execute
 from rayorch.core.outcome import Outcome
 from rayorch.core.reference import evaluate
 from rayorch.core.state import Kernel
+from rayorch.runtime.in_process import ExecutorOptions, execute
 
 # -- F.filter keeps an Item exactly when bool(mask) is True ----------------------------
 # Caught bug: a filter that drops only on `mask is False` (0, "", [] or numpy.False_ pass).

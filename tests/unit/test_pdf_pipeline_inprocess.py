@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from rayorch.core.executor import ExecutorOptions, execute
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.plan import Policy
 from rayorch.core.reference import evaluate
@@ -23,6 +22,7 @@ from rayorch.pipelines.pdf import (
     failure_kind,
     find_pdfs,
 )
+from rayorch.runtime.in_process import ExecutorOptions, execute
 
 pytest.importorskip("pymupdf")  # the [pdf] extra
 

@@ -33,7 +33,7 @@ from bench.simulator.paper import (
 from bench.workload import BenchError
 from rayorch.core import functional as F
 from rayorch.core.facts import ExpansionClosed
-from rayorch.core.outcome import GroupFailure, Item, Outcome
+from rayorch.core.outcome import ActorFailure, GroupFailure, Item, Outcome
 from rayorch.core.program import PipelineBase, RayModule
 from rayorch.core.reference import ReferenceResult, evaluate
 from rayorch.core.tracer import Port
@@ -99,15 +99,18 @@ def test_outputs_equal_the_reference_interpreter(policy: str, gpus: int) -> None
 
 
 class FlakyGroupGpu:
-    """Fails its first batch physically; a page with ordinal 5 fails its whole parent."""
+    """The first batch of the run fails physically (its actor is replaced and the batch
+    retried); a page with ordinal 5 fails its whole parent."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+    failures_left = 0  # set by the test: the actors of one process share it
+
+    def __init__(self, flaky: bool = True) -> None:
+        self.flaky = flaky
 
     def __call__(self, pages: list[tuple[int, int]]) -> list[object]:
-        self.calls += 1
-        if self.calls == 1:
-            raise RuntimeError("transient device error")
+        if self.flaky and FlakyGroupGpu.failures_left > 0:
+            FlakyGroupGpu.failures_left -= 1
+            raise ActorFailure("transient device error")  # a physical failure: retried
         return [GroupFailure(f"doc {d} is bad") if i == 5 else i for d, i in pages]
 
 
@@ -120,10 +123,10 @@ def _count(texts: list[list[int]]) -> list[int]:
 
 
 class GroupPipeline(PipelineBase):
-    def __init__(self, gpus: int) -> None:
+    def __init__(self, gpus: int, flaky: bool = True) -> None:
         super().__init__()
         self.render = RayModule(_pages, replicas=2)
-        self.gpu = RayModule(FlakyGroupGpu, replicas=gpus, batch_size=4, max_attempts=3)
+        self.gpu = RayModule(FlakyGroupGpu, flaky, replicas=gpus, batch_size=4, max_attempts=3)
         self.assemble = RayModule(_count)
 
     def forward(self, docs: Port) -> Port:
@@ -141,9 +144,11 @@ def test_group_failures_and_physical_retries_match_the_reference() -> None:
     def cost(call: str, rows: Sequence[tuple[Any, ...]]) -> float:
         return 1.0 + len(rows)
 
+    FlakyGroupGpu.failures_left = 1
     result = Simulator(plan, cost, max_active_sources=None).run(srcs)
     assert result.retries > 0
-    assert_matches_reference(result, evaluate(plan, srcs))
+    # (the reference interpreter models no actors: its GPU is not flaky)
+    assert_matches_reference(result, evaluate(GroupPipeline(gpus=2, flaky=False).compile(), srcs))
     outcomes = [result.outputs[d][0].outcome for d in range(len(counts))]
     assert outcomes == [Outcome.PRESENT if n <= 5 else Outcome.SUPPRESSED for n in counts]
 

@@ -11,13 +11,13 @@ import pytest
 import rayorch as ro
 from rayorch import F
 from rayorch.core import compile_errors as ce
-from rayorch.core.executor import ExecutorOptions, execute
 from rayorch.core.outcome import Outcome
 from rayorch.core.plan import CallSpec, ModuleOptions
 from rayorch.core.program import RAY_ACTOR_OPTIONS, RESERVED_RAY_OPTIONS
 from rayorch.core.recovery import RecoveryMode
 from rayorch.core.reference import evaluate
 from rayorch.core.udf import UdfError, instantiate, invoke_batch, run_with_recovery
+from rayorch.runtime.in_process import ExecutorOptions, execute
 
 HERE = __file__.rsplit("/", 1)[-1]
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from rayorch.core.executor import ExecutorOptions, execute
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.plan import Policy
 from rayorch.core.reference import evaluate
 from rayorch.pipelines.pdf import failure_kind
+from rayorch.runtime.in_process import ExecutorOptions, execute
 
 pytest.importorskip("av")  # the [video] extra
 pytest.importorskip("scenedetect")

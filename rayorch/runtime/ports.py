@@ -1,0 +1,93 @@
+"""The driver shell's ports: what it asks of the pools and the sink (the fact log is the store).
+
+The one driver (:class:`~rayorch.runtime.shard_driver.ShardDriver`) is a loop that hands
+each instruction of its shard machines to a port and feeds each port's completion back as
+an event (docs/ARCHITECTURE.md, "One driver"):
+
+* the **fact log** — a :class:`~rayorch.store.base.LineageStore`: fenced append of the
+  machines' facts, ``iter_facts`` for a rebuild, ``commit`` for reports a worker did not
+  commit itself (the store's commit gate is the one commit rule);
+* the **pools** — :class:`Pools`: a slot for a batch of a Call, send it, collect what
+  finished as :class:`Completion`\\ s;
+* the **sink** — :class:`Sink` (a file sink, or a collecting one) or the caller's
+  iterator (:class:`~rayorch.runtime.delivery.CallerSink`).
+
+Three pools ports exist: Ray actors (:mod:`rayorch.runtime.ray_pools`), in-process
+actors for the property tests (:mod:`rayorch.runtime.in_process`) and virtual-clock
+actors for the simulator (``bench/simulator``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rayorch.core.facts import GrainCommitted
+from rayorch.core.ids import CallId
+from rayorch.core.machine import GrainTag, OutputDelivered, OutputReady
+from rayorch.core.plan import CallSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A batch the pools finished: its reports (and verdicts), or a physical failure."""
+
+    handle: int  # what :meth:`Pools.submit` returned
+    call: CallId
+    tags: tuple[GrainTag, ...]
+    reports: tuple[GrainCommitted, ...] = ()
+    verdicts: tuple[int, ...] | None = None  # None: the shell commits through the store
+    failure: str | None = None  # set (and ``reports`` empty) when the batch failed physically
+
+
+class Pools(Protocol):
+    """Where batches run."""
+
+    def batch_limit(self, call: CallId) -> int:
+        """The most Grains one batch of ``call`` takes (the module's ``batch_size``)."""
+        ...
+
+    def one_parent(self, call: CallId) -> bool:
+        """Whether a batch of ``call`` holds the children of one parent only."""
+        ...
+
+    def reserve(self, call: CallId) -> Any | None:
+        """A slot for one batch of ``call`` now, or None (every actor is busy or starting)."""
+        ...
+
+    def unreserve(self, call: CallId, slot: Any) -> None:
+        """Give back a slot :meth:`reserve` handed out (no batch after all)."""
+        ...
+
+    def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
+               rows: tuple[tuple[Any, ...], ...]) -> int:
+        """Send one batch on ``slot``; the handle its :class:`Completion` will carry."""
+        ...
+
+    def busy(self) -> bool:
+        """Whether a batch is in flight or an actor is starting (:meth:`collect` has work)."""
+        ...
+
+    def collect(self) -> list[Completion]:
+        """Wait (briefly) for batches to finish; those that did, in the order they did."""
+        ...
+
+    def replaced(self) -> int:
+        """Actors replaced so far (crashes, timeouts)."""
+        ...
+
+
+class Sink(Protocol):
+    """Where finished sources go when the shell delivers them itself (not the caller)."""
+
+    def deliver(self, shard: int, ready: Sequence[OutputReady]) -> list[OutputDelivered]:
+        """Deliver ``ready`` durably (or adopt what is delivered already); one event each."""
+        ...
+
+    def discard(self, delivered: Sequence[OutputDelivered]) -> None:
+        """Undo :meth:`deliver`: its facts were refused (this driver lost the shard)."""
+        ...
+
+
+__all__ = ["Completion", "Pools", "Sink"]
