@@ -29,9 +29,15 @@ with a node's kind. The graph's own nodes (input, call, output) stay with them.
    registered in the test file alone, run through the tracer, compiler, kernel and
    reference).
 
-Counted against the code: ``grep -rn "NodeKind\\.\\(EXPAND\\|REDUCE\\|FILTER\\|BROADCAST\\)"
-rayorch`` finds each built-in primitive's kind only in its own module (and ``NodeKind``'s
-definition); no ``if kind ==`` chain names a primitive outside this package.
+Counted against the code (``tests/unit/test_primitive_registry.py`` checks it): each
+built-in primitive's kind (``NodeKind.EXPAND`` ...) is named only in its own module, and
+the dispatchers (``tracer``, ``compiler.lint_plan``, ``plan_tables``, ``propagation``,
+``reference``) call :func:`primitive`. Before this package, ``F.expand_aligned`` and
+``reduce(members=)`` touched ``functional``, ``tracer``, ``plan``, ``compiler``,
+``plan_tables``, ``propagation``, ``kernel_audit``, ``reference`` and the tests (9-11 files).
+One reader outside the four concerns still knows two kinds by name: the lineage audit's
+``PlanShape`` (``store/audit.py``) follows expand and reduce nodes to check Expansions; a
+new primitive that creates or collects Domains would teach it too.
 """
 
 from __future__ import annotations
