@@ -1,7 +1,9 @@
 """Symbolic tracing of ``forward``: Ports, the active trace, and node recording.
 
-Every structural check that can be made when a node is created is made here, so
-the error points at the exact line of ``forward`` that is wrong.
+Every check that can be made when a node is created is made then, so the error points
+at the exact line of ``forward`` that is wrong: here for inputs, Calls and outputs; for a
+structural primitive by the primitive itself (its module in :mod:`rayorch.core.primitives`),
+which adds its node through :meth:`Trace.add_node`.
 """
 
 from __future__ import annotations
