@@ -32,9 +32,11 @@ with a node's kind. The graph's own nodes (input, call, output) stay with them.
 Counted against the code (``tests/unit/test_primitive_registry.py`` checks it): each
 built-in primitive's kind (``NodeKind.EXPAND`` ...) is named only in its own module, and
 the dispatchers (``tracer``, ``compiler.lint_plan``, ``plan_tables``, ``propagation``,
-``reference``) call :func:`primitive`. Before this package, ``F.expand_aligned`` and
-``reduce(members=)`` touched ``functional``, ``tracer``, ``plan``, ``compiler``,
-``plan_tables``, ``propagation``, ``kernel_audit``, ``reference`` and the tests (9-11 files).
+``reference``) call :func:`primitive`. Before this package a new primitive meant
+``functional`` (its ``F.*``), ``tracer`` (``add_*`` and its checks), ``plan`` (a ``NodeKind``
+member, fields), ``compile_errors``, ``plan_tables`` (its ``*Info`` and route),
+``propagation`` (its handler and its name in ``bind``), ``kernel_audit`` (a countdown),
+``reference`` (a branch of the ``if kind`` chain) and its tests: 9-10 files.
 One reader outside the four concerns still knows two kinds by name: the lineage audit's
 ``PlanShape`` (``store/audit.py``) follows expand and reduce nodes to check Expansions; a
 new primitive that creates or collects Domains would teach it too.
