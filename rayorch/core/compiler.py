@@ -2,7 +2,8 @@
 
 ``compile_pipeline`` traces ``forward`` once with symbolic Ports (checks made at
 each node point at their line), then checks the whole program (outputs, unused
-inputs, duplicate names) and lints the resulting graph (acyclic, Domains).
+inputs, duplicate names) and lints the resulting graph (acyclic, Domains; each
+primitive's node by the primitive's own ``lint``, see :mod:`rayorch.core.primitives`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rayorch.core.plan import (
     PortSpec,
     SourceLocation,
 )
+from rayorch.core.primitives import primitive
 from rayorch.core.tracer import Port, Trace
 
 if TYPE_CHECKING:
@@ -145,6 +147,7 @@ def _build_plan(name: str, trace: Trace, specs: list[ModuleSpec]) -> Plan:
                 source_domain=n.source_domain,
                 name=n.name,
                 arg_index=n.arg_index,
+                params=n.params,
             )
         )
     ports = tuple(
@@ -189,7 +192,7 @@ def lint_plan(plan: Plan) -> None:
                 node.location,
                 "rebuild the plan with compile_pipeline",
             )
-        if node.kind is NodeKind.CALL:
+        if node.kind == NodeKind.CALL:
             domains = {plan.ports[p].domain for p in node.inputs}
             if domains != {node.domain}:
                 raise ce.DomainMismatchError(
@@ -197,12 +200,15 @@ def lint_plan(plan: Plan) -> None:
                     node.location,
                     "use F.broadcast or F.reduce to bring inputs into one Domain",
                 )
-        if node.kind is NodeKind.OUTPUT and plan.ports[node.inputs[0]].domain != ROOT:
-            raise ce.OutputDomainError(
-                f"output {node.name!r} is not in the root Domain",
-                node.location,
-                "reduce it to the root Domain with F.reduce",
-            )
+        elif node.kind == NodeKind.OUTPUT:
+            if plan.ports[node.inputs[0]].domain != ROOT:
+                raise ce.OutputDomainError(
+                    f"output {node.name!r} is not in the root Domain",
+                    node.location,
+                    "reduce it to the root Domain with F.reduce",
+                )
+        elif node.kind != NodeKind.INPUT:
+            primitive(node.kind).lint(plan, node)
     _check_acyclic(plan)
 
 
@@ -227,7 +233,7 @@ def _check_acyclic(plan: Plan) -> None:
         stuck = min(nid for nid, deg in indegree.items() if deg > 0)
         node = plan.nodes[stuck]
         raise ce.CycleError(
-            f"the plan has a cycle through node {stuck} ({node.kind.value})",
+            f"the plan has a cycle through node {stuck} ({node.kind})",
             node.location,
             "a Port can only be used after the node producing it; rebuild the plan with "
             "compile_pipeline",

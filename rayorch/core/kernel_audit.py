@@ -145,12 +145,13 @@ def validate_kernel(kernel: ItemPropagation) -> None:
         if unresolved != pending:
             raise _fail(f"source {source} has {unresolved} pending items, counter says {pending}")
     for (node_id, parent), left in kernel._reduce_left.items():
-        reduce = next(r for e in tables.expands.values() for r in e.reduces if r.node == node_id)
-        count = kernel._expansions[(reduce.domain, parent)]
-        watched = (reduce.input,) if reduce.members is None else (reduce.input, reduce.members)
-        missing = sum((port, (*parent, i)) not in items for i in range(count) for port in watched)
-        if missing != left or (reduce.output, parent) in items:
-            raise _fail(f"reduce node {node_id} at {format_path(parent)}: {missing} members "
+        node = tables.nodes[node_id]
+        expected = node.countdown(kernel, parent)
+        if expected is None:
+            raise _fail(f"{node.kind} node {node_id} at {format_path(parent)} has a countdown")
+        missing, output = expected
+        if missing != left or (output, parent) in items:
+            raise _fail(f"{node.kind} node {node_id} at {format_path(parent)}: {missing} members "
                         f"pending but the counter says {left}")
     if kernel._admitted != kernel._completed_count + len(kernel._pending):
         raise _fail(f"{kernel._admitted} sources admitted but {kernel._completed_count} "

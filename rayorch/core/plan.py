@@ -1,7 +1,8 @@
 """The compiled, immutable plan of a pipeline program.
 
-A Plan is a small graph of nodes of a closed set of kinds (input, call, expand,
-reduce, filter, broadcast, output) connected by Ports. Every Port lives in one
+A Plan is a small graph of nodes connected by Ports: the inputs, Calls and outputs
+of ``forward``, and the structural primitives (expand, reduce, filter, broadcast, each
+defined in one module of :mod:`rayorch.core.primitives`). Every Port lives in one
 Domain; Domains form a tree rooted at ``"root"``. The kernel, the reference
 interpreter, the audit tool and the runtime all read the same Plan.
 
@@ -25,6 +26,13 @@ from rayorch.core.recovery import RecoveryPolicy
 
 
 class NodeKind(StrEnum):
+    """The kinds of the graph's own nodes (input, call, output) and the built-in primitives'.
+
+    A primitive's kind is the name it is registered under in :mod:`rayorch.core.primitives`
+    (``NodeSpec.kind`` is a ``str``): the members below name the built-in ones, and a new
+    primitive adds none (see :func:`node_kind`).
+    """
+
     INPUT = "input"
     CALL = "call"
     EXPAND = "expand"
@@ -32,6 +40,14 @@ class NodeKind(StrEnum):
     FILTER = "filter"
     BROADCAST = "broadcast"
     OUTPUT = "output"
+
+
+def node_kind(name: str) -> str:
+    """The kind named ``name`` in a plan description: the NodeKind member if there is one."""
+    try:
+        return NodeKind(name)
+    except ValueError:
+        return name
 
 
 class Policy(StrEnum):
@@ -121,10 +137,12 @@ class NodeSpec:
     * filter: inputs (port, mask), one output, all in ``domain``.
     * broadcast: inputs (ancestor port, like port); output in ``domain`` (= like's Domain).
     * output: one input in the root Domain; ``name`` is the output name.
+
+    A primitive's constants are in ``params`` (msgpack-able ``(name, value)`` pairs).
     """
 
     id: int
-    kind: NodeKind
+    kind: str  # a NodeKind, or the kind of a primitive (rayorch.core.primitives)
     domain: DomainId
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
@@ -133,6 +151,7 @@ class NodeSpec:
     source_domain: DomainId | None = None  # reduce: the child Domain it reads
     name: str = ""
     arg_index: int = 0
+    params: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +223,7 @@ class Plan:
             "nodes": [
                 {
                     "id": n.id,
-                    "kind": n.kind.value,
+                    "kind": str(n.kind),
                     "domain": n.domain,
                     "inputs": list(n.inputs),
                     "outputs": list(n.outputs),
@@ -221,6 +240,8 @@ class Plan:
                     "name": n.name,
                     "arg_index": n.arg_index,
                     "line": None if n.location is None else str(n.location),
+                    # only when used, so that older plans keep their fingerprint
+                    **({"params": [list(p) for p in n.params]} if n.params else {}),
                 }
                 for n in self.nodes
             ],
@@ -273,7 +294,7 @@ class Plan:
             nodes.append(
                 NodeSpec(
                     id=n["id"],
-                    kind=NodeKind(n["kind"]),
+                    kind=node_kind(n["kind"]),
                     domain=n["domain"],
                     inputs=tuple(n["inputs"]),
                     outputs=tuple(n["outputs"]),
@@ -285,6 +306,7 @@ class Plan:
                     source_domain=n["source_domain"],
                     name=n["name"],
                     arg_index=n["arg_index"],
+                    params=tuple((k, v) for k, v in n.get("params", ())),
                 )
             )
         ports = tuple(PortSpec(p[0], p[1], p[2], p[3], p[4]) for p in desc["ports"])
@@ -323,7 +345,7 @@ class Plan:
         for n in self.nodes:
             ins = ", ".join(self.ports[p].name for p in n.inputs)
             outs = ", ".join(self.ports[p].name for p in n.outputs)
-            what = n.kind.value if n.call is None else f"call {n.call.id}"
+            what = str(n.kind) if n.call is None else f"call {n.call.id}"
             where = "" if n.location is None else f"   # {n.location}"
             lines.append(f"  [{n.id}] {what:<24} {n.domain:<12} ({ins}) -> ({outs}){where}")
         lines.append(
@@ -363,5 +385,6 @@ __all__ = [
     "Policy",
     "PortSpec",
     "SourceLocation",
+    "node_kind",
     "override_plan",
 ]

@@ -1,8 +1,9 @@
 """The Plan as flat routing tables: what the kernel runs when an Item resolves.
 
 :class:`PlanTables` is built once per Kernel from the :class:`~rayorch.core.plan.Plan`;
-each Port lists its consumers (a Call, an Expansion, a reduce, a filter, a broadcast)
-with the precomputed facts the kernel needs of them (``CallInfo``, ``ExpandInfo``, ...).
+each Port lists its consumers with the precomputed facts the kernel needs of them: a
+Call (``CallInfo``), or a primitive's node (a ``KernelNode`` that the primitive builds
+in ``route``: see :mod:`rayorch.core.primitives`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rayorch.core.ids import ROOT, CallId, GrainKey, Path, domain_depth
+from rayorch.core.ids import ROOT, CallId, DomainId, GrainKey, Path
 from rayorch.core.plan import ModuleOptions, NodeKind, NodeSpec, Plan
+from rayorch.core.primitives import primitive
+from rayorch.core.primitives.base import KernelNode
+from rayorch.core.primitives.expand import ChildCreated, Closed, Expansion
 from rayorch.core.scheduler import CallQueue
 
 
@@ -35,41 +39,6 @@ class CallInfo:
         self.queue_push: Callable[[GrainKey], None] = lambda grain: None
 
 
-class ReduceInfo:
-    __slots__ = ("domain", "input", "members", "node", "output", "ports")
-
-    def __init__(self, node: NodeSpec) -> None:
-        assert node.source_domain is not None
-        self.node = node.id
-        self.domain = node.source_domain  # the child Domain it reads
-        self.input = node.inputs[0]
-        self.members: int | None = node.inputs[1] if len(node.inputs) > 1 else None
-        self.ports = len(node.inputs)  # Items per child it waits for
-        self.output = node.outputs[0]
-
-
-class BroadcastInfo:
-    __slots__ = ("chain", "output", "source", "source_len")
-
-    def __init__(self, node: NodeSpec, source_domain: str, chain: tuple[str, ...]) -> None:
-        self.source = node.inputs[0]
-        self.source_len = domain_depth(source_domain) + 1
-        self.output = node.outputs[0]
-        self.chain = chain  # Domains below the source's, down to the target Domain
-
-
-class ExpandInfo:
-    __slots__ = ("broadcasts", "domain", "inputs", "outputs", "ports_per_child", "reduces")
-
-    def __init__(self, node: NodeSpec, ports_per_child: int) -> None:
-        self.domain = node.domain  # the child Domain it creates
-        self.inputs = node.inputs  # several: F.expand_aligned (outputs of one Call)
-        self.outputs = node.outputs
-        self.ports_per_child = ports_per_child
-        self.reduces: list[ReduceInfo] = []
-        self.broadcasts: list[BroadcastInfo] = []
-
-
 Handler = Callable[[Any, Path, Any], None]
 
 
@@ -90,61 +59,52 @@ class PlanTables:
             d: tuple(p.id for p in ports if p.domain == d) for d in parent_of
         }
         self.root_ports = len(self.domain_ports[ROOT])
+        self.port_domains = tuple(p.domain for p in ports)
         self.inputs: list[tuple[int, int]] = []
         self.calls: dict[CallId, CallInfo] = {}
-        self.expands: dict[str, ExpandInfo] = {}
+        self.expands: dict[DomainId, Expansion] = {}
+        self.nodes: dict[int, KernelNode] = {}  # node id -> a primitive's node
         self.domain_calls: dict[str, list[CallId]] = {d: [] for d in parent_of}
-        self._routes: list[tuple[int, str, Any]] = []  # (port, handler name, info)
-        reduces: list[ReduceInfo] = []
-        broadcasts: list[tuple[str, BroadcastInfo]] = []
+        self._routes: list[tuple[int, Handler | None, Any]] = []  # (port, handler, info)
+        self._observers: list[tuple[DomainId, Closed | None, ChildCreated | None]] = []
         for node in plan.nodes:
             kind = node.kind
-            if kind is NodeKind.INPUT:
+            if kind == NodeKind.INPUT:
                 self.inputs.append((node.arg_index, node.outputs[0]))
-            elif kind is NodeKind.CALL:
+            elif kind == NodeKind.CALL:
                 assert node.call is not None
                 info = CallInfo(node, plan.module(node.call.module).options)
                 self.calls[info.id] = info
                 self.domain_calls[node.domain].append(info.id)
                 for port in dict.fromkeys(node.inputs):
-                    self._routes.append((port, "call", info))
-            elif kind is NodeKind.EXPAND:
-                expand = ExpandInfo(node, len(self.domain_ports[node.domain]))
-                self.expands[node.domain] = expand
-                for port in node.inputs:
-                    self._routes.append((port, "expand", expand))
-            elif kind is NodeKind.REDUCE:
-                reduce = ReduceInfo(node)
-                reduces.append(reduce)
-                self._routes.append((reduce.input, "reduce", reduce))
-                if reduce.members is not None:
-                    self._routes.append((reduce.members, "reduce_members", reduce))
-            elif kind is NodeKind.FILTER:
-                port, mask = node.inputs
-                for source in dict.fromkeys((port, mask)):
-                    self._routes.append((source, "filter", (port, mask, node.outputs[0])))
-            elif kind is NodeKind.BROADCAST:
-                source_domain = ports[node.inputs[0]].domain
-                chain: list[str] = []
-                domain: str | None = node.domain
-                while domain is not None and domain != source_domain:
-                    chain.append(domain)
-                    domain = parent_of[domain]
-                info_b = BroadcastInfo(node, source_domain, tuple(reversed(chain)))
-                broadcasts.append((node.domain, info_b))
-                self._routes.append((info_b.source, "broadcast", info_b))
-        for reduce in reduces:
-            self.expands[reduce.domain].reduces.append(reduce)
-        for domain, info_b in broadcasts:
-            self.expands[domain].broadcasts.append(info_b)
+                    self._routes.append((port, None, info))
+            elif kind != NodeKind.OUTPUT:
+                self.nodes[node.id] = primitive(kind).route(node, self)
+        for domain, closed, child in self._observers:
+            expansion = self.expands[domain]
+            if closed is not None:
+                expansion.on_close.append(closed)
+            if child is not None:
+                expansion.on_child.append(child)
         self.num_inputs = 1 + max((arg for arg, _ in self.inputs), default=-1)
         self.consumers: list[tuple[tuple[Handler, Any], ...]] = [() for _ in ports]
 
-    def bind(self, handlers: dict[str, Handler], queues: dict[CallId, CallQueue]) -> None:
-        """Attach a kernel's handlers and queues to the routes."""
+    # -- what a primitive's route() calls ------------------------------------------
+    def route(self, port: int, handler: Handler) -> None:
+        """Call ``handler(kernel, path, value)`` when ``port`` resolves for an Entity."""
+        self._routes.append((port, handler, None))
+
+    def observe_expansion(
+        self, domain: DomainId, closed: Closed | None = None, child: ChildCreated | None = None
+    ) -> None:
+        """Be told when an Expansion into ``domain`` closes, and when it creates a child."""
+        self._observers.append((domain, closed, child))
+
+    def bind(self, kernel: Any, call_ready: Handler, queues: dict[CallId, CallQueue]) -> None:
+        """Attach a kernel (its Call handler ``call_ready(info, path, value)``) and queues."""
         routes: list[list[tuple[Handler, Any]]] = [[] for _ in self.consumers]
-        for port, name, info in self._routes:
-            routes[port].append((handlers[name], info))
+        for port, handler, info in self._routes:
+            routes[port].append((call_ready, info) if handler is None else (handler, kernel))
         self.consumers = [tuple(r) for r in routes]
         for call_id, info in self.calls.items():
             queue = queues[call_id]
@@ -178,4 +138,4 @@ class PlanTables:
         return out
 
 
-__all__ = ["BroadcastInfo", "CallInfo", "ExpandInfo", "Handler", "PlanTables", "ReduceInfo"]
+__all__ = ["CallInfo", "Handler", "PlanTables"]

@@ -2,10 +2,11 @@
 
 :class:`ItemPropagation` is the bottom layer of :class:`~rayorch.core.state.Kernel`: the
 fold state itself and ``_resolve`` (an Item becomes terminal, its consumers react: a Call
-Grain becomes ready or is decided without running, an Expansion closes and creates its
-children, a reduce collects its members, a filter or broadcast passes a value on), then
-source completion. The Grain lifecycle facts are folded one layer up
-(:mod:`rayorch.core.grain_lifecycle`), the public API on top (:mod:`rayorch.core.state`).
+Grain becomes ready or is decided without running; a primitive's node (an Expansion, a
+reduce, a filter, a broadcast) reacts by its own rule, in its module of
+:mod:`rayorch.core.primitives`), then source completion. The Grain lifecycle facts are
+folded one layer up (:mod:`rayorch.core.grain_lifecycle`), the public API on top
+(:mod:`rayorch.core.state`).
 
 Internal representation (kept flat for speed, see ``bench/kernel.py``):
 
@@ -16,6 +17,8 @@ Internal representation (kept flat for speed, see ``bench/kernel.py``):
   Failed or Suppressed, or suppressed before dispatch) have no phase entry.
 * ``_gen[grain]``: the generation, stored only when > 0.
 * ``_expansions[(child_domain, parent_path)]``: child count, or DROPPED_X / FAILED_X.
+* ``_reduce_left[(node, parent)]``: a primitive node's countdown of the Items it still
+  waits for under ``parent`` (a reduce's members; see ``KernelNode.countdown``).
 * ``_pending[source]``: how many Items of the source's tree are still pending; the
   source is complete when it reaches 0 (then its Items are released).
 * ``keep_history=False`` (the driver): no fact log, and a source whose output was
@@ -35,76 +38,22 @@ from rayorch.core.errors import InvalidTransition
 from rayorch.core.facts import ExpansionClosed, Fact, RunCompleted, SourceAdmitted
 from rayorch.core.ids import CallId, GrainKey, Path, format_path
 from rayorch.core.index_set import IndexSet
+from rayorch.core.items import (
+    DROPPED_ITEM,
+    DROPPED_X,
+    FAILED_X,
+    PENDING,
+    Absent,
+    as_item,
+    expansion_outcome,
+    suppressed_by,
+)
 from rayorch.core.kernel_audit import story_of
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.plan import Plan
-from rayorch.core.plan_tables import BroadcastInfo, CallInfo, ExpandInfo, PlanTables, ReduceInfo
+from rayorch.core.plan_tables import CallInfo, PlanTables
 from rayorch.core.scheduler import CallQueue
-from rayorch.core.udf import expansion_elements
-from rayorch.core.vocabulary import (
-    EXPANSION_DROPPED,
-    EXPANSION_FAILED,
-    EXPANSION_SUCCEEDED,
-    READY,
-)
-
-# == the item representation ==========================================================
-DROPPED_X = -1  # expansion states besides a child count
-FAILED_X = -2
-
-
-class Absent:
-    """A terminal Item that is not Present (Dropped, Failed or Suppressed)."""
-
-    __slots__ = ("cause", "origin", "outcome")
-
-    def __init__(self, outcome: Outcome, cause: str | None, origin: str = "") -> None:
-        self.outcome = outcome
-        self.cause = cause
-        self.origin = origin  # the Grain whose failure this is (Failed only)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is Absent and other.outcome is self.outcome and other.cause == self.cause
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.outcome, self.cause))
-
-    def __repr__(self) -> str:
-        return f"Absent({self.outcome.value}, {self.cause!r})"
-
-
-def suppressed_by(cause: Absent) -> Absent:
-    """The Suppressed Item that a Failed or Suppressed input causes downstream."""
-    if cause.outcome is Outcome.SUPPRESSED:
-        return cause
-    return Absent(Outcome.SUPPRESSED, f"{cause.origin or 'an input'} failed: {cause.cause}")
-
-
-def as_item(value: Any) -> Item:
-    """The public :class:`Item` of an internal value."""
-    if type(value) is Absent:
-        return Item(value.outcome, None, value.cause)
-    return Item(Outcome.PRESENT, value)
-
-
-def expansion_outcome(state: int) -> tuple[str, int]:
-    if state == DROPPED_X:
-        return EXPANSION_DROPPED, 0
-    if state == FAILED_X:
-        return EXPANSION_FAILED, 0
-    return EXPANSION_SUCCEEDED, state
-
-
-def broadcast_item(value: Any) -> Any:
-    if type(value) is Absent and value.outcome is not Outcome.DROPPED:
-        return suppressed_by(value)
-    return value
-
-
-_PENDING: Any = object()
-_DROPPED = Absent(Outcome.DROPPED, None)
+from rayorch.core.vocabulary import READY
 
 
 class ItemPropagation:
@@ -139,12 +88,7 @@ class ItemPropagation:
         self.queues: dict[CallId, CallQueue] = {
             c: CallQueue(c, info.policy, self._phase, self._gen) for c, info in tables.calls.items()
         }
-        tables.bind(
-            {"call": self._try_ready, "expand": self._expand, "reduce": self._member_done,
-             "reduce_members": self._membership_done, "filter": self._filter,
-             "broadcast": self._broadcast_from},
-            self.queues,
-        )
+        tables.bind(self, self._try_ready, self.queues)
         self._calls = tables.calls
         self._consumers = tables.consumers
 
@@ -193,8 +137,8 @@ class ItemPropagation:
             dropped = None
             waiting = False
             for port in info.inputs:
-                item = items.get((port, path), _PENDING)
-                if item is _PENDING:
+                item = items.get((port, path), PENDING)
+                if item is PENDING:
                     waiting = True
                 elif type(item) is Absent:
                     if item.outcome is not Outcome.DROPPED:
@@ -219,158 +163,17 @@ class ItemPropagation:
 
     def _decide_without_running(self, info: CallInfo, path: Path, cause: Absent) -> None:
         if cause.outcome is Outcome.DROPPED:
-            result = _DROPPED
+            result = DROPPED_ITEM
         else:
             result = suppressed_by(cause)
             self._suppressed[info.id] += 1
         for port in info.outputs:
             self._resolve(port, path, result)
 
-    def _expand(self, info: ExpandInfo, path: Path, value: Any) -> None:
-        """The expanded Item of ``path`` resolved: close the Expansion, create the children."""
-        key = (info.domain, path)
-        if len(info.inputs) > 1:  # F.expand_aligned: wait for every aligned output
-            values = [self._items.get((port, path), _PENDING) for port in info.inputs]
-            if any(v is _PENDING for v in values):
-                return
-            value = next((v for v in values if type(v) is Absent), value)
-        else:
-            values = [value]
-        if type(value) is Absent:
-            dropped = value.outcome is Outcome.DROPPED
-            self._close_expansion(key, DROPPED_X if dropped else FAILED_X)
-            result = _DROPPED if dropped else suppressed_by(value)
-            for reduce in info.reduces:
-                self._resolve(reduce.output, path, result)
-            return
-        columns = [expansion_elements(v) for v in values]
-        problem = None
-        bad = next((v for v, c in zip(values, columns) if c is None), None)
-        if any(c is None for c in columns):
-            problem = (f"the value is a {type(bad).__name__}, not a sequence; the expanded "
-                       "module must return a list per record")
-        elif len({len(c) for c in columns if c is not None}) > 1:
-            problem = (f"the aligned lists have different lengths "
-                       f"{[len(c) for c in columns if c is not None]}")
-        if problem is not None:
-            self._close_expansion(key, FAILED_X)
-            failure = Absent(Outcome.SUPPRESSED,
-                             f"F.expand into {info.domain} at {format_path(path)}: {problem}")
-            for reduce in info.reduces:
-                self._resolve(reduce.output, path, failure)
-            return
-        elements = columns[0]
-        assert elements is not None
-        count = len(elements)
-        self._close_expansion(key, count)
-        if count == 0:
-            for reduce in info.reduces:
-                self._resolve(reduce.output, path, [])
-            return
-        for reduce in info.reduces:
-            self._reduce_left[(reduce.node, path)] = count * reduce.ports
-        self._pending[path[0]] += count * info.ports_per_child
-        broadcasts = info.broadcasts
-        for ordinal in range(count):
-            child = (*path, ordinal)
-            for port, column in zip(info.outputs, columns):
-                assert column is not None
-                self._resolve(port, child, column[ordinal])
-            for broadcast in broadcasts:
-                item = self._items.get((broadcast.source, child[: broadcast.source_len]), _PENDING)
-                if item is not _PENDING and (broadcast.output, child) not in self._items:
-                    self._resolve(broadcast.output, child, broadcast_item(item))
-
     def _close_expansion(self, key: tuple[str, Path], state: int) -> None:
         self._expansions[key] = state
         outcome, count = expansion_outcome(state)
         self._emit(ExpansionClosed(key[0], key[1], outcome, count))
-
-    def _member_done(self, info: ReduceInfo, path: Path, value: Any) -> None:
-        """A member of a reduce resolved: emit the parent's list once all are terminal."""
-        parent = path[:-1]
-        key = (info.node, parent)
-        left = self._reduce_left.get(key)
-        if left is None:
-            return  # already suppressed by an earlier failed member
-        if info.members is not None:
-            self._reduce_step(info, path, key, left)
-            return
-        if type(value) is Absent and value.outcome is not Outcome.DROPPED:
-            del self._reduce_left[key]
-            self._resolve(info.output, parent, suppressed_by(value))
-            return
-        if left > 1:
-            self._reduce_left[key] = left - 1
-            return
-        del self._reduce_left[key]
-        items = self._items
-        port = info.input
-        count = self._expansions[(info.domain, parent)]
-        members = [items[(port, (*parent, i))] for i in range(count)]
-        self._resolve(info.output, parent, [m for m in members if type(m) is not Absent])
-
-    def _membership_done(self, info: ReduceInfo, path: Path, value: Any) -> None:
-        """The ``members=`` Item of a child of a reduce resolved."""
-        key = (info.node, path[:-1])
-        left = self._reduce_left.get(key)
-        if left is not None:
-            self._reduce_step(info, path, key, left)
-
-    def _reduce_step(self, info: ReduceInfo, path: Path, key: tuple[int, Path], left: int) -> None:
-        """``F.reduce(values, members=m)``: one of a child's two Items resolved."""
-        assert info.members is not None
-        parent = path[:-1]
-        items = self._items
-        member = items.get((info.members, path), _PENDING)
-        value = items.get((info.input, path), _PENDING)
-        blame = None
-        if type(member) is Absent and member.outcome is not Outcome.DROPPED:
-            blame = suppressed_by(member)
-        elif member is not _PENDING and type(member) is not Absent and type(value) is Absent:
-            blame = suppressed_by(value) if value.outcome is not Outcome.DROPPED else Absent(
-                Outcome.SUPPRESSED, f"F.reduce(members=...) at {format_path(path)}: the member "
-                "is Present but its value was Dropped, so the aligned lists cannot keep it")
-        if blame is not None:
-            del self._reduce_left[key]
-            self._resolve(info.output, parent, blame)
-            return
-        if left > 1:
-            self._reduce_left[key] = left - 1
-            return
-        del self._reduce_left[key]
-        count = self._expansions[(info.domain, parent)]
-        kept = [items[(info.input, (*parent, i))] for i in range(count)
-                if type(items[(info.members, (*parent, i))]) is not Absent]
-        self._resolve(info.output, parent, kept)
-
-    def _filter(self, info: tuple[int, int, int], path: Path, value: Any) -> None:
-        port, mask, output = info
-        items = self._items
-        if (output, path) in items:
-            return
-        item = items.get((port, path), _PENDING)
-        flag = items.get((mask, path), _PENDING)
-        for v in (item, flag):
-            if type(v) is Absent and v.outcome is not Outcome.DROPPED:
-                self._resolve(output, path, suppressed_by(v))
-                return
-        if item is _PENDING or flag is _PENDING:
-            return
-        if type(flag) is Absent or type(item) is Absent or not flag:
-            self._resolve(output, path, _DROPPED)
-        else:
-            self._resolve(output, path, item)
-
-    def _broadcast_from(self, info: BroadcastInfo, path: Path, value: Any) -> None:
-        """An ancestor Item resolved: hand it to every existing descendant in the target Domain."""
-        item = broadcast_item(value)
-        pending = self._pending
-        for child in self.tables.descendants(self._expansions, path, info.chain):
-            if path[0] not in pending:
-                return  # the source completed: its Items were released
-            if (info.output, child) not in self._items:
-                self._resolve(info.output, child, item)
 
     # == completion ==================================================================
     def _complete(self, source: int) -> None:
@@ -421,5 +224,5 @@ class ItemPropagation:
             self._emit(RunCompleted(self._total))
 
 
-__all__ = ["DROPPED_X", "FAILED_X", "Absent", "ItemPropagation", "as_item", "broadcast_item",
+__all__ = ["DROPPED_X", "FAILED_X", "Absent", "ItemPropagation", "as_item",
            "expansion_outcome", "suppressed_by"]

@@ -2,8 +2,9 @@
 
 Nodes are evaluated in plan (trace) order, which is topological; each node is
 evaluated for every Entity of its Domain, Entities in path order. A Call runs its
-UDF on a batch of one row per Entity through :mod:`rayorch.core.udf`. The rules are
-those of docs/ARCHITECTURE.md, "Semantics", written as directly as possible:
+UDF on a batch of one row per Entity through :mod:`rayorch.core.udf`; a primitive's
+node is evaluated by its own ``evaluate`` (one module each in :mod:`rayorch.core.primitives`).
+The rules are those of docs/ARCHITECTURE.md, "Semantics", written as directly as possible:
 
 * input propagation: any input Failed/Suppressed -> Suppressed; any Dropped -> Dropped;
 * expand: Present(seq) -> children 0..m-1; Dropped -> expansion dropped; else failed;
@@ -28,11 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rayorch.core.ids import ROOT, CallId, DomainId, Path, format_grain, format_path
+from rayorch.core.ids import ROOT, CallId, DomainId, Path, format_grain
 from rayorch.core.outcome import DROPPED, GroupFailure, Item, Outcome, RecordFailure, present
 from rayorch.core.plan import NodeKind, NodeSpec, Plan
-from rayorch.core.udf import UdfError, expansion_elements, instantiate, invoke_batch
-from rayorch.core.vocabulary import EXPANSION_DROPPED, EXPANSION_FAILED, EXPANSION_SUCCEEDED
+from rayorch.core.primitives import primitive
+from rayorch.core.primitives.base import Evaluation, bad, suppressed
+from rayorch.core.udf import UdfError, instantiate, invoke_batch
 
 
 @dataclass
@@ -45,124 +47,27 @@ class ReferenceResult:
     items: dict[tuple[int, Path], Item] = field(default_factory=dict)
 
 
-def _bad(item: Item) -> bool:
-    return item.outcome is Outcome.FAILED or item.outcome is Outcome.SUPPRESSED
-
-
-def _suppressed(cause_item: Item, origin: str) -> Item:
-    if cause_item.outcome is Outcome.SUPPRESSED:
-        return cause_item
-    return Item(Outcome.SUPPRESSED, None, f"{origin} failed: {cause_item.cause}")
-
-
-def _not_a_sequence(domain: DomainId, path: Path, value: Any) -> Item:
-    return Item(
-        Outcome.SUPPRESSED, None,
-        f"F.expand into {domain} at {format_path(path)}: the value is a {type(value).__name__}, "
-        "not a sequence; the expanded module must return a list per record",
-    )
-
-
 def evaluate(
     plan: Plan, sources: Sequence[tuple[Any, ...]], first_index: int = 0
 ) -> ReferenceResult:
     """Evaluate ``plan`` on ``sources`` (one tuple of forward arguments each)."""
     result = ReferenceResult(outputs={})
-    items = result.items
-    entities: dict[DomainId, list[Path]] = {ROOT: [(first_index + i,) for i in range(len(sources))]}
-    origin: dict[tuple[int, Path], str] = {}  # which Grain a Failed Item came from
-    failed_expansions: dict[tuple[DomainId, Path], Item] = {}  # what their reduces give
+    ev = Evaluation(plan, result.items,
+                    {ROOT: [(first_index + i,) for i in range(len(sources))]}, result.expansions)
+    items, entities = result.items, ev.entities
     functions: dict[str, Callable[..., Any]] = {}
-
-    def cause_of(port: int, path: Path) -> str:
-        return origin.get((port, path), "an input")
-
     for node in plan.nodes:
         kind = node.kind
-        if kind is NodeKind.INPUT:
+        if kind == NodeKind.INPUT:
             for path in entities[ROOT]:
                 value = sources[path[0] - first_index][node.arg_index]
                 items[(node.outputs[0], path)] = present(value)
-        elif kind is NodeKind.CALL:
+        elif kind == NodeKind.CALL:
             if node.call is not None and node.call.module not in functions:
                 functions[node.call.module] = instantiate(plan.module(node.call.module))
-            _evaluate_call(plan, node, entities[node.domain], items, origin, functions, result)
-        elif kind is NodeKind.EXPAND:
-            parent_domain = plan.domain(node.domain).parent
-            assert parent_domain is not None
-            children: list[Path] = []
-            for path in entities[parent_domain]:
-                aligned = [items[(port, path)] for port in node.inputs]
-                item = next((i for i in aligned if not i.present), aligned[0])
-                columns = [expansion_elements(i.value) if i.present else None for i in aligned]
-                lengths = {len(c) for c in columns if c is not None}
-                if item.outcome is Outcome.DROPPED:
-                    result.expansions[(node.domain, path)] = (EXPANSION_DROPPED, 0)
-                elif any(c is None for c in columns) or len(lengths) > 1:
-                    result.expansions[(node.domain, path)] = (EXPANSION_FAILED, 0)
-                    bad_value = next((i.value for i, c in zip(aligned, columns) if c is None),
-                                     None)
-                    failed_expansions[(node.domain, path)] = (
-                        _suppressed(item, cause_of(node.inputs[0], path)) if _bad(item)
-                        else _not_a_sequence(node.domain, path, bad_value)
-                        if any(c is None for c in columns)
-                        else Item(Outcome.SUPPRESSED, None,
-                                  f"F.expand into {node.domain} at {format_path(path)}: the "
-                                  "aligned lists have different lengths "
-                                  f"{[len(c) for c in columns if c is not None]}")
-                    )
-                else:
-                    count = lengths.pop()
-                    result.expansions[(node.domain, path)] = (EXPANSION_SUCCEEDED, count)
-                    for ordinal in range(count):
-                        children.append((*path, ordinal))
-                        for port, column in zip(node.outputs, columns):
-                            assert column is not None
-                            items[(port, (*path, ordinal))] = present(column[ordinal])
-            entities[node.domain] = children
-        elif kind is NodeKind.REDUCE:
-            assert node.source_domain is not None
-            for path in entities[node.domain]:
-                state, count = result.expansions[(node.source_domain, path)]
-                values = [items[(node.inputs[0], (*path, i))] for i in range(count)]
-                if len(node.inputs) > 1:  # members=: the membership decides who is kept
-                    members = [items[(node.inputs[1], (*path, i))] for i in range(count)]
-                    failed = [(i, m, node.inputs[1]) for i, m in enumerate(members) if _bad(m)]
-                    failed += [(i, v, node.inputs[0]) for i, (m, v) in
-                               enumerate(zip(members, values)) if m.present and not v.present]
-                    kept = [v for m, v in zip(members, values) if m.present]
-                else:
-                    failed = [(i, v, node.inputs[0]) for i, v in enumerate(values) if _bad(v)]
-                    kept = [v for v in values if v.present]
-                if state == EXPANSION_DROPPED:
-                    out = DROPPED
-                elif state == EXPANSION_FAILED:
-                    out = failed_expansions[(node.source_domain, path)]
-                elif failed:
-                    i, member, port = min(failed, key=lambda f: f[0])
-                    out = _suppressed(member, cause_of(port, (*path, i))) if _bad(member) else \
-                        Item(Outcome.SUPPRESSED, None, "a member's value was Dropped")
-                else:
-                    out = present([v.value for v in kept])
-                items[(node.outputs[0], path)] = out
-        elif kind is NodeKind.FILTER:
-            for path in entities[node.domain]:
-                value, mask = (items[(p, path)] for p in node.inputs)
-                bad = [(p, i) for p, i in zip(node.inputs, (value, mask)) if _bad(i)]
-                if bad:
-                    out = _suppressed(bad[0][1], cause_of(bad[0][0], path))
-                elif not value.present or not mask.present or not mask.value:
-                    out = DROPPED
-                else:
-                    out = value
-                items[(node.outputs[0], path)] = out
-        elif kind is NodeKind.BROADCAST:
-            source = node.inputs[0]
-            depth = plan.domain(plan.ports[source].domain).depth
-            for path in entities[node.domain]:
-                item = items[(source, path[: depth + 1])]
-                out = _suppressed(item, cause_of(source, path[: depth + 1])) if _bad(item) else item
-                items[(node.outputs[0], path)] = out
+            _evaluate_call(plan, node, entities[node.domain], items, ev.origin, functions, result)
+        elif kind != NodeKind.OUTPUT:
+            primitive(kind).evaluate(node, ev)  # its rule: rayorch.core.primitives
     for path in entities[ROOT]:
         result.outputs[path[0]] = tuple(items[(port, path)] for port in plan.output_ports)
     return result
@@ -183,12 +88,12 @@ def _evaluate_call(
     fn = functions[call.module]
     for path in paths:
         inputs = [items[(p, path)] for p in node.inputs]
-        bad = [(p, i) for p, i in zip(node.inputs, inputs) if _bad(i)]
+        failed = [(p, i) for p, i in zip(node.inputs, inputs) if bad(i)]
         barrier = len(path) > 1 and (call.id, path[:-1]) in result.barriers
         grain = format_grain((call.id, path))
-        if bad:
-            port, item = bad[0]
-            outs = [_suppressed(item, origin.get((port, path), "an input"))] * len(node.outputs)
+        if failed:
+            port, item = failed[0]
+            outs = [suppressed(item, origin.get((port, path), "an input"))] * len(node.outputs)
         elif any(i.outcome is Outcome.DROPPED for i in inputs):
             outs = [DROPPED] * len(node.outputs)
         elif barrier:

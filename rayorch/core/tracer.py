@@ -1,7 +1,9 @@
 """Symbolic tracing of ``forward``: Ports, the active trace, and node recording.
 
-Every structural check that can be made when a node is created is made here, so
-the error points at the exact line of ``forward`` that is wrong.
+Every check that can be made when a node is created is made then, so the error points
+at the exact line of ``forward`` that is wrong: here for inputs, Calls and outputs; for a
+structural primitive by the primitive itself (its module in :mod:`rayorch.core.primitives`),
+which adds its node through :meth:`Trace.add_node`.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class TracedPort:
 @dataclass(slots=True)
 class TracedNode:
     id: int
-    kind: NodeKind
+    kind: str  # a NodeKind, or the kind of a primitive (rayorch.core.primitives)
     domain: DomainId
     inputs: tuple[int, ...]
     outputs: tuple[int, ...] = ()
@@ -107,6 +109,7 @@ class TracedNode:
     name: str = ""
     arg_index: int = 0
     keywords: tuple[str, ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
 
 
 def _holds_port(value: Any) -> bool:
@@ -130,7 +133,9 @@ class Trace:
     domain_expand: dict[DomainId, int | None] = field(default_factory=lambda: {ROOT: None})
     children_count: dict[DomainId, int] = field(default_factory=dict)
     call_sites: dict[str, int] = field(default_factory=dict)
-    expanded: dict[tuple[int, ...], list[Port]] = field(default_factory=dict)
+    memo: dict[Any, Any] = field(default_factory=dict)
+    """What a primitive remembers across its uses in one tracing (expand: the Ports it
+    expanded, so that expanding them again gives the same child Domain)."""
     _token: contextvars.Token[Trace | None] | None = None
 
     # -- activation --------------------------------------------------------------
@@ -180,7 +185,43 @@ class Trace:
             "static keyword arguments), and Ports positionally",
         )
 
+    def new_domain(self, parent: DomainId) -> DomainId:
+        """A new child Domain of ``parent``, created by the node added next."""
+        k = self.children_count.get(parent, 0)
+        self.children_count[parent] = k + 1
+        child = child_domain_id(parent, k)
+        self.domain_parent[child] = parent
+        self.domain_expand[child] = len(self.nodes)
+        return child
+
+    def producer(self, port: Port) -> TracedNode:
+        """The node whose output ``port`` is."""
+        return self.nodes[self.ports[port.id].producer]
+
+    def own_all(self, location: SourceLocation | None, *named: tuple[Any, str]) -> list[Port]:
+        """Check each ``(value, what)`` is a Port of this trace (``what`` names it in errors)."""
+        return [self.own(value, what, location) for value, what in named]
+
     # -- node constructors (called by the public API) ---------------------------
+    def add_node(
+        self,
+        kind: str,
+        domain: DomainId,
+        inputs: tuple[Port, ...],
+        out_names: list[str],
+        location: SourceLocation | None,
+        *,
+        source_domain: DomainId | None = None,
+        params: tuple[tuple[str, Any], ...] = (),
+    ) -> list[Port]:
+        """Add a primitive's node (its checks made) with one output Port per name, in ``domain``.
+
+        ``params`` are the node's constants (msgpack-able), kept in the plan.
+        """
+        node = TracedNode(len(self.nodes), kind, domain, tuple(p.id for p in inputs),
+                          location=location, source_domain=source_domain, params=params)
+        return self._add_node(node, out_names, domain)
+
     def add_input(self, name: str, arg_index: int) -> Port:
         node = TracedNode(len(self.nodes), NodeKind.INPUT, ROOT, (), name=name, arg_index=arg_index)
         return self._add_node(node, [name], ROOT)[0]
@@ -246,133 +287,6 @@ class Trace:
             [call_id] if num_outputs == 1 else [f"{call_id}.{i}" for i in range(num_outputs)]
         )
         return self._add_node(node, out_names, domain)
-
-    def add_expand(self, *values: Any) -> list[Port]:
-        """One Expansion per parent: several Ports expand *aligned* into one child Domain."""
-        location = caller_location()
-        what = "F.expand" if len(values) == 1 else "F.expand_aligned"
-        if not values:
-            raise ce.ExpandError(f"{what} of no Port", location,
-                                 "pass the Port(s) to expand: F.expand_aligned(xs, ys)")
-        ports = [self.own(v, f"argument {i + 1} of {what}", location)
-                 for i, v in enumerate(values)]
-        producers = []
-        for port in ports:
-            producer = self.nodes[self.ports[port.id].producer]
-            if producer.kind is not NodeKind.CALL:
-                raise ce.ExpandError(
-                    f"{what} of {port.name!r}, which is the output of {producer.kind.value}, "
-                    "not of a Call",
-                    location,
-                    "expand the output of a module call whose per-record value is a sequence "
-                    "(e.g. F.expand(self.render(pdfs)))",
-                )
-            producers.append(producer.id)
-        if len(set(producers)) > 1 or len({p.id for p in ports}) < len(ports):
-            raise ce.ExpandError(
-                f"{what} of {', '.join(p.name for p in ports)}: aligned Ports must be distinct "
-                "outputs of one Call",
-                location,
-                "return the aligned lists from one module (.returns(n) / num_outputs=n) and "
-                "expand those outputs together",
-            )
-        key = tuple(p.id for p in ports)
-        if key in self.expanded:  # the same expansion again: the same child Domain (upstream)
-            return self.expanded[key]
-        taken = [p for p in ports if any(p.id in other for other in self.expanded)]
-        if taken:
-            raise ce.ExpandError(
-                f"{what} of {taken[0].name!r}, which already belongs to another expansion",
-                location,
-                "expand a Port once (reuse the expanded Port), or declare the alignment once "
-                "with F.expand_aligned",
-            )
-        parent = ports[0].domain
-        k = self.children_count.get(parent, 0)
-        self.children_count[parent] = k + 1
-        child = child_domain_id(parent, k)
-        node = TracedNode(len(self.nodes), NodeKind.EXPAND, child, tuple(p.id for p in ports),
-                          location=location)
-        self.domain_parent[child] = parent
-        self.domain_expand[child] = node.id
-        outs = self._add_node(node, [f"expand({p.name})" for p in ports], child)
-        self.expanded[key] = outs
-        return outs
-
-    def add_reduce(self, value: Any, members: Any = None) -> Port:
-        location = caller_location()
-        port = self.own(value, "the argument of F.reduce", location)
-        parent = self.domain_parent.get(port.domain)
-        if parent is None:
-            raise ce.ReduceError(
-                f"F.reduce of {port.name!r}, which is in the root Domain (it has no parent)",
-                location,
-                "reduce only Ports of a child Domain, i.e. downstream of an F.expand",
-            )
-        inputs: tuple[int, ...] = (port.id,)
-        if members is not None:
-            member_port = self.own(members, "members= of F.reduce", location)
-            if member_port.domain != port.domain:
-                raise ce.DomainMismatchError(
-                    f"F.reduce of {port.name!r} (in {port.domain}) with members "
-                    f"{member_port.name!r} in {member_port.domain}",
-                    location,
-                    "members= must be a Port of the same child Domain as the reduced value",
-                )
-            if member_port.id != port.id:
-                inputs = (port.id, member_port.id)
-        node = TracedNode(
-            len(self.nodes),
-            NodeKind.REDUCE,
-            parent,
-            inputs,
-            location=location,
-            source_domain=port.domain,
-        )
-        return self._add_node(node, [f"reduce({port.name})"], parent)[0]
-
-    def add_filter(self, value: Any, mask: Any) -> Port:
-        location = caller_location()
-        port = self.own(value, "the first argument of F.filter", location)
-        mask_port = self.own(mask, "the mask of F.filter", location)
-        if port.domain != mask_port.domain:
-            raise ce.DomainMismatchError(
-                f"F.filter of {port.name!r} (in {port.domain}) with a mask in {mask_port.domain}",
-                location,
-                "compute the mask in the same Domain as the Port, or move one of them with "
-                "F.broadcast / F.reduce",
-            )
-        node = TracedNode(
-            len(self.nodes),
-            NodeKind.FILTER,
-            port.domain,
-            (port.id, mask_port.id),
-            location=location,
-        )
-        return self._add_node(node, [f"filter({port.name})"], port.domain)[0]
-
-    def add_broadcast(self, value: Any, like: Any) -> Port:
-        location = caller_location()
-        port = self.own(value, "the first argument of F.broadcast", location)
-        like_port = self.own(like, "the like= argument of F.broadcast", location)
-        if port.domain == like_port.domain:
-            return port  # already there: the identity (as upstream RayOrch)
-        if not self.is_ancestor(port.domain, like_port.domain):
-            raise ce.BroadcastError(
-                f"F.broadcast of {port.name!r} (in {port.domain}) like {like_port.name!r} "
-                f"(in {like_port.domain}): {port.domain} is not an ancestor of {like_port.domain}",
-                location,
-                "broadcast only from a parent/ancestor Domain down to its descendants; within one "
-                "Domain use the Port directly, upwards use F.reduce",
-            )
-        node = TracedNode(
-            len(self.nodes),
-            NodeKind.BROADCAST,
-            like_port.domain,
-            (port.id, like_port.id),
-            location=location,
-        )
-        return self._add_node(node, [f"broadcast({port.name})"], like_port.domain)[0]
 
     def add_output(self, value: Any, name: str, location: SourceLocation | None) -> None:
         port = self.own(value, f"output {name!r} of forward", location)

@@ -91,10 +91,10 @@ class PlanShape:
         feeders: dict[CallId, list[tuple[DomainId, int]]] = {}
         reducers: dict[CallId, list[tuple[int, CallId, int, DomainId]]] = {}
         for node in plan.nodes:
-            if node.kind.value == "expand" and node.inputs[0] in producer_call:
+            if node.kind == "expand" and node.inputs[0] in producer_call:
                 call, index = producer_call[node.inputs[0]]
                 feeders.setdefault(call, []).append((node.domain, index))
-            if node.kind.value == "reduce" and node.inputs[0] in producer_call:
+            if node.kind == "reduce" and node.inputs[0] in producer_call:
                 child_call, index = producer_call[node.inputs[0]]
                 for consumer in plan.consumers[node.outputs[0]]:
                     cnode = plan.nodes[consumer]
