@@ -24,6 +24,7 @@ from rayorch.store.errors import (
     FencedError,
     LeaseHeldError,
     LeaseLostError,
+    StoreRolledBackError,
     StoreUnavailableError,
 )
 
@@ -89,6 +90,9 @@ class LeaseSide:
 
     def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         raise NotImplementedError  # ShardDriver: rebuild shard k from the store
+
+    def _resync(self, k: int, reason: str) -> None:
+        raise NotImplementedError  # ShardDriver: rebuild shard k from the store, same lease
 
     def _forget_outputs(self, k: int) -> None:
         """Shard ``k`` is lost: drop what the caller sink buffered of it."""
@@ -168,7 +172,7 @@ class LeaseSide:
     def _seen(self, k: int, last_seq: int) -> None:
         """Shard ``k``'s facts reach ``last_seq``; a store holding fewer lost some (checked)."""
         known = self._seen_seq.get(k, 0)
-        self._seen_seq[k] = max(known, last_seq)
+        self._seen_seq[k] = last_seq
         if last_seq < known:
             self._check_run_kept()
             self._log(f"driver {self.driver_id}: the lineage store went back on shard {k} "
@@ -192,11 +196,21 @@ class LeaseSide:
 
     @contextlib.contextmanager
     def _guard(self, k: int) -> Iterator[None]:
-        """Run a write to shard ``k``; a fenced write drops the shard."""
+        """Run a write to shard ``k``; a fenced write drops the shard, an append refused
+        by a store that went back rebuilds it from what the store holds."""
         try:
             yield
         except (LeaseLostError, FencedError) as exc:
             self._lost(k, str(exc))
+        except StoreRolledBackError as exc:
+            self._check_run_kept()  # or it lost the whole run
+            self.counters.rollbacks += 1
+            self._log(f"driver {self.driver_id}: the lineage store went back on shard {k}: "
+                      f"{exc.detail} (a rollback); rebuilt from what it holds, outputs "
+                      "already written adopted")
+            self._seen_seq.pop(k, None)  # said once
+            self._forget_outputs(k)  # the rebuilt shard offers again what the store lacks
+            self._resync(k, str(exc))
 
     def _balance(self, now: float) -> None:
         store, run, me, ttl = self.store, self.run_id, self.driver_id, self.config.lease_ttl_s
@@ -244,7 +258,7 @@ class LeaseSide:
             return False
         try:
             self._take(k, epoch)
-        except (LeaseLostError, FencedError) as exc:
+        except (LeaseLostError, FencedError, StoreRolledBackError) as exc:
             self._log(f"driver {self.driver_id}: lost shard {k} while taking it over ({exc})")
             self.shards.pop(k, None)
             return False
