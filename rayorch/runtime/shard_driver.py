@@ -482,7 +482,8 @@ class ShardDriver(LeaseSide):
                     adopted = {f.index for f in facts}
                     todo = [r for r in ready if r.index not in adopted]
                 if todo:
-                    facts += self.sink.write_part(k, [(r.index, r.value) for r in todo])
+                    facts += self.sink.write_part(k, [(r.index, r.value) for r in todo],
+                                                  acked=self._seen_seq.get(k, 0))
                 events = [OutputDelivered(f.index, f.outcome, f.sink, f.digest, f.ts)
                           for f in facts]
                 self._perform(st, st.machine.handle(*events))

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from bench.faults import PacedPipeline
+from rayorch.cli import main as cli_main
 from rayorch.core.facts import (
     GrainCommitted,
     GrainDispatched,
@@ -216,3 +217,50 @@ def test_commits_the_store_lost_after_acknowledging_them_are_run_again_not_built
     text = log.read_text()
     assert "the lineage store went back on shard 0: it no longer holds the accepted commit" \
         in text, text[-3000:]
+
+
+def _cut_before_fact(server: RedisServer, seq: int) -> None:
+    """Crash the server and cut its AOF back to just before the write of fact ``seq`` (the
+    transaction of the script that appended it): what an OS crash under ``appendfsync
+    everysec`` loses."""
+    server.kill()
+    path = _aof_tail(server)
+    aof = path.read_bytes()
+    at = aof.find(b"\r\n%d-0\r\n" % seq)  # the XADD of the fact (its stream entry id)
+    assert at > 0, f"fact {seq} is not in {path}"
+    cut = aof.rfind(b"*1\r\n$5\r\nMULTI\r\n", 0, at)
+    assert cut > 0
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+    server.start()
+
+
+@pytest.mark.timeout(240)
+def test_audit_names_a_rollback_as_the_cause_and_a_resume_repairs_it(
+    ray_local: None, redis_aof_server: RedisServer, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run completes; then Redis loses its last acknowledged facts (the AOF cut back, a
+    restart). `rayorch audit` names the cause: parts written after the store had
+    acknowledged more facts than it holds now. `rayorch resume` records the lost deliveries
+    from those parts (each source once) and the audit is clean again."""
+    url = redis_aof_server.url
+    items = [f"item{i}" for i in range(10)]
+    out = tmp_path / "out"
+    run_id = create_run(PacedPipeline, [items], store=url, kwargs={"slow_s": 0.0, "each_s": 0.0},
+                        out_dir=str(out), shards=1, micro_batch=2, max_active_sources=2)
+    assert cli_main(["resume", run_id, "--store", url, "--lease-ttl", "10"]) == 0
+    with open_store(url) as store:
+        emits = [s.seq for s in store.read(run_id, 0) if isinstance(s.fact, OutputEmitted)]
+    assert len(emits) == len(items)
+    _cut_before_fact(redis_aof_server, emits[-4])  # the last 4 deliveries are forgotten
+    capsys.readouterr()
+    assert cli_main(["audit", run_id, "--store", url]) == 1
+    said = capsys.readouterr().out
+    assert "the store lost facts it had acknowledged (rolled back" in said, said
+    assert "died while deposed" not in said, said
+    assert cli_main(["resume", run_id, "--store", url, "--lease-ttl", "10"]) == 0
+    records = list(read_outputs(out))
+    assert sorted(r["index"] for r in records) == list(range(len(items)))  # each once
+    capsys.readouterr()
+    assert cli_main(["audit", run_id, "--store", url]) == 0, capsys.readouterr().out

@@ -173,8 +173,8 @@ class StolenAfterWrite(FileSink):
         super().__init__(out, "jsonl", run_id=run_id)
         self.steal, self.parts_written = steal, 0
 
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[Any]:
-        facts = super().write_part(shard, records)
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]], **kw: Any) -> list[Any]:
+        facts = super().write_part(shard, records, **kw)
         self.parts_written += 1
         if self.parts_written == 1:
             self.steal()
@@ -295,11 +295,11 @@ class SnapshotAtFirstPart(FileSink):
         super().__init__(out, "jsonl", run_id=run_id)
         self.store, self.snapshot, self.parts = store, None, 0
 
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[Any]:
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]], **kw: Any) -> list[Any]:
         self.parts += 1
         if self.parts == 1:
             self.snapshot = copy.deepcopy(self.store._runs)
-        return super().write_part(shard, records)
+        return super().write_part(shard, records, **kw)
 
 
 def test_after_a_store_rollback_outputs_already_in_parts_are_adopted_not_written_again(
