@@ -293,3 +293,25 @@ def test_a_cluster_without_replicas_names_wait_replicas_before_anything_runs(
                          "--ocr", "text", "--store", f"{cluster.url}?wait_replicas=0"]) == 0
     finally:
         cluster.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_started_before_the_cluster_serves_its_slots_says_so(tmp_path: Path) -> None:
+    """Nodes up, `redis-cli --cluster create` not finished: no slot served at all (redis-py
+    found no primary and raised a bare IndexError), then only one node's slots (the server
+    version probe read one node's answer as if keyed by node). Both say what to wait for."""
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not installed")
+    cluster = RedisClusterNodes(tmp_path / "cluster", replicas=0)
+    for node in cluster.nodes:
+        node.start()
+    try:
+        with pytest.raises(StoreUnavailableError, match="the cluster serves no hash slots yet"
+                           ".*wait until `redis-cli --cluster create` has finished"):
+            open_store(f"{cluster.url}?wait_replicas=0").open_run("early", scripted_plan())
+        assert "OK" in cluster.cli_call(0, "cluster", "addslotsrange", "0", "5000")
+        with pytest.raises(StoreUnavailableError, match="the cluster does not serve all its "
+                           "slots yet .*wait until `redis-cli --cluster create`"):
+            open_store(f"{cluster.url}?wait_replicas=0").check()
+    finally:
+        cluster.stop()
