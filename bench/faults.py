@@ -339,7 +339,8 @@ class Harness:
                         done.add(run_id)
                 live = self.live(run_id)
                 if run_id not in done and (not live or all(p.stopped for p in live)):
-                    failed = [p for p in self.procs if p.run_id == run_id and p.proc.poll()]
+                    failed = [p for p in self.procs if p.run_id == run_id
+                              and (p.proc.poll() or 0) > 0]  # not the harness's SIGKILLs
                     if len(failed) > 10:
                         raise SystemExit(f"run {run_id}: {len(failed)} drivers exited with an "
                                          f"error (logs in {self.workdir}, e.g. "

@@ -237,7 +237,7 @@ class ShardDriver(LeaseSide):
             return
         self.counters.resyncs += 1
         with self._guard(k):
-            self._take(k, st.epoch, failed)
+            self._take_settled(k, st.epoch, failed)
 
     # == performing instructions ================================================================
     def _perform(self, st: ShardState, instructions: list[Instruction]) -> list[SendBatch]:

@@ -22,11 +22,14 @@ from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import (
     FencedError,
+    GrainSealedError,
     LeaseHeldError,
     LeaseLostError,
     StoreRolledBackError,
     StoreUnavailableError,
 )
+
+TAKE_TRIES = 5  # rebuilds of one shard in a row while the store moves under them
 
 
 class LeaseMode(enum.Enum):
@@ -91,6 +94,19 @@ class LeaseSide:
     def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         raise NotImplementedError  # ShardDriver: rebuild shard k from the store
 
+    def _take_settled(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
+        """:meth:`_take`, again while the store moves under the rebuild: a late commit lands
+        between its read and its first append (a Grain it re-dispatches is sealed meanwhile),
+        or the store goes back in between. Each try reads the shard afresh."""
+        for _ in range(TAKE_TRIES - 1):
+            try:
+                self._take(k, epoch, failed)
+                return
+            except (GrainSealedError, StoreRolledBackError):
+                self.shards.pop(k, None)
+                failed = ()  # applied to the machine that was dropped; the store decides
+        self._take(k, epoch, failed)
+
     def _resync(self, k: int, reason: str) -> None:
         raise NotImplementedError  # ShardDriver: rebuild shard k from the store, same lease
 
@@ -106,7 +122,7 @@ class LeaseSide:
                     epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                      self.config.lease_ttl_s,
                                                      after_epoch=after)
-                    self._take(k, epoch)
+                    self._take_settled(k, epoch)
                 except LeaseHeldError as exc:
                     raise LeaseLostStop(
                         f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
@@ -257,8 +273,8 @@ class LeaseSide:
         except LeaseHeldError:
             return False
         try:
-            self._take(k, epoch)
-        except (LeaseLostError, FencedError, StoreRolledBackError) as exc:
+            self._take_settled(k, epoch)
+        except (LeaseLostError, FencedError, StoreRolledBackError, GrainSealedError) as exc:
             self._log(f"driver {self.driver_id}: lost shard {k} while taking it over ({exc})")
             self.shards.pop(k, None)
             return False
@@ -294,7 +310,7 @@ class LeaseSide:
                 st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                     self.config.lease_ttl_s,
                                                     after_epoch=st.epoch)
-                self._take(k, st.epoch)
+                self._take_settled(k, st.epoch)
             except (LeaseLostError, LeaseHeldError, FencedError) as lost_exc:
                 self.shards[k] = st
                 self._lost(k, str(lost_exc))

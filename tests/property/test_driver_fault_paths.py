@@ -409,3 +409,48 @@ def test_an_output_the_caller_has_is_not_handed_again_after_a_rollback(
     emitted = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, OutputEmitted)]
     assert sorted(emitted) == SOURCES
     assert audit_run(store, run_id).ok
+
+
+class LateCommitOnTakeOver(MemoryStore):
+    """A dead driver's actor commits one of its in-flight Grains just after the new holder
+    read the shard, before the holder's first append (which re-dispatches that Grain)."""
+
+    late: GrainCommitted | None = None
+    landed = False
+
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
+               driver: str, basis: Any = None) -> list[int]:
+        if self.late is not None and not self.landed and any(
+                isinstance(f, GrainRetried) for f in facts):
+            self.landed = True
+            assert self.commit(run_id, [self.late]) == [ro.core.commit.CommitVerdict.ACCEPTED]
+        return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
+
+
+def test_a_commit_landing_while_a_shard_is_taken_over_is_kept(clock: Clock, tmp_path: Path
+                                                              ) -> None:
+    store = LateCommitOnTakeOver(f"memory://fault-paths-late-{id(clock)}", clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "late-commit"
+    store.open_run(run_id, plan, shards=1, micro_batch=len(SOURCES))
+    with pytest.raises(Killed):
+        finish(caller_driver(store, plan, run_id, InOrder(kill_at_first_wait)))
+    (call, path), gen = next(iter(in_flight(store, run_id).items()))
+    store.late = GrainCommitted(call, path, gen, "present", (2 * path[0],))
+    clock.lapse()
+    out = tmp_path / "out"
+    idle: list[float] = []
+
+    def idles(seconds: float) -> None:
+        idle.append(seconds)
+        clock.sleep(seconds)
+        assert len(idle) < 50, "the new holder never took the shard over"
+
+    finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id),
+                         sleep=idles))
+    assert store.landed
+    commits = [f.fact for f in store.read(run_id, 0) if isinstance(f.fact, GrainCommitted)
+               and (f.fact.call, f.fact.path) == (call, path)]
+    assert [c.generation for c in commits] == [gen], "the late commit was not kept"
+    assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
+    assert audit_run(store, run_id).ok
