@@ -27,6 +27,7 @@ import functools
 import io
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -88,15 +89,18 @@ class Episode:
     wrong: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     skipped: str = ""
+    started: float = 0.0  # wall clock: the caller's start ...
+    ended: float = 0.0  # ... and the end of its process (killed, deposed or done)
 
 
 class CallerPaths:
-    """Runs caller episodes one after another (in a thread beside the replica run)."""
+    """Runs caller episodes one after another (in a thread beside the replica runs; several
+    such threads run concurrent callers)."""
 
     def __init__(self, *, direct_url: str, proxy_url: str | None, address: str,
                  workdir: Path, seed: int, items: int, kills: int, stops: int,
                  resume_kill_p: float, lease_ttl: float,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], prefix: str = "caller") -> None:
         self.direct_url, self.proxy_url, self.address = direct_url, proxy_url, address
         self.workdir = workdir
         self.rng = random.Random(seed * 7919 + 1)
@@ -106,6 +110,7 @@ class CallerPaths:
         self.resume_kill_p = resume_kill_p
         self.lease_ttl = lease_ttl
         self.log = log
+        self.prefix = prefix  # of its episodes' run ids (several threads may run at once)
         self.faults: Counter[str] = Counter()
         self.episodes: list[Episode] = []
         self.error: str | None = None
@@ -135,9 +140,9 @@ class CallerPaths:
         for attempt in range(3):
             ordered = self.rng.random() < 0.5
             episode = Episode(
-                run_id=f"caller{n}-{uuid.uuid4().hex[:6]}", kind=kind, ordered=ordered,
+                run_id=f"{self.prefix}{n}-{uuid.uuid4().hex[:6]}", kind=kind, ordered=ordered,
                 slow_first=ordered and self.rng.random() < 0.5,
-                shards=self.rng.choice([1, 2]), out_dir=self.workdir / f"caller{n}-out")
+                shards=self.rng.choice([1, 2]), out_dir=self.workdir / f"{self.prefix}{n}-out")
             self._play(episode)
             if not episode.skipped:
                 return episode
@@ -158,6 +163,7 @@ class CallerPaths:
             cmd.append("--unordered")
         if ep.slow_first:
             cmd.append("--slow-first")
+        ep.started = time.time()
         with open(log_out, "wb") as out, open(log_err, "wb") as err:
             caller = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env(), cwd=REPO)
         # A stop late in the run often finds it finished before anyone could take over.
@@ -180,6 +186,7 @@ class CallerPaths:
                 caller.send_signal(signal.SIGCONT)
                 caller.kill()
                 caller.wait(10)
+            ep.ended = time.time()
         ep.caller_err = _tail(log_err)
         if ep.skipped:
             return
@@ -414,7 +421,9 @@ def _printed(path: Path) -> list[tuple[int, Any]]:
 
     text = path.read_text() if path.exists() else ""
     lines = text.split("\n")[:-1]  # a last line without its newline is not printed yet
-    return [parse_line(line) for line in lines if line.strip()]
+    # Ray's own warnings (a raylet's "worker processes have been started") reach the
+    # caller's stdout too; only "<index>\t<value>" lines are what it printed.
+    return [parse_line(line) for line in lines if re.match(r"\d+(\t|$)", line)]
 
 
 def _tail(path: Path) -> str:

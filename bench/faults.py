@@ -14,6 +14,12 @@ with ``--address``) and one private redis-server with AOF:
   SIGSTOPped past their lease TTL, continued by ``rayorch resume RUN --out-dir D``
   (itself sometimes SIGKILLed and resumed again).
 
+Several replica runs (``--runs``) and several caller threads (``--caller-threads``) run at
+once, sharing the Ray cluster and the store. A *rollback* (``--rollbacks``) SIGKILLs Redis
+and cuts the last second of its AOF off before the restart, as an OS crash under
+``appendfsync everysec`` does: the drivers must notice the store went back, rebuild and
+adopt what their part files already hold.
+
 Half of the processes reach Redis through a :class:`rayorch.testing.ReplyDroppingProxy`
 that keeps losing replies to commits (workers) and fenced appends (drivers). At the end
 the outputs (sink files plus what the callers printed) are checked against the reference
@@ -23,7 +29,7 @@ re-delivery a killed caller may cause (both must be 0), Grains re-run and recove
 failover.
 
     python -m bench.faults               # a short run (a minute or two)
-    python -m bench.faults --soak        # 2000 docs + 15 caller runs, >= 50 driver kills
+    python -m bench.faults --soak        # 2 x 2000 docs + 2 x 15 caller runs, rollbacks
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import rayorch as ro
+from bench.fault_report import report
 from rayorch import F
 from rayorch.testing import RedisServer, ReplyDroppingProxy
 
@@ -174,6 +181,7 @@ def make_docs(n: int) -> list[str]:
 class DriverProc:
     driver_id: str
     proc: subprocess.Popen[bytes]
+    run_id: str
     stopped: bool = False
 
 
@@ -190,6 +198,8 @@ class Harness:
     stops: int = 1
     redis_restarts: int = 1
     rollbacks: int = 0  # Redis SIGKILLed with the last second of its AOF cut off (an OS crash)
+    runs: int = 1  # replica runs at once, sharing the cluster and the store
+    caller_threads: int = 1  # caller episodes at once (each thread plays its own series)
     gpu_ms: float = 20.0
     lease_ttl: float = 3.0
     interval: float = 3.0
@@ -203,7 +213,8 @@ class Harness:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rofaults-")))
     verbose: bool = False
     faults: Counter[str] = field(default_factory=Counter)
-    kills: list[tuple[float, str, list[int]]] = field(default_factory=list)
+    kills_of: dict[str, list[tuple[float, str, list[int]]]] = field(default_factory=dict)
+    rollbacks_at: list[float] = field(default_factory=list)
     procs: list[DriverProc] = field(default_factory=list)
     _n: int = 0
     _proxy_url: str | None = None
@@ -225,16 +236,16 @@ class Harness:
             [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
              "--address", address, "--driver-id", driver_id, "--lease-ttl", str(self.lease_ttl)],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        self.procs.append(DriverProc(driver_id, proc))
+        self.procs.append(DriverProc(driver_id, proc, run_id))
 
-    def live(self) -> list[DriverProc]:
-        return [p for p in self.procs if p.proc.poll() is None]
+    def live(self, run_id: str | None = None) -> list[DriverProc]:
+        return [p for p in self.procs if p.proc.poll() is None
+                and (run_id is None or p.run_id == run_id)]
 
     def run(self) -> dict[str, Any]:
         import ray
 
         from bench.faults import FaultPipeline as Importable
-        from rayorch.core.reference import evaluate
         from rayorch.replicas import create_run
         from rayorch.store import open_store
 
@@ -243,11 +254,12 @@ class Harness:
         redis.start()
         pid_dir = self.workdir / "pids"
         pid_dir.mkdir()
-        out_dir = self.workdir / "out"
+        out_dirs = [self.workdir / ("out" if i == 0 else f"out{i}") for i in range(self.runs)]
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False,
-                 log_to_driver=self.verbose,
+        # Each replica run's OCR pool asks for 1 GPU (2 x 0.5): one per run.
+        ray.init(address="local", num_cpus=8, num_gpus=max(2, self.runs),
+                 include_dashboard=False, log_to_driver=self.verbose,
                  runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
         address = ray.get_runtime_context().gcs_address
         docs = make_docs(self.docs)
@@ -257,33 +269,42 @@ class Harness:
         if self.reply_interval > 0:
             dropper = ReplyDropper(ReplyDroppingProxy(redis.port), self.reply_interval, self.seed)
             self._proxy_url = f"redis://127.0.0.1:{dropper.proxy.port}/0"
-        callers = CallerPaths(direct_url=redis.url, proxy_url=self._proxy_url, address=address,
-                              workdir=self.workdir, seed=self.seed, items=self.caller_items,
-                              kills=self.caller_kills, stops=self.caller_stops,
-                              resume_kill_p=self.resume_kill_p, lease_ttl=2.0, log=self.log)
-        caller_thread = threading.Thread(target=callers.run, name="callers", daemon=True)
+        callers = [CallerPaths(direct_url=redis.url, proxy_url=self._proxy_url, address=address,
+                               workdir=self.workdir, seed=self.seed + 1000 * i,
+                               items=self.caller_items, kills=self.caller_kills,
+                               stops=self.caller_stops, resume_kill_p=self.resume_kill_p,
+                               lease_ttl=2.0, log=self.log,
+                               prefix="caller" if i == 0 else f"caller{chr(97 + i)}")
+                   for i in range(self.caller_threads)]
+        threads = [threading.Thread(target=c.run, name=f"callers-{i}", daemon=True)
+                   for i, c in enumerate(callers)]
         try:
-            run_id = create_run(Importable, [docs], store=redis.url,
-                                kwargs={"gpu_ms": self.gpu_ms, "pid_dir": str(pid_dir)},
-                                out_dir=str(out_dir), shards=self.shards,
-                                micro_batch=self.micro_batch, max_active_sources=8)
+            run_ids = [create_run(Importable, [docs], store=redis.url,
+                                  kwargs={"gpu_ms": self.gpu_ms, "pid_dir": str(pid_dir)},
+                                  out_dir=str(out), shards=self.shards,
+                                  micro_batch=self.micro_batch, max_active_sources=8)
+                       for out in out_dirs]
             store = open_store(redis.url + "?retries=40")
-            self.log(f"run {run_id}: {self.docs} docs, {self.shards} shards, "
-                     f"{self.drivers} drivers, logs in {self.workdir}")
+            self.log(f"run{'s' if self.runs > 1 else ''} {', '.join(run_ids)}: {self.docs} "
+                     f"docs, {self.shards} shards, {self.drivers} drivers each, "
+                     f"{self.caller_threads} caller thread(s), logs in {self.workdir}")
             started = time.monotonic()
             if dropper is not None:
                 dropper.start()
-            for _ in range(self.drivers):
-                self.spawn_driver(run_id, redis.url, address)
-            caller_thread.start()
-            plan = self._inject(rng, store, run_id, redis, pid_dir, out_dir, address, started,
-                                caller_thread)
+            for run_id in run_ids:
+                for _ in range(self.drivers):
+                    self.spawn_driver(run_id, redis.url, address)
+            for thread in threads:
+                thread.start()
+            self._inject(rng, store, run_ids, redis, pid_dir, out_dirs, address, started,
+                         threads)
             elapsed = time.monotonic() - started
             if dropper is not None:
                 dropper.close()
                 self.faults.update(dropper.counts())
-            self.faults.update(callers.faults)
-            return self._check(store, run_id, out_dir, docs, plan, elapsed, evaluate, callers)
+            for c in callers:
+                self.faults.update(c.faults)
+            return self._check(store, run_ids, out_dirs, docs, elapsed, callers)
         finally:
             if dropper is not None:
                 dropper.close()
@@ -297,10 +318,10 @@ class Harness:
             redis.stop()
 
     # -- faults ----------------------------------------------------------------------------
-    def _inject(self, rng: random.Random, store: Any, run_id: str, redis: RedisServer,
-                pid_dir: Path, out_dir: Path, address: str, started: float,
-                callers: threading.Thread) -> Any:
-        """Inject the replica faults until the replica run is done (Redis restarts until
+    def _inject(self, rng: random.Random, store: Any, run_ids: list[str], redis: RedisServer,
+                pid_dir: Path, out_dirs: list[Path], address: str, started: float,
+                callers: list[threading.Thread]) -> None:
+        """Inject the replica faults until the replica runs are done (Redis restarts until
         the caller episodes are done too)."""
         from rayorch.store.errors import StoreUnavailableError
 
@@ -308,22 +329,31 @@ class Harness:
                 + ["stop"] * self.stops + ["redis"] * self.redis_restarts
                 + ["rollback"] * self.rollbacks)
         rng.shuffle(todo)
-        shards = store.run_info(run_id).shards
+        shards = store.run_info(run_ids[0]).shards
         next_fault = time.monotonic() + self.interval
-        replicas_done = False
+        done: set[str] = set()
         while time.monotonic() - started < self.timeout:
-            with contextlib.suppress(StoreUnavailableError):
-                replicas_done = replicas_done or len(store.done_shards(run_id)) == shards
-            if replicas_done:
+            for run_id in run_ids:
+                with contextlib.suppress(StoreUnavailableError):
+                    if len(store.done_shards(run_id)) == shards:
+                        done.add(run_id)
+                live = self.live(run_id)
+                if run_id not in done and (not live or all(p.stopped for p in live)):
+                    failed = [p for p in self.procs if p.run_id == run_id
+                              and (p.proc.poll() or 0) > 0]  # not the harness's SIGKILLs
+                    if len(failed) > 10:
+                        raise SystemExit(f"run {run_id}: {len(failed)} drivers exited with an "
+                                         f"error (logs in {self.workdir}, e.g. "
+                                         f"{failed[-1].driver_id}.log)")
+                    self.spawn_driver(run_id, redis.url, address)
+            if len(done) == len(run_ids):
                 todo = [kind for kind in todo if kind in ("redis", "rollback")]
-                if not callers.is_alive():
+                if not any(thread.is_alive() for thread in callers):
                     break
-            elif not self.live() or all(p.stopped for p in self.live()):
-                self.spawn_driver(run_id, redis.url, address)
             if todo and time.monotonic() >= next_fault:
                 kind = todo.pop()
-                self._fault(kind, rng, store, run_id, redis, pid_dir, address)
-                gap = min(self.interval, self._time_left(started, out_dir) / (len(todo) + 1))
+                self._fault(kind, rng, store, redis, pid_dir, address)
+                gap = min(self.interval, self._time_left(started, out_dirs) / (len(todo) + 1))
                 next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * max(0.3, gap)
             time.sleep(0.1)
         else:
@@ -338,32 +368,32 @@ class Harness:
                 p.stopped = False
             if p.proc.poll() is None:
                 p.proc.wait(max(1.0, deadline - time.monotonic()))
-        from rayorch.core.plan import Plan
 
-        return Plan.from_description(store.run_info(run_id).plan)
-
-    def _time_left(self, started: float, out_dir: Path) -> float:
-        """A guess of the run's remaining time (from the outputs written so far), times 0.8,
-        so that the planned faults fit in the run."""
+    def _time_left(self, started: float, out_dirs: list[Path]) -> float:
+        """A guess of the runs' remaining time (from the outputs written so far), times 0.8,
+        so that the planned faults fit in the runs."""
         from rayorch.runtime.sinks import delivered_count
 
-        done = delivered_count(out_dir)
+        done = sum(delivered_count(out) for out in out_dirs)
         if done < 5:
             return float("inf")
         elapsed = time.monotonic() - started
-        return 0.8 * elapsed * (self.docs - done) / done
+        return 0.8 * elapsed * (self.docs * len(out_dirs) - done) / done
 
-    def _fault(self, kind: str, rng: random.Random, store: Any, run_id: str, redis: RedisServer,
+    def _held(self, store: Any, run_id: str, driver_id: str) -> list[int]:
+        return [k for k in range(store.run_info(run_id).shards)
+                if (h := store.lease_holder(run_id, k)) is not None and h.driver == driver_id]
+
+    def _fault(self, kind: str, rng: random.Random, store: Any, redis: RedisServer,
                pid_dir: Path, address: str) -> None:
         live = [p for p in self.live() if not p.stopped]
         if kind == "driver" and live:
             victim = rng.choice(live)
-            held = [k for k in range(store.run_info(run_id).shards)
-                    if (h := store.lease_holder(run_id, k)) is not None
-                    and h.driver == victim.driver_id]
+            run_id = victim.run_id
+            held = self._held(store, run_id, victim.driver_id)
             victim.proc.kill()
             victim.proc.wait(10)
-            self.kills.append((time.time(), victim.driver_id, held))
+            self.kills_of.setdefault(run_id, []).append((time.time(), victim.driver_id, held))
             self.faults["driver SIGKILL"] += 1
             self.log(f"SIGKILL driver {victim.driver_id} (held shards {held})")
             self.spawn_driver(run_id, redis.url, address)
@@ -376,12 +406,12 @@ class Harness:
                 self.faults["actor SIGKILL"] += 1
                 self.log(f"SIGKILL actor pid {pid}")
         elif kind == "stop" and len(live) > 1:
-            holders = {h.driver for k in range(store.run_info(run_id).shards)
+            holders = {h.driver for run_id in {p.run_id for p in live}
+                       for k in range(store.run_info(run_id).shards)
                        if (h := store.lease_holder(run_id, k)) is not None}
             victim = rng.choice([p for p in live if p.driver_id in holders] or live)
-            held = [k for k in range(store.run_info(run_id).shards)
-                    if (h := store.lease_holder(run_id, k)) is not None
-                    and h.driver == victim.driver_id]
+            run_id = victim.run_id
+            held = self._held(store, run_id, victim.driver_id)
             victim.proc.send_signal(signal.SIGSTOP)
             victim.stopped = True
             self.faults["driver SIGSTOP/SIGCONT"] += 1
@@ -416,6 +446,7 @@ class Harness:
                 with open(aof[-1], "r+b") as f:
                     f.truncate(size)
                 self.faults["redis rollback (last second of its AOF lost)"] += 1
+                self.rollbacks_at.append(time.time())
                 self.log(f"SIGKILL redis-server, its AOF cut back by {lost} bytes (1 s), restart")
             else:
                 self.faults["redis kill+restart"] += 1  # the AOF was rewritten meanwhile
@@ -430,82 +461,56 @@ class Harness:
             redis.start()
 
     # -- checks ------------------------------------------------------------------------------
-    def _check(self, store: Any, run_id: str, out_dir: Path, docs: list[str], plan: Any,
-               elapsed: float, evaluate: Any, callers: Any) -> dict[str, Any]:
-        from bench.fault_callers import cli_audit
-        from rayorch.core.facts import GrainRetried, LeaseAcquired, OutputEmitted
-        from rayorch.runtime.sinks import read_outputs
+    def _check(self, store: Any, run_ids: list[str], out_dirs: list[Path], docs: list[str],
+               elapsed: float, callers: list[Any]) -> dict[str, Any]:
+        from bench.fault_report import replica_outcome
 
-        reference = evaluate(FaultPipeline(gpu_ms=0).compile(), [(d,) for d in docs]).outputs
-        problems: list[str] = []
-        try:
-            files = {record["index"]: record for record in read_outputs(out_dir)}
-        except Exception as exc:
-            files = {}
-            problems.append(f"read_outputs refused {out_dir}: {exc}")
-        emitted: Counter[int] = Counter()
-        retried: Counter[str] = Counter()
-        leases: list[tuple[float, int, str]] = []
-        for shard, facts in store.read_run(run_id).items():
-            for stored in facts:
-                fact = stored.fact
-                if isinstance(fact, OutputEmitted):
-                    emitted[fact.index] += 1
-                elif isinstance(fact, GrainRetried):
-                    key = "driver failover" if fact.cause == "driver failover" else (
-                        "actor died" if "died" in fact.cause or "replaced" in fact.cause
-                        else "other")
-                    retried[key] += 1
-                elif isinstance(fact, LeaseAcquired):
-                    leases.append((fact.ts, shard, fact.driver))
-        wrong = []
-        for index, items in reference.items():
-            record = files.get(index)
-            item = items[0]
-            if record is None:
-                continue
-            if item.present != (record["outcome"] == "present") or (
-                    item.present and record["value"] != item.value):
-                wrong.append(index)
-        lost = sorted(set(reference) - {i for i in files if emitted[i] >= 1})
-        duplicated = sorted(i for i, n in emitted.items() if n > 1)
-        recovery = []
-        for t_kill, victim, held in self.kills:
-            waits = [min((ts for ts, k, d in leases if k == shard and ts > t_kill and d != victim),
-                         default=float("nan")) - t_kill for shard in held]
-            if waits:
-                recovery.append(round(max(waits), 2))
-        problems += cli_audit(store.url, run_id, None)  # `rayorch audit RUN` (+ its sink)
-        episodes = callers.episodes
-        for ep in episodes:
-            problems += ep.problems + callers.audit(ep)
-        if callers.error:
-            problems.append(f"caller episodes: {callers.error}")
-        if len(episodes) < self.caller_kills + self.caller_stops:
+        outcomes = [replica_outcome(store, run_id, out, docs, self.kills_of.get(run_id, []))
+                    for run_id, out in zip(run_ids, out_dirs)]
+        problems = [p for o in outcomes for p in o["problems"]]
+        retried: Counter[str] = sum((o["retried"] for o in outcomes), Counter())
+        episodes = [ep for c in callers for ep in c.episodes]
+        for c in callers:
+            for ep in c.episodes:
+                problems += ep.problems + c.audit(ep)
+            if c.error:
+                problems.append(f"caller episodes: {c.error}")
+        if len(episodes) < (self.caller_kills + self.caller_stops) * len(callers):
             problems.append(f"only {len(episodes)} caller episodes ran")
+        # A caller killed in the second after a rollback, before its driver saw the store go
+        # back, is resumed from a store that forgot its last acknowledgements.
+        rolled = [ep for ep in episodes
+                  if any(ep.started <= t <= ep.ended + 1.0 for t in self.rollbacks_at)]
+        seen = sum(path.read_text(errors="replace").count("the lineage store went back on")
+                   for pattern in ("*.log", "*.err") for path in self.workdir.glob(pattern))
         faults = self.faults
-        result = {
-            "run": run_id, "docs": len(docs), "elapsed_s": round(elapsed, 1),
+        return {
+            "runs": run_ids, "docs": len(docs), "elapsed_s": round(elapsed, 1),
             "faults": dict(faults),
             "driver_kills": sum(faults[k] for k in DRIVER_KILLS),
             "deposed_wakeups": sum(faults[k] for k in DEPOSED),
             "lost_replies": sum(n for k, n in faults.items() if k.endswith("reply lost")),
             "redis_restarts": faults["redis kill+restart"],
             "rollbacks": faults["redis rollback (last second of its AOF lost)"],
-            "caller_runs": len(episodes),
-            "caller_sources": sum(self.caller_items for _ in episodes),
+            "rollbacks_seen": seen,
+            "caller_runs": len(episodes), "caller_threads": len(callers),
+            "caller_sources": self.caller_items * len(episodes),
             "caller_printed": sum(len(ep.printed) for ep in episodes),
             "caller_redelivered": sum(len(ep.redelivered) for ep in episodes),
+            "caller_rolled_back": sum(ep.excess for ep in rolled),
             "resumes": sum(ep.resumes for ep in episodes),
-            "outputs_lost": len(lost) + sum(len(ep.lost) for ep in episodes),
-            "outputs_duplicated": len(duplicated) + sum(ep.excess for ep in episodes),
-            "outputs_wrong": len(wrong) + sum(len(ep.wrong) for ep in episodes),
-            "grains_rerun": dict(retried), "recovery_s": recovery,
+            "outputs_lost": sum(len(o["lost"]) for o in outcomes)
+            + sum(len(ep.lost) for ep in episodes),
+            "outputs_duplicated": sum(len(o["duplicated"]) for o in outcomes)
+            + sum(ep.excess for ep in episodes if ep not in rolled),
+            "outputs_wrong": sum(len(o["wrong"]) for o in outcomes)
+            + sum(len(ep.wrong) for ep in episodes),
+            "grains_rerun": dict(retried),
+            "recovery_s": [r for o in outcomes for r in o["recovery"]],
             "audit_ok": not problems,
             "audit_violations": problems[:20],
             "drivers_started": self._n, "workdir": str(self.workdir),
         }
-        return result
 
 
 def _alive(pid: int) -> bool:
@@ -516,40 +521,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def report(result: dict[str, Any]) -> str:
-    rec = result["recovery_s"]
-    finite = [r for r in rec if r == r]
-    lines = [
-        f"replica run {result['run']}: {result['docs']} docs; {result['caller_runs']} caller "
-        f"runs of {result['caller_sources'] // max(result['caller_runs'], 1)} sources; "
-        f"{result['elapsed_s']}s ({result['drivers_started']} replica drivers and "
-        f"{result['resumes']} resumes started)",
-        "faults injected: " + (", ".join(f"{k} {n}" for k, n in sorted(result["faults"].items()))
-                               or "none"),
-        f"driver kills: {result['driver_kills']} (replica drivers, callers and resumes)",
-        f"deposed wake-ups: {result['deposed_wakeups']}",
-        f"lost replies: {result['lost_replies']}",
-        f"redis restarts: {result['redis_restarts']}, rollbacks: {result['rollbacks']}",
-        f"outputs lost: {result['outputs_lost']}",
-        f"outputs duplicated beyond one re-delivery per interrupted caller: "
-        f"{result['outputs_duplicated']} (re-delivered, allowed: "
-        f"{result['caller_redelivered']}; callers printed {result['caller_printed']})",
-        f"outputs different from the reference: {result['outputs_wrong']}",
-        "grains re-run: " + (", ".join(f"{k} {n}" for k, n in sorted(
-            result["grains_rerun"].items())) or "none"),
-        "recovery per driver failover (s, kill -> shards re-leased): " + (
-            ", ".join(f"{r:.2f}" for r in rec) or "-")
-        + (f"  [median {sorted(finite)[len(finite) // 2]:.2f}, max {max(finite):.2f}]"
-           if finite else ""),
-        f"audit: {'OK' if result['audit_ok'] else 'FAILED ' + str(result['audit_violations'])}",
-    ]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--soak", action="store_true",
-                        help="long soak defaults: 2000 docs, 3 drivers, 15 caller runs")
+                        help="long soak defaults: 2 runs of 2000 docs, 3 drivers each, 2 x 15 "
+                        "caller runs")
     parser.add_argument("--docs", type=int)
     parser.add_argument("--drivers", type=int)
     parser.add_argument("--shards", type=int)
@@ -559,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-restarts", type=int)
     parser.add_argument("--rollbacks", type=int,
                         help="Redis SIGKILLs that lose the last second of its AOF")
+    parser.add_argument("--runs", type=int, help="replica runs at once (default 1)")
+    parser.add_argument("--caller-threads", type=int,
+                        help="caller episodes at once: each thread plays the caller kills and "
+                        "stops (default 1)")
     parser.add_argument("--caller-kills", type=int, help="caller runs SIGKILLed, then resumed")
     parser.add_argument("--caller-stops", type=int,
                         help="caller runs SIGSTOPped past their lease, resumed, SIGCONTed")
@@ -579,11 +559,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.soak:
         base = {"docs": 2000, "drivers": 3, "shards": 12, "driver_kills": 50,
                 "actor_kills": 50, "stops": 5, "redis_restarts": 3, "rollbacks": 3, "interval": 2.5,
-                "gpu_ms": 120.0, "timeout": 1500.0, "caller_kills": 9, "caller_stops": 6}
+                "gpu_ms": 120.0, "timeout": 1500.0, "caller_kills": 9, "caller_stops": 6,
+                "runs": 2, "caller_threads": 2}
     for name in ("docs", "drivers", "shards", "driver_kills", "actor_kills", "stops",
-                 "redis_restarts", "rollbacks", "caller_kills", "caller_stops", "caller_items",
-                 "resume_kill_p", "reply_interval", "interval", "lease_ttl", "gpu_ms",
-                 "timeout"):
+                 "redis_restarts", "rollbacks", "runs", "caller_threads", "caller_kills",
+                 "caller_stops", "caller_items", "resume_kill_p", "reply_interval", "interval",
+                 "lease_ttl", "gpu_ms", "timeout"):
         if getattr(args, name) is not None:
             base[name] = getattr(args, name)
     harness = Harness(seed=args.seed, verbose=args.verbose, **base)

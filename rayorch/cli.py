@@ -195,11 +195,12 @@ def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) ->
                         f"({exc}); pass --out-dir"]
         sink = store.run_info(run_id).sink  # recorded by the driver that wrote it
         out_dir = out_dir or (sink[0] if sink else None)
-    shards = store.read_view(run_id).shards.values()  # outputs not needed
-    complete = all(view.completed for view in shards)
-    emitted = [fact for view in shards
+    views = store.read_view(run_id).shards  # outputs not needed
+    complete = all(view.completed for view in views.values())
+    emitted = [fact for view in views.values()
                for _, fact in sorted(e for emits in view.emitted.values() for e in emits)]
-    return check_delivery(out_dir, emitted, complete=complete)
+    held = {k: view.last_seq for k, view in views.items()}
+    return check_delivery(out_dir, emitted, complete=complete, held=held)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

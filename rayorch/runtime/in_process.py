@@ -105,7 +105,8 @@ class CollectSink:
     def reset(self, shard: int) -> None:
         """Nothing is on disk."""
 
-    def deliver(self, shard: int, ready: Sequence[OutputReady]) -> list[OutputDelivered]:
+    def deliver(self, shard: int, ready: Sequence[OutputReady], *, acked: int = 0
+                ) -> list[OutputDelivered]:
         now = self._clock()
         for r in ready:
             self.outputs[r.index] = r.items

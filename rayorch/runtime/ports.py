@@ -81,8 +81,16 @@ class Pools(Protocol):
 class Sink(Protocol):
     """Where finished sources go when the shell delivers them itself (not the caller)."""
 
-    def deliver(self, shard: int, ready: Sequence[OutputReady]) -> list[OutputDelivered]:
-        """Deliver ``ready`` durably (or adopt what is delivered already); one event each."""
+    def reset(self, shard: int) -> None:
+        """``shard`` was (re)built from the store: forget what was read of its deliveries."""
+        ...
+
+    def deliver(self, shard: int, ready: Sequence[OutputReady], *, acked: int = 0
+                ) -> list[OutputDelivered]:
+        """Deliver ``ready`` durably (or adopt what is delivered already); one event each.
+
+        ``acked``: how many of the shard's facts the store has acknowledged (a file sink
+        records it for the audit's rollback check)."""
         ...
 
     def discard(self, delivered: Sequence[OutputDelivered]) -> None:

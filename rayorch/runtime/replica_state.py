@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rayorch.core.facts import Fact
+from rayorch.core.facts import Fact, GrainCommitted
+from rayorch.core.ids import CallId, Path
 from rayorch.core.machine import OutputReady, ShardMachine
+from rayorch.core.vocabulary import CommitVerdict
+from rayorch.store.layout import AppendBasis
 
 
 @dataclass
@@ -24,6 +28,26 @@ class ShardState:
     resync: str | None = None  # the machine asked to be rebuilt from the store (why)
     in_flight: int = 0  # batches of this driver that carry Grains of the shard
     renewed: float = field(default_factory=time.monotonic)  # last successful lease write
+    # What the machine is built on, shown with each append (AppendBasis) so that a store
+    # that went back refuses facts computed from what it forgot: the last seq read at the
+    # rebuild, this driver's latest append since, the commits folded after that append.
+    read_seq: int = 0
+    appended_first: int = 0
+    sealed: list[tuple[CallId, Path, int]] = field(default_factory=list)
+
+    def basis(self) -> AppendBasis:
+        return AppendBasis(self.read_seq, self.appended_first, tuple(self.sealed))
+
+    def appended(self, seqs: Sequence[int]) -> None:
+        """An append landed: it vouches for everything this driver knew before it."""
+        if seqs:
+            self.appended_first = seqs[0]
+            self.sealed.clear()
+
+    def folded(self, reports: Sequence[GrainCommitted], codes: Sequence[int]) -> None:
+        """Reports the store accepted are folded into the machine."""
+        self.sealed.extend((r.call, r.path, r.generation)
+                           for r, code in zip(reports, codes) if code == CommitVerdict.ACCEPTED)
 
 
 @dataclass
@@ -40,6 +64,7 @@ class ReplicaStats:
     batches: int = 0
     store_outages: int = 0
     resyncs: int = 0  # shards rebuilt because the store knew better
+    rollbacks: int = 0  # appends refused because the store went back (then rebuilt)
     take_seconds: list[float] = field(default_factory=list)
 
     def summary(self) -> str:

@@ -33,6 +33,7 @@ from rayorch.core.facts import (
     OutputEmitted,
 )
 from rayorch.core.ids import CallId, Path
+from rayorch.core.index_set import IndexSet
 from rayorch.core.machine import (
     BatchCommitted,
     BatchFailed,
@@ -114,6 +115,7 @@ class ShardDriver(LeaseSide):
         # Outputs the caller has whose OutputEmitted is not known to be written (a store
         # outage hit the write): a shard rebuilt meanwhile records them, never re-delivers.
         self._acked: dict[int, OutputDelivered] = {}
+        self._handed = IndexSet()  # every source handed to the caller (a rollback may forget)
         self._last_balance = -1e9
         self._seen_free: set[int] = set()
         self._released_at: dict[int, float] = {}
@@ -206,7 +208,7 @@ class ShardDriver(LeaseSide):
         facts = [s.fact for s in stored]
         view = fold_shard(k, ((s.seq, s.fact) for s in stored))
         self._seen(k, view.last_seq)
-        st = ShardState(k, epoch, machine, emitted=len(view.emitted))
+        st = ShardState(k, epoch, machine, emitted=len(view.emitted), read_seq=view.last_seq)
         self.shards[k] = st
         self.feed.reset(k, set(view.admitted))
         if not isinstance(self.sink, CallerSink):
@@ -250,7 +252,7 @@ class ShardDriver(LeaseSide):
             return
         self.counters.resyncs += 1
         with self._guard(k):
-            self._take(k, st.epoch, failed)
+            self._take_settled(k, st.epoch, failed)
 
     # == performing instructions ================================================================
     def _perform(self, st: ShardState, instructions: list[Instruction]) -> list[SendBatch]:
@@ -274,13 +276,14 @@ class ShardDriver(LeaseSide):
         facts, st.unsaved = st.unsaved, []
         try:
             seqs = self.store.append(self.run_id, st.shard, st.epoch, facts,
-                                     driver=self.driver_id)
+                                     driver=self.driver_id, basis=st.basis())
         except TypeError as exc:
             raise UnstorableValueError(
                 f"a fact could not be written to the lineage store: {exc}. Source items "
                 "(and, with a durable store, module outputs) must be msgpack-able values; "
                 "convert sets and custom objects to lists, dicts or tuples") from exc
         self.feed.confirm(st.shard)
+        st.appended(seqs)
         self._seen_seq[st.shard] = max(self._seen_seq.get(st.shard, 0), *seqs)
         if self._acked:
             for fact in facts:
@@ -419,6 +422,7 @@ class ShardDriver(LeaseSide):
             call_stats.record_done(present, now)
             call_stats.failed += len(accepted) - present
             call_stats.rejected += len(codes) - len(accepted)
+            st.folded(reports, codes)  # the store must still hold them when we next append
             self._perform(st, st.machine.handle(BatchCommitted(tuple(reports), tuple(codes))))
 
     def _batch_failed(self, call: CallId, tags: Sequence[tuple[Path, int]], cause: str) -> None:
@@ -456,7 +460,8 @@ class ShardDriver(LeaseSide):
             delivered: list[OutputReady] = []
             with self._guard(k):
                 self._flush(st)  # fenced: a deposed driver writes no part
-                events = self.sink.deliver(k, ready)
+                # (the part's name records what the store acknowledged: audit's rollback check)
+                events = self.sink.deliver(k, ready, acked=self._seen_seq.get(k, 0))
                 self._perform(st, st.machine.handle(*events))
                 try:
                     self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
@@ -472,6 +477,8 @@ class ShardDriver(LeaseSide):
         for k, st in self.shards.items():
             for ready in st.ready:
                 acked = self._acked.get(ready.index)
+                if acked is None and ready.index in self._handed:  # its fact was forgotten
+                    acked = OutputDelivered(ready.index, ready.outcome, "caller", "", time.time())
                 if acked is None:
                     sink.offer(k, ready)
                 else:  # the caller has it already: only its fact is missing
@@ -484,6 +491,7 @@ class ShardDriver(LeaseSide):
             self._moved = True
             self._ensure_lease(k)  # a driver that was asleep past its TTL never emits
             self._held = (k, ready)
+            self._handed.add(ready.index)
             yield ready.index, ready.value
             self._acknowledge()  # the caller asked for the next item: it has this one
 

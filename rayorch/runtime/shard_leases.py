@@ -22,10 +22,14 @@ from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import (
     FencedError,
+    GrainSealedError,
     LeaseHeldError,
     LeaseLostError,
+    StoreRolledBackError,
     StoreUnavailableError,
 )
+
+TAKE_TRIES = 5  # rebuilds of one shard in a row while the store moves under them
 
 
 class LeaseMode(enum.Enum):
@@ -93,6 +97,22 @@ class LeaseSide:
     def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         raise NotImplementedError  # ShardDriver: rebuild shard k from the store
 
+    def _take_settled(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
+        """:meth:`_take`, again while the store moves under the rebuild: a late commit lands
+        between its read and its first append (a Grain it re-dispatches is sealed meanwhile),
+        or the store goes back in between. Each try reads the shard afresh."""
+        for _ in range(TAKE_TRIES - 1):
+            try:
+                self._take(k, epoch, failed)
+                return
+            except (GrainSealedError, StoreRolledBackError):
+                self.shards.pop(k, None)
+                failed = ()  # applied to the machine that was dropped; the store decides
+        self._take(k, epoch, failed)
+
+    def _resync(self, k: int, reason: str) -> None:
+        raise NotImplementedError  # ShardDriver: rebuild shard k from the store, same lease
+
     def _forget_outputs(self, k: int) -> None:
         """Shard ``k`` is lost: drop what the caller sink buffered of it."""
 
@@ -105,7 +125,7 @@ class LeaseSide:
                     epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                      self.config.lease_ttl_s,
                                                      after_epoch=after)
-                    self._take(k, epoch)
+                    self._take_settled(k, epoch)
                 except LeaseHeldError as exc:
                     raise LeaseLostStop(
                         f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
@@ -172,7 +192,7 @@ class LeaseSide:
     def _seen(self, k: int, last_seq: int) -> None:
         """Shard ``k``'s facts reach ``last_seq``; a store holding fewer lost some (checked)."""
         known = self._seen_seq.get(k, 0)
-        self._seen_seq[k] = max(known, last_seq)
+        self._seen_seq[k] = last_seq
         if last_seq < known:
             self._check_run_kept()
             self._log(f"driver {self.driver_id}: the lineage store went back on shard {k} "
@@ -196,11 +216,21 @@ class LeaseSide:
 
     @contextlib.contextmanager
     def _guard(self, k: int) -> Iterator[None]:
-        """Run a write to shard ``k``; a fenced write drops the shard."""
+        """Run a write to shard ``k``; a fenced write drops the shard, an append refused
+        by a store that went back rebuilds it from what the store holds."""
         try:
             yield
         except (LeaseLostError, FencedError) as exc:
             self._lost(k, str(exc))
+        except StoreRolledBackError as exc:
+            self._check_run_kept()  # or it lost the whole run
+            self.counters.rollbacks += 1
+            self._log(f"driver {self.driver_id}: the lineage store went back on shard {k}: "
+                      f"{exc.detail} (a rollback); rebuilt from what it holds, outputs "
+                      "already written adopted")
+            self._seen_seq.pop(k, None)  # said once
+            self._forget_outputs(k)  # the rebuilt shard offers again what the store lacks
+            self._resync(k, str(exc))
 
     def _balance(self, now: float) -> None:
         store, run, me, ttl = self.store, self.run_id, self.driver_id, self.config.lease_ttl_s
@@ -247,8 +277,8 @@ class LeaseSide:
         except LeaseHeldError:
             return False
         try:
-            self._take(k, epoch)
-        except (LeaseLostError, FencedError) as exc:
+            self._take_settled(k, epoch)
+        except (LeaseLostError, FencedError, StoreRolledBackError, GrainSealedError) as exc:
             self._log(f"driver {self.driver_id}: lost shard {k} while taking it over ({exc})")
             self.shards.pop(k, None)
             return False
@@ -284,7 +314,7 @@ class LeaseSide:
                 st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                     self.config.lease_ttl_s,
                                                     after_epoch=st.epoch)
-                self._take(k, st.epoch)
+                self._take_settled(k, st.epoch)
             except (LeaseLostError, LeaseHeldError, FencedError) as lost_exc:
                 self.shards[k] = st
                 self._lost(k, str(lost_exc))

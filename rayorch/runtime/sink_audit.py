@@ -5,7 +5,7 @@ The sink's format and names are :mod:`rayorch.runtime.sinks`; this module only r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rayorch.core.facts import OutputEmitted
@@ -13,19 +13,22 @@ from rayorch.runtime.sinks import FILELESS_SINKS, PartName, SinkError, read_part
 
 
 def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted], *,
-                   complete: bool) -> list[str]:
+                   complete: bool, held: Mapping[int, int] | None = None) -> list[str]:
     """Problems with the delivery evidence of file sinks, one line each (none: all proven).
 
     Every ``OutputEmitted`` naming a part must find that part in ``out_dir`` with the
-    source's record and the same digest. When the run is ``complete``, a part that no
-    fact names (a deposed driver's leftover) is a problem too.
+    source's record and the same digest. A part that no fact names, or holding sources no
+    fact records, written when the store had acknowledged more facts of its shard than
+    it holds now (``held``: shard -> last seq) is the trace of a rollback. When the run is
+    ``complete``, any part that no fact names is a problem too, by its likely cause.
     """
+    emitted = list(emitted)
     by_part: dict[str, dict[int, str]] = {}
     for fact in emitted:
         if fact.sink in FILELESS_SINKS:
             continue
         by_part.setdefault(fact.sink, {})[fact.index] = fact.digest
-    if not by_part:
+    if not by_part and (held is None or out_dir is None):
         return []
     if out_dir is None:
         example = next(iter(by_part))
@@ -33,6 +36,8 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
                 f"(e.g. {example!r}) but the run records no output directory: pass --out-dir "
                 "DIR to check them"]
     directory = Path(out_dir)
+    if not by_part and not directory.is_dir():
+        return []  # nothing delivered to files, nothing written
     try:
         meta, names = sink_parts(directory)
     except SinkError as exc:
@@ -62,13 +67,43 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
                 problems.append(f"source {index}: its record in part {name} was altered "
                                 f"(sha256 {stored[index][:12]}..., delivered "
                                 f"{digest[:12]}...)")
-    if complete:
-        referenced = {sink.partition(":")[2] for sink in by_part}
-        for name in names:
-            if name not in referenced:
-                problems.append(f"part {name} in {directory} is named by no OutputEmitted fact "
-                                "(left by a driver that died while deposed): delete it")
+    recorded = {fact.index for fact in emitted}
+    referenced = {sink.partition(":")[2] for sink in by_part}
+    for name in names:
+        part = PartName.parse(name)
+        assert part is not None  # sink_parts lists parts only
+        known = None if held is None else held.get(part.shard)
+        rolled_back = known is not None and part.acked > known
+        if name in referenced or not (complete or rolled_back):
+            continue
+        try:
+            unrecorded = sorted(rec.index for rec, _ in read_part(directory / name)
+                                if rec.index not in recorded)
+        except SinkError as exc:
+            problems.append(f"part {name}: {exc}")
+            continue
+        if rolled_back:
+            problems.append(
+                f"part {name} in {directory} was written when the lineage store had "
+                f"acknowledged {part.acked} facts of shard {part.shard}; it holds {known}: the "
+                "store lost facts it had acknowledged (rolled back: restarted from an AOF cut "
+                "short by a crash or from an older snapshot, or a replica promoted)"
+                + (f", among them the delivery of sources {_some(unrecorded)}; `rayorch "
+                   "resume RUN` records them from this part" if unrecorded else
+                   "; its sources were delivered again elsewhere: delete it"))
+        elif unrecorded:
+            problems.append(
+                f"part {name} in {directory} holds sources {_some(unrecorded)} that no fact "
+                "records: its driver died before recording them (or the store lost those "
+                "facts); `rayorch resume RUN` adopts it (do not delete it)")
+        else:
+            problems.append(f"part {name} in {directory} is named by no OutputEmitted fact "
+                            "(left by a driver that died while deposed): delete it")
     return problems
+
+
+def _some(indexes: list[int]) -> str:
+    return ", ".join(map(str, indexes[:8])) + (", ..." if len(indexes) > 8 else "")
 
 
 __all__ = ["check_delivery"]

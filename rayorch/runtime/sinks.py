@@ -3,7 +3,11 @@
 A sink directory holds a small manifest (``_rayorch_sink.json``: run id, format, record
 schema) and *part files* written whole and atomically, one per ``write_part`` call::
 
-    part-s<shard:5>-<first index:12>-<records>-<6 hex>.jsonl | .parquet
+    part-s<shard:5>-<first index:12>-<records>[-q<seq>]-<6 hex>.jsonl | .parquet
+
+``q<seq>``: how many facts of the shard the lineage store had acknowledged to the writing
+driver when it wrote the part. A store that now holds fewer lost facts it acknowledged
+(a rollback); ``rayorch audit`` says so (sink_audit.py).
 
 Each record is one source: ``{"index": i, "outcome": "present", "value": ...}`` or
 ``{"index": i, "outcome": "dropped"|"failed"|"suppressed", "cause": ..., "output": NAME}``.
@@ -54,7 +58,8 @@ SINK_MANIFEST = "_rayorch_sink.json"
 SINK_VERSION = 1
 FORMATS = ("jsonl", "parquet")
 HIDDEN_PREFIX = ".rayorch-"  # in-progress and claimed files: ignored by readers
-PART_RE = re.compile(r"^part-s(\d{5,})-(\d{12,})-(\d+)-([0-9a-f]{6})\.(jsonl|parquet)$")
+PART_RE = re.compile(
+    r"^part-s(\d{5,})-(\d{12,})-(\d+)-(?:q(\d+)-)?([0-9a-f]{6})\.(jsonl|parquet)$")
 # A part's temp file (being written) or claim (being adopted): "<prefix>tmp-<part>-<8 hex>".
 LEFTOVER_RE = re.compile(rf"^{re.escape(HIDDEN_PREFIX)}(?:tmp|claim)-(?P<part>.+)-[0-9a-f]{{8}}$")
 OUTCOMES = frozenset(o.value for o in Outcome)
@@ -152,18 +157,21 @@ class PartName:
     first: int
     count: int
     fmt: str
+    acked: int = 0  # the shard's facts the store had acknowledged to its writer (0: unknown)
 
     @classmethod
     def parse(cls, name: str) -> PartName | None:
         m = PART_RE.match(name)
         if m is None:
             return None
-        return cls(int(m[1]), int(m[2]), int(m[3]), m[5])
+        return cls(int(m[1]), int(m[2]), int(m[3]), m[6], int(m[4] or 0))
 
     @staticmethod
-    def new(shard: int, records: Sequence[SinkRecord], fmt: str) -> str:
+    def new(shard: int, records: Sequence[SinkRecord], fmt: str, acked: int = 0) -> str:
         first = min(r.index for r in records)
-        return f"part-s{shard:05d}-{first:012d}-{len(records)}-{secrets.token_hex(3)}.{fmt}"
+        seq = f"q{acked}-" if acked else ""
+        return (f"part-s{shard:05d}-{first:012d}-{len(records)}-{seq}{secrets.token_hex(3)}"
+                f".{fmt}")
 
 
 def read_part(path: Path) -> list[tuple[SinkRecord, str]]:
@@ -368,7 +376,8 @@ class FileSink:
         """``shard`` was (re)built from the store: read what its parts hold again."""
         self._on_disk.pop(shard, None)
 
-    def deliver(self, shard: int, ready: Sequence[OutputReady]) -> list[OutputDelivered]:
+    def deliver(self, shard: int, ready: Sequence[OutputReady], *, acked: int = 0
+                ) -> list[OutputDelivered]:
         """Write ``ready`` as one part, adopting first the sources a part holds already (a
         dead holder's, or written before a store rollback): no source is in two parts."""
         on_disk = self._on_disk.get(shard)
@@ -382,23 +391,24 @@ class FileSink:
             adopted = {d.index for d in delivered}
             todo = [r for r in ready if r.index not in adopted]
         if todo:
-            delivered += self.write_part(shard, [(r.index, r.value) for r in todo])
+            delivered += self.write_part(shard, [(r.index, r.value) for r in todo], acked=acked)
         return delivered
 
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]
-                   ) -> list[OutputDelivered]:
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]], *,
+                   acked: int = 0) -> list[OutputDelivered]:
         """Write these sources' records as one new part file; their deliveries, in order.
 
         They are not yet delivery: the driver appends their ``OutputEmitted`` fenced (and on
         a refusal calls :meth:`discard`). ``SinkError`` names the source whose value JSON
-        cannot hold.
+        cannot hold. ``acked``: how many facts of the shard the store has acknowledged to
+        the driver (in the part's name, for the audit's rollback check).
         """
         if not records:
             return []
         encoded = [encode_record(index, value) for index, value in records]
         if len({r.index for r in encoded}) != len(encoded):
             raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
-        name = self._write(PartName.new(shard, encoded, self.format), encoded)
+        name = self._write(PartName.new(shard, encoded, self.format, acked), encoded)
         return self._facts(name, [(r, r.digest) for r in encoded])
 
     def discard(self, facts: Sequence[OutputDelivered]) -> None:
@@ -463,11 +473,11 @@ class FileSink:
             except FileNotFoundError:
                 continue  # its writer discarded it first: those sources get written anew
             kept = [rec for rec, _ in hits]
+            name = PartName.new(shard, kept, self.format, part.acked)
             if len(hits) == len(records) and self.format == "jsonl":
-                new = _publish(self.directory, PartName.new(shard, kept, self.format),
-                               claim.read_bytes())
+                new = _publish(self.directory, name, claim.read_bytes())
             else:
-                new = self._write(PartName.new(shard, kept, self.format), kept)
+                new = self._write(name, kept)
             claim.unlink()
             found.extend(self._facts(new, hits))
             wanted -= {rec.index for rec in kept}

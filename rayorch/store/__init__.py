@@ -5,6 +5,7 @@
 """
 
 from rayorch.store.base import (
+    AppendBasis,
     DriverRegistry,
     FactLog,
     LeaseHolder,
@@ -29,6 +30,7 @@ from rayorch.store.errors import (
     RunShapeError,
     StoreAuthError,
     StoreError,
+    StoreRolledBackError,
     StoreUnavailableError,
     StoreURLError,
     StoreVersionError,
@@ -37,6 +39,7 @@ from rayorch.store.errors import (
 from rayorch.store.registry import open_store, register_backend
 
 __all__ = [
+    "AppendBasis",
     "DriverRegistry",
     "FactLog",
     "Leases",
@@ -57,6 +60,7 @@ __all__ = [
     "RunNotFoundError",
     "StoreAuthError",
     "StoreError",
+    "StoreRolledBackError",
     "StoreURLError",
     "StoreUnavailableError",
     "StoreVersionError",

@@ -33,6 +33,7 @@ from rayorch.core.plan import Plan
 from rayorch.core.run_view import RunView, fold_shard
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.errors import RunShapeError
+from rayorch.store.layout import AppendBasis as AppendBasis
 from rayorch.store.layout import RunInfo as RunInfo
 from rayorch.store.layout import check_run_id, plan_description
 from rayorch.store.layout import shard_of as shard_of
@@ -58,14 +59,15 @@ class FactLog(ABC):
 
     @abstractmethod
     def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
-               driver: str) -> list[int]:
+               driver: str, basis: AppendBasis | None = None) -> list[int]:
         """Append driver facts atomically if ``driver`` holds the shard's lease with ``epoch``.
 
         Returns their sequence numbers. Checks every fact first and writes nothing on
         error: :class:`LeaseLostError`/:class:`FencedError`/:class:`LeaseRolledBackError`
         when the caller is not the live holder (the Redis store also checks the token of
-        the acquisition this client made), :class:`GrainSealedError` for a
-        dispatch/retry/failure of a sealed Grain.
+        the acquisition this client made), :class:`StoreRolledBackError` when the store no
+        longer holds what ``basis`` says the caller's state rests on (it went back),
+        :class:`GrainSealedError` for a dispatch/retry/failure of a sealed Grain.
         """
 
     @abstractmethod

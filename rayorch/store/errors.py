@@ -274,6 +274,30 @@ class GrainSealedError(_StoreErrorWithArgs):
         )
 
 
+class StoreRolledBackError(_StoreErrorWithArgs):
+    """The store no longer holds facts the appending driver built its state on; nothing was
+    written.
+
+    A Redis restarted from an AOF cut short by an OS crash (``appendfsync everysec`` loses
+    up to its last second), from an older snapshot, or an asynchronous replica promoted,
+    forgets facts it acknowledged. A driver whose lease survived would otherwise keep
+    appending facts computed from the forgotten ones. ``detail`` says which were missing.
+    """
+
+    def __init__(self, run_id: str, shard: int, detail: str) -> None:
+        super().__init__(run_id, shard, detail)
+        self.run_id, self.shard, self.detail = run_id, shard, detail
+
+    def message(self) -> str:
+        return (
+            f"the lineage store went back on run {self.run_id!r} shard {self.shard}: "
+            f"{self.detail}, so it lost facts it had acknowledged (a rollback: restarted "
+            "from an AOF cut short by a crash or an older snapshot, or a replica promoted); "
+            "nothing was written. Rebuild the shard from what the store holds; outputs "
+            "already in part files are adopted from them."
+        )
+
+
 class PayloadError(_StoreErrorWithArgs):
     """A durable payload could not be written or read."""
 
@@ -302,6 +326,7 @@ __all__ = [
     "StoreAuthError",
     "StoreClosedError",
     "StoreError",
+    "StoreRolledBackError",
     "StoreTLSError",
     "StoreURLError",
     "StoreUnavailableError",

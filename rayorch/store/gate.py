@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rayorch.core.commit import commit_verdict
 from rayorch.core.facts import Fact
-from rayorch.core.ids import CallId, DomainId, Path, parse_path
+from rayorch.core.ids import CallId, DomainId, Path, format_grain, parse_path
 from rayorch.core.machine import barrier_fact
 from rayorch.core.vocabulary import PHASE_AFTER, CommitVerdict, FactKind, GrainPhase
 from rayorch.store.errors import (
@@ -24,8 +24,9 @@ from rayorch.store.errors import (
     LeaseHeldError,
     LeaseLostError,
     LeaseRolledBackError,
+    StoreRolledBackError,
 )
-from rayorch.store.layout import PreparedDriverFact, PreparedReport
+from rayorch.store.layout import AppendBasis, PreparedDriverFact, PreparedReport
 
 GrainEntry = tuple[GrainPhase, int]  # (phase, generation) of one Grain in the store's table
 
@@ -113,6 +114,52 @@ def split_field(grain: str) -> tuple[CallId, Path]:
     return call, parse_path(path)
 
 
+def basis_check(run_id: str, shard: int, basis: AppendBasis | None, last_seq: int,
+                last_append_first: int, entry: Callable[[str], GrainEntry | None]) -> None:
+    """Raise :class:`StoreRolledBackError` unless the shard still holds what ``basis`` rests
+    on (the same rule as ``append-fenced-6.lua``).
+
+    ``last_seq`` is the shard's last sequence number, ``last_append_first`` the first seq
+    of its latest driver append (one holder appends at a time, so a driver's latest append
+    is the shard's latest unless the store lost it).
+    """
+    if basis is None:
+        return
+    if last_seq < basis.read_seq:
+        raise StoreRolledBackError(run_id, shard, rolled_back_detail(
+            READ_GONE, last_seq, basis.read_seq))
+    if basis.appended_first and last_append_first != basis.appended_first:
+        raise StoreRolledBackError(run_id, shard, rolled_back_detail(
+            APPEND_GONE, last_append_first, basis.appended_first))
+    gone = [i for i, (field, gen) in enumerate(basis.sealed_fields(), 1)
+            if entry(field) != (_SEALED, gen)]
+    if gone:
+        raise StoreRolledBackError(run_id, shard, rolled_back_detail(
+            COMMITS_GONE, *gone, sealed=basis.sealed))
+
+
+# Why a store refused an append as rolled back (the codes of append-fenced-6.lua's -15).
+READ_GONE, APPEND_GONE, COMMITS_GONE = 1, 2, 3
+
+
+def rolled_back_detail(reason: int, *values: int,
+                       sealed: Sequence[tuple[CallId, Path, int]] = ()) -> str:
+    """The words of a rolled-back refusal: ``reason`` and its values (seqs, or the
+    1-based positions in ``sealed`` of the commits the store no longer holds)."""
+    if reason == READ_GONE:
+        held, read = values
+        return f"it holds facts up to seq {held}, and the driver had read up to {read}"
+    if reason == APPEND_GONE:
+        held, mine = values
+        return (f"the driver's latest append, from seq {mine}, is gone (the store's latest "
+                f"starts at seq {held})" if held else
+                f"the driver's latest append, from seq {mine}, is gone")
+    names = [f"{format_grain((sealed[i - 1][0], sealed[i - 1][1]))} generation "
+             f"{sealed[i - 1][2]}" for i in values]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"it no longer holds the accepted commit of {shown}"
+
+
 def seal_check(run_id: str, shard: int, prepared: Sequence[PreparedDriverFact],
                entry: Callable[[str], GrainEntry | None]) -> dict[str, GrainEntry]:
     """The Grain entries the driver facts leave behind (a later fact sees an earlier one's).
@@ -163,5 +210,5 @@ def judge_reports(prepared: Sequence[PreparedReport], grains: MutableMapping[str
             write(item.domain, barrier_fact(item.report))
 
 
-__all__ = ["GrainEntry", "Lease", "ShardLease", "judge_reports", "seal_check",
-           "split_field"]
+__all__ = ["GrainEntry", "Lease", "ShardLease", "basis_check", "judge_reports",
+           "rolled_back_detail", "seal_check", "split_field"]

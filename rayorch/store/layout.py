@@ -152,6 +152,28 @@ class RunLayout:
             )
 
 
+@dataclass(frozen=True)
+class AppendBasis:
+    """What an appending driver's state of a shard is built on; the append checks the store
+    still holds it (``LineageStore.append``), so a store that went back refuses facts
+    computed from facts it forgot (:class:`~rayorch.store.errors.StoreRolledBackError`).
+
+    A rollback loses a suffix of the shard's log. The driver's state rests on the facts it
+    read when it rebuilt the shard (up to ``read_seq``), its own appends since (the latest
+    one starting at ``appended_first``; each earlier fact it knows has a lower seq), and
+    the commits it folded after that append (``sealed``: call, path, generation), whose
+    seqs it does not know.
+    """
+
+    read_seq: int = 0
+    appended_first: int = 0  # 0: no append since the rebuild
+    sealed: tuple[tuple[CallId, tuple[int, ...], int], ...] = ()
+
+    def sealed_fields(self) -> list[tuple[str, int]]:
+        """``(grain field, generation)`` of each commit in ``sealed``."""
+        return [(grain_field(call, path), gen) for call, path, gen in self.sealed]
+
+
 class PreparedDriverFact(NamedTuple):
     """A driver fact with what the append check needs (kind, Grain field, generation)."""
 

@@ -25,9 +25,17 @@ from rayorch.core.ids import ROOT, CallId, DomainId, Path
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
 from rayorch.store.errors import RunNotFoundError, StoreClosedError, StoreURLError
-from rayorch.store.gate import GrainEntry, ShardLease, judge_reports, seal_check, split_field
+from rayorch.store.gate import (
+    GrainEntry,
+    ShardLease,
+    basis_check,
+    judge_reports,
+    seal_check,
+    split_field,
+)
 from rayorch.store.keys import grain_field
 from rayorch.store.layout import (
+    AppendBasis,
     RunInfo,
     RunLayout,
     check_reopen,
@@ -44,6 +52,7 @@ class _Shard:
     grains: dict[str, GrainEntry] = field(default_factory=dict)
     barriers: set[str] = field(default_factory=set)
     lease: ShardLease = field(default_factory=ShardLease)
+    last_append_first: int = 0  # the first seq of the latest driver append
 
     def add(self, domain: DomainId, fact: Fact) -> int:
         seq = len(self.facts) + 1
@@ -195,13 +204,17 @@ class MemoryStore(LineageStore):
 
     # -- facts -------------------------------------------------------------------
     def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
-               driver: str) -> list[int]:
+               driver: str, basis: AppendBasis | None = None) -> list[int]:
         with self._changed:
             run, state = self._shard(run_id, shard)
             prepared = prepare_driver_facts(run.layout, shard, facts)
             state.lease.fence(run_id, shard, epoch, driver, self._clock())
+            basis_check(run_id, shard, basis, len(state.facts), state.last_append_first,
+                        state.grains.get)
             state.grains.update(seal_check(run_id, shard, prepared, state.grains.get))
             seqs = [state.add(item.domain, item.fact) for item in prepared]
+            if seqs:
+                state.last_append_first = seqs[0]
             self._changed.notify_all()
             return seqs
 

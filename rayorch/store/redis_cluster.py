@@ -154,14 +154,20 @@ class RedisClusterStore(RedisStore):
         spec = self.cluster_url
         retry = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), self.retries)
         with self._errors():
-            client = RedisCluster(
-                startup_nodes=[ClusterNode(host, port) for host, port in spec.nodes],
-                retry=retry,
-                require_full_coverage=False,  # serve the slots that are up during a failover
-                socket_connect_timeout=2.0,
-                socket_timeout=MAX_BLOCK_S + 10.0,
-                **spec.connection,
-            )
+            try:
+                client = RedisCluster(
+                    startup_nodes=[ClusterNode(host, port) for host, port in spec.nodes],
+                    retry=retry,
+                    require_full_coverage=False,  # serve the slots that are up in a failover
+                    socket_connect_timeout=2.0,
+                    socket_timeout=MAX_BLOCK_S + 10.0,
+                    **spec.connection,
+                )
+            except IndexError:  # redis-py: no node serves a slot, so it finds no primary
+                raise StoreUnavailableError(
+                    self.safe_url, "the cluster serves no hash slots yet (its nodes are up but "
+                    "hold no slots): wait until `redis-cli --cluster create` has finished"
+                ) from None
         # RedisCluster offers the commands RedisStore uses, routed by key slot.
         return cast(redis.Redis, client)
 
@@ -193,7 +199,8 @@ class RedisClusterStore(RedisStore):
                     "master fails)")
 
     def _server_version(self, client: redis.Redis) -> str:
-        infos = cast(RedisCluster, client).info("server", target_nodes=RedisCluster.PRIMARIES)
+        infos = _per_node(cast(RedisCluster, client).info("server",
+                                                          target_nodes=RedisCluster.PRIMARIES))
         versions = [str(i.get("redis_version", "0")) for i in infos.values()] or ["0"]
         return min(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
 

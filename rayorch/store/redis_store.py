@@ -41,7 +41,6 @@ from rayorch.core.machine import barrier_fact
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
 from rayorch.store.errors import (
-    GrainSealedError,
     LeaseHeldError,
     RunMismatchError,
     RunNotFoundError,
@@ -62,6 +61,7 @@ from rayorch.store.keys import (
     meta_key,
 )
 from rayorch.store.layout import (
+    AppendBasis,
     RunInfo,
     RunLayout,
     check_run_id,
@@ -88,13 +88,13 @@ from rayorch.store.scripts import (
     CONFIG_MISMATCH,
     DRIVER_REGISTRY,
     FINGERPRINT_MISMATCH,
-    GRAIN_SEALED,
     HEARTBEAT,
     LEASE_HELD,
     OPEN_RUN,
     RENEW_LEASE,
     VERDICTS,
     LuaScript,
+    append_refusal,
     lease_refusal,
     next_token,
     parse_lease_value,
@@ -367,13 +367,18 @@ class RedisStore(LineageStore):
 
     # -- facts -------------------------------------------------------------------
     def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Fact], *,
-               driver: str) -> list[int]:
+               driver: str, basis: AppendBasis | None = None) -> list[int]:
         layout = self._layout(run_id)
         prepared = prepare_driver_facts(layout, shard, facts)
         keys, lease_keys = self._lease_keys(run_id, shard)
         streams: dict[DomainId, int] = {}
+        basis = basis or AppendBasis()
+        sealed = basis.sealed_fields()
         args: list[Any] = [epoch, next_token(), len(prepared), driver,
-                           self._holder_token(run_id, shard, driver, epoch)]
+                           self._holder_token(run_id, shard, driver, epoch), basis.read_seq,
+                           basis.appended_first, len(sealed)]
+        for field, generation in sealed:
+            args += [field, generation]
         for item in prepared:
             index = streams.setdefault(item.domain, len(streams) + 1)
             args += [item.kind, item.grain, item.generation, index, encode_fact(item.fact)]
@@ -381,14 +386,10 @@ class RedisStore(LineageStore):
         result = self._eval(
             APPEND_FENCED, [*lease_keys, keys.grains, keys.seq, keys.lastop, *stream_keys], args
         )
-        code = int(result[0])
-        if code in (1, 2):
+        if int(result[0]) in (1, 2):
             first = int(result[1])
             return list(range(first, first + len(prepared)))
-        if code != GRAIN_SEALED:
-            raise lease_refusal(run_id, shard, epoch, result)
-        raise GrainSealedError(run_id, shard,
-                               [split_field(prepared[int(i) - 1].grain) for i in result[1:]])
+        raise append_refusal(run_id, shard, epoch, result, [p.grain for p in prepared], basis)
 
     def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
                token: str | None = None) -> list[CommitVerdict]:

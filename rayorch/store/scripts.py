@@ -22,7 +22,15 @@ from typing import Any
 
 from rayorch.core.errors import StoreError
 from rayorch.core.vocabulary import CommitVerdict
-from rayorch.store.errors import FencedError, LeaseLostError, LeaseRolledBackError
+from rayorch.store.errors import (
+    FencedError,
+    GrainSealedError,
+    LeaseLostError,
+    LeaseRolledBackError,
+    StoreRolledBackError,
+)
+from rayorch.store.gate import rolled_back_detail, split_field
+from rayorch.store.layout import AppendBasis
 
 _LUA_DIR = Path(__file__).parent / "lua"
 _INCLUDE = re.compile(r'^--- @include "([a-z-]+)"$', re.MULTILINE)
@@ -56,6 +64,7 @@ DRIVER_REGISTRY = _load_script("driver-registry-1")
 
 # Return codes of the scripts (see their headers).
 LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
+STORE_ROLLED_BACK = -15  # append-fenced: the store lost what the caller's state rests on
 FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 VERDICTS = {int(v): v for v in CommitVerdict}  # commit-batch codes -> verdicts
 _LEASE_VALUE = re.compile(r"^(\d+)\|([0-9a-f]*)\|(.*)$", re.DOTALL)
@@ -84,6 +93,19 @@ def lease_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any]) ->
     if code == LEASE_LOST:
         return LeaseLostError(run_id, shard, epoch)
     raise StoreError(f"a lease script answered the unknown code {code}")
+
+def append_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any],
+                   grains: Sequence[str], basis: AppendBasis) -> StoreError:
+    """The error of a refused ``append-fenced`` (``grains``: the facts' Grain fields)."""
+    code = int(result[0])
+    if code == STORE_ROLLED_BACK:
+        return StoreRolledBackError(run_id, shard, rolled_back_detail(
+            *(int(v) for v in result[1:]), sealed=basis.sealed))
+    if code == GRAIN_SEALED:
+        return GrainSealedError(run_id, shard, [split_field(grains[int(i) - 1])
+                                                for i in result[1:]])
+    return lease_refusal(run_id, shard, epoch, result)
+
 
 # Call tokens are "<random prefix of this process>.<counter>"; next() on a count is
 # atomic under the GIL, and a forked child draws a prefix of its own.

@@ -293,3 +293,27 @@ def test_a_cluster_without_replicas_names_wait_replicas_before_anything_runs(
                          "--ocr", "text", "--store", f"{cluster.url}?wait_replicas=0"]) == 0
     finally:
         cluster.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_run_started_before_the_cluster_serves_its_slots_says_so(tmp_path: Path) -> None:
+    """Nodes up, `redis-cli --cluster create` not finished: no slot served at all (redis-py
+    found no primary and raised a bare IndexError), then only one node's slots (the server
+    version probe read one node's answer as if keyed by node). Both say what to wait for."""
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not installed")
+    cluster = RedisClusterNodes(tmp_path / "cluster", replicas=0)
+    for node in cluster.nodes:
+        node.start()
+    try:
+        with pytest.raises(StoreUnavailableError) as none:
+            open_store(f"{cluster.url}?wait_replicas=0").open_run("early", scripted_plan())
+        assert "the cluster serves no hash slots yet" in str(none.value)
+        assert "wait until `redis-cli --cluster create` has finished" in str(none.value)
+        assert "OK" in cluster.cli_call(0, "cluster", "addslotsrange", "0", "5000")
+        with pytest.raises(StoreUnavailableError) as some:
+            open_store(f"{cluster.url}?wait_replicas=0").check()
+        assert "the cluster does not serve all its slots yet" in str(some.value)
+        assert "wait until `redis-cli --cluster create`" in str(some.value)
+    finally:
+        cluster.stop()

@@ -186,8 +186,9 @@ def test_a_new_holder_adopts_parts_whose_facts_never_landed(
     write_part = FileSink.write_part
     orphan: list[OutputEmitted] = []
 
-    def write_then_die(sink: FileSink, shard: int, records: Any) -> list[OutputEmitted]:
-        orphan.extend(write_part(sink, shard, records))
+    def write_then_die(sink: FileSink, shard: int, records: Any, **kw: Any
+                       ) -> list[OutputEmitted]:
+        orphan.extend(write_part(sink, shard, records, **kw))
         raise DiedAfterWriting
 
     monkeypatch.setattr(FileSink, "write_part", write_then_die)

@@ -29,6 +29,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.plan import Plan
 from rayorch.store import (
+    AppendBasis,
     FactNotAllowedError,
     FencedError,
     GrainSealedError,
@@ -38,6 +39,7 @@ from rayorch.store import (
     LineageStore,
     RunMismatchError,
     RunNotFoundError,
+    StoreRolledBackError,
     UnknownRunPartError,
     open_store,
 )
@@ -343,6 +345,37 @@ class TestFactLog:
         with pytest.raises(GrainSealedError):
             store.append(run, 0, epoch, [GrainFailed("ocr", (0, 2), 0, "x"),
                                          GrainDispatched("ocr", (0, 2), 1)], driver="driver-a")
+
+    def test_an_append_built_on_facts_the_store_no_longer_holds_is_refused(
+            self, store: LineageStore, run: str, epoch: int) -> None:
+        """The basis check (what a rollback breaks): the facts the driver read, its latest
+        append, the commits it folded since. A refusal writes nothing."""
+        seqs = store.append(run, 0, epoch, [GrainDispatched("ocr", (0, 0), 0),
+                                            GrainDispatched("ocr", (0, 1), 0)],
+                            driver="driver-a", basis=AppendBasis(read_seq=1))
+        assert store.commit(run, [committed("ocr", (0, 0))]) == [CommitVerdict.ACCEPTED]
+        before = store.read(run, 0)
+        more = [SourceAdmitted(1, ("b",))]
+        refusals = [
+            (AppendBasis(read_seq=before[-1].seq + 2),
+             f"it holds facts up to seq {before[-1].seq}, and the driver had read up to "
+             f"{before[-1].seq + 2}"),
+            (AppendBasis(1, seqs[0] + 1),
+             f"the driver's latest append, from seq {seqs[0] + 1}, is gone (the store's latest "
+             f"starts at seq {seqs[0]})"),
+            (AppendBasis(1, seqs[0], (("ocr", (0, 0), 0), ("ocr", (0, 1), 0))),
+             "it no longer holds the accepted commit of ocr[0.1] generation 0"),
+            (AppendBasis(1, seqs[0], (("ocr", (0, 0), 1),)),
+             "it no longer holds the accepted commit of ocr[0.0] generation 1"),
+        ]
+        for basis, why in refusals:
+            with pytest.raises(StoreRolledBackError, match="went back") as err:
+                store.append(run, 0, epoch, more, driver="driver-a", basis=basis)
+            assert (err.value.run_id, err.value.shard, err.value.detail) == (run, 0, why)
+            assert pickle.loads(pickle.dumps(err.value)).detail == why
+        assert store.read(run, 0) == before  # nothing written
+        store.append(run, 0, epoch, more, driver="driver-a",
+                     basis=AppendBasis(before[-1].seq, seqs[0], (("ocr", (0, 0), 0),)))
 
     # -- commit gate -------------------------------------------------------------
     def test_commit_rule_verdicts(self, store: LineageStore, run: str, epoch: int) -> None:

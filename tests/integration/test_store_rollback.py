@@ -7,20 +7,42 @@ only the current holder write (docs/ARCHITECTURE.md, "Leases, holder tokens and 
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from rayorch.core.facts import LeaseAcquired, SourceAdmitted
+from bench.faults import PacedPipeline
+from rayorch.cli import main as cli_main
+from rayorch.core.facts import (
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    LeaseAcquired,
+    OutputEmitted,
+    SourceAdmitted,
+)
+from rayorch.replicas import create_run
+from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store import FencedError, LeaseRolledBackError, LineageStore, open_store
+from rayorch.store.audit import audit_run
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.testing import RedisServer
 
 pytestmark = pytest.mark.integration
 
 RUN = "rollback"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def snapshot(server: RedisServer, to: Path) -> None:
@@ -107,3 +129,138 @@ def test_two_clients_with_one_driver_id_only_the_later_acquirer_writes(
         first.append(RUN, 0, epoch, [SourceAdmitted(0, ("first",))], driver="driver-a")
     second.append(RUN, 0, epoch, [SourceAdmitted(0, ("second",))], driver="driver-a")
     assert admitted(second) == [SourceAdmitted(0, ("second",))]
+
+
+# -- an AOF cut short by an OS crash, under a driver that keeps its lease ----------------------
+def _aof_tail(server: RedisServer) -> Path:
+    return sorted((server.workdir / "appendonlydir").glob("*.incr.aof"))[-1]
+
+
+def _wait_for(what: str, done: Callable[[], bool], proc: subprocess.Popen[bytes],
+              log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not done():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"{what}: " + log.read_text()[-3000:]
+        time.sleep(0.05)
+
+
+def _in_flight(url: str, run_id: str) -> int:
+    """Grains dispatched and not yet decided, by the store's facts."""
+    with open_store(url) as store:
+        flying: set[tuple[Any, Any]] = set()
+        for stored in store.read(run_id, 0):
+            fact = stored.fact
+            if isinstance(fact, GrainDispatched):
+                flying.add((fact.call, fact.path))
+            elif isinstance(fact, GrainCommitted | GrainRetried | GrainFailed):
+                flying.discard((fact.call, fact.path))
+        return len(flying)
+
+
+@pytest.mark.timeout(240)
+def test_commits_the_store_lost_after_acknowledging_them_are_run_again_not_built_on(
+    ray_local: None, redis_aof_server: RedisServer, tmp_path: Path,
+) -> None:
+    """`rayorch driver` on Redis, stopped while batches are in flight; they commit (the
+    store acknowledges), then the server loses those commits: an OS crash under
+    ``appendfsync everysec`` (the AOF cut back to where the driver stopped) and a restart.
+    The driver keeps its lease and never sees the outage; it wakes up and folds the
+    commits from its batches' answers. The store refuses facts built on them, the shard
+    is rebuilt from the store, the lost Grains run again, the parts already written are
+    adopted: every source is written once and recorded once, and the audit is clean."""
+    import ray
+
+    url = redis_aof_server.url
+    items = [f"item{i}" for i in range(14)]
+    out = tmp_path / "out"
+    run_id = create_run(PacedPipeline, [items], store=url, kwargs={"slow_s": 0.0, "each_s": 0.3},
+                        out_dir=str(out), shards=1, micro_batch=2, max_active_sources=4)
+    log = tmp_path / "driver.log"
+    address = ray.get_runtime_context().gcs_address
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url, "--address",
+             address, "--driver-id", "keeper", "--lease-ttl", "60"],
+            env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, stdout=sink,
+            stderr=subprocess.STDOUT)
+    try:
+        _wait_for("fewer than 4 delivered", lambda: delivered_count(out) >= 4, proc, log)
+        while True:  # stop it with batches in flight (their dispatches are in the store)
+            proc.send_signal(signal.SIGSTOP)
+            cut = _aof_tail(redis_aof_server).stat().st_size  # what the crash will keep
+            if _in_flight(url, run_id):
+                break
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+        _wait_for("batches still running", lambda: not _in_flight(url, run_id), proc, log)
+        redis_aof_server.kill()  # their commits were acknowledged: now they are lost
+        with open(_aof_tail(redis_aof_server), "r+b") as aof:
+            aof.truncate(cut)
+        redis_aof_server.start()
+        assert _in_flight(url, run_id)
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(180) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+    records = list(read_outputs(out))
+    assert sorted(r["index"] for r in records) == list(range(len(items)))  # each once
+    assert all(r["value"] == f"done:{items[r['index']]}" for r in records)
+    with open_store(url) as store:
+        emitted = Counter(s.fact.index for s in store.read(run_id, 0)
+                          if isinstance(s.fact, OutputEmitted))
+        assert emitted == Counter(range(len(items)))
+        report = audit_run(store, run_id)
+    assert report.ok, report.violations
+    text = log.read_text()
+    assert "the lineage store went back on shard 0: it no longer holds the accepted commit" \
+        in text, text[-3000:]
+
+
+def _cut_before_fact(server: RedisServer, seq: int) -> None:
+    """Crash the server and cut its AOF back to just before the write of fact ``seq`` (the
+    transaction of the script that appended it): what an OS crash under ``appendfsync
+    everysec`` loses."""
+    server.kill()
+    path = _aof_tail(server)
+    aof = path.read_bytes()
+    at = aof.find(b"\r\n%d-0\r\n" % seq)  # the XADD of the fact (its stream entry id)
+    assert at > 0, f"fact {seq} is not in {path}"
+    cut = aof.rfind(b"*1\r\n$5\r\nMULTI\r\n", 0, at)
+    assert cut > 0
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+    server.start()
+
+
+@pytest.mark.timeout(240)
+def test_audit_names_a_rollback_as_the_cause_and_a_resume_repairs_it(
+    ray_local: None, redis_aof_server: RedisServer, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run completes; then Redis loses its last acknowledged facts (the AOF cut back, a
+    restart). `rayorch audit` names the cause: parts written after the store had
+    acknowledged more facts than it holds now. `rayorch resume` records the lost deliveries
+    from those parts (each source once) and the audit is clean again."""
+    url = redis_aof_server.url
+    items = [f"item{i}" for i in range(10)]
+    out = tmp_path / "out"
+    run_id = create_run(PacedPipeline, [items], store=url, kwargs={"slow_s": 0.0, "each_s": 0.0},
+                        out_dir=str(out), shards=1, micro_batch=2, max_active_sources=2)
+    assert cli_main(["resume", run_id, "--store", url, "--lease-ttl", "10"]) == 0
+    with open_store(url) as store:
+        emits = [s.seq for s in store.read(run_id, 0) if isinstance(s.fact, OutputEmitted)]
+    assert len(emits) == len(items)
+    _cut_before_fact(redis_aof_server, emits[-4])  # the last 4 deliveries are forgotten
+    capsys.readouterr()
+    assert cli_main(["audit", run_id, "--store", url]) == 1
+    said = capsys.readouterr().out
+    assert "the store lost facts it had acknowledged (rolled back" in said, said
+    assert "died while deposed" not in said, said
+    assert cli_main(["resume", run_id, "--store", url, "--lease-ttl", "10"]) == 0
+    records = list(read_outputs(out))
+    assert sorted(r["index"] for r in records) == list(range(len(items)))  # each once
+    capsys.readouterr()
+    assert cli_main(["audit", run_id, "--store", url]) == 0, capsys.readouterr().out

@@ -27,7 +27,13 @@ import pytest
 from inline_driver import TTL, Killed, make_driver
 
 import rayorch as ro
-from rayorch.core.facts import GrainCommitted, GrainDispatched, GrainFailed, GrainRetried
+from rayorch.core.facts import (
+    GrainCommitted,
+    GrainDispatched,
+    GrainFailed,
+    GrainRetried,
+    OutputEmitted,
+)
 from rayorch.core.plan import Plan
 from rayorch.runtime import shard_driver, shard_leases
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
@@ -167,8 +173,8 @@ class StolenAfterWrite(FileSink):
         super().__init__(out, "jsonl", run_id=run_id)
         self.steal, self.parts_written = steal, 0
 
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[Any]:
-        facts = super().write_part(shard, records)
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]], **kw: Any) -> list[Any]:
+        facts = super().write_part(shard, records, **kw)
         self.parts_written += 1
         if self.parts_written == 1:
             self.steal()
@@ -289,11 +295,11 @@ class SnapshotAtFirstPart(FileSink):
         super().__init__(out, "jsonl", run_id=run_id)
         self.store, self.snapshot, self.parts = store, None, 0
 
-    def write_part(self, shard: int, records: Sequence[tuple[int, Any]]) -> list[Any]:
+    def write_part(self, shard: int, records: Sequence[tuple[int, Any]], **kw: Any) -> list[Any]:
         self.parts += 1
         if self.parts == 1:
             self.snapshot = copy.deepcopy(self.store._runs)
-        return super().write_part(shard, records)
+        return super().write_part(shard, records, **kw)
 
 
 def test_after_a_store_rollback_outputs_already_in_parts_are_adopted_not_written_again(
@@ -315,4 +321,136 @@ def test_after_a_store_rollback_outputs_already_in_parts_are_adopted_not_written
     finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id),
                          driver_id="after-rollback"))
     assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES  # each once
+    assert audit_run(store, run_id).ok
+
+
+class LosesOneCommit(MemoryStore):
+    """A store that acknowledges the ``lose``-th commit, then goes back to the state from
+    before it at the driver's next append: an OS crash under ``appendfsync everysec`` right
+    after the commit's reply, with the driver's lease kept (it never noticed)."""
+
+    lose = 2
+    commits = 0
+    before: Any = None
+    lost: GrainCommitted | None = None
+
+    def commit(self, run_id: str, reports: Sequence[GrainCommitted], *,
+               token: str | None = None) -> Any:
+        self.commits += 1
+        if self.commits == self.lose:
+            self.before, self.lost = copy.deepcopy(self._runs), reports[0]
+        return super().commit(run_id, reports, token=token)
+
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
+               driver: str, basis: Any = None) -> list[int]:
+        if self.before is not None:
+            self._runs, self.before = self.before, None  # the rollback
+        return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
+
+
+def test_a_commit_the_store_lost_after_acknowledging_it_is_not_built_on(
+        clock: Clock, tmp_path: Path) -> None:
+    """The driver folded a commit the store then forgot: its next append (the output that
+    commit made) is refused, the shard is rebuilt, the Grain runs again, and the part
+    already written is adopted: every source once, a clean audit."""
+    store = LosesOneCommit(f"memory://fault-paths-lost-commit-{id(clock)}", clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "lost-commit"
+    store.open_run(run_id, plan, shards=1, micro_batch=2)
+    out = tmp_path / "out"
+    driver = resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id))
+    finish(driver)
+    assert store.lost is not None and driver.counters.rollbacks == 1
+    lost = (store.lost.call, store.lost.path)
+    commits = [f.fact for f in store.read(run_id, 0) if isinstance(f.fact, GrainCommitted)]
+    assert [c.generation for c in commits if (c.call, c.path) == lost] == [
+        store.lost.generation + 1], "the Grain whose commit was lost did not run again"
+    records = list(read_outputs(out))
+    assert sorted(int(r["index"]) for r in records) == SOURCES  # each once
+    assert {int(r["index"]): r["value"] for r in records} == {x: 2 * x for x in SOURCES}
+    assert audit_run(store, run_id).ok
+
+
+class ForgetsAnAcknowledgement(MemoryStore):
+    """A store that goes back to the state from before the driver's second recorded caller
+    delivery (``OutputEmitted``) at its next append: an OS crash right after the store
+    acknowledged it, the caller already holding the output."""
+
+    emitted = 0
+    before: Any = None
+    forgotten: int | None = None
+
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
+               driver: str, basis: Any = None) -> list[int]:
+        if self.before is not None:
+            self._runs, self.before = self.before, None  # the rollback
+        outputs = [f.index for f in facts if isinstance(f, OutputEmitted)]
+        if outputs and self.forgotten is None:
+            self.emitted += 1
+            if self.emitted == 2:
+                self.before, self.forgotten = copy.deepcopy(self._runs), outputs[0]
+        return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_an_output_the_caller_has_is_not_handed_again_after_a_rollback(
+        clock: Clock, ordered: bool) -> None:
+    """`Pipeline.run`'s driver sees the store forget that the caller has an output: it
+    rebuilds the shard and records that delivery again; it never hands the output twice."""
+    store = ForgetsAnAcknowledgement(f"memory://fault-paths-ack-{ordered}-{id(clock)}",
+                                     clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "forgotten-ack"
+    store.open_run(run_id, plan, shards=1, micro_batch=2)
+    driver = caller_driver(store, plan, run_id, InOrder(), CallerSink(ordered))
+    received = finish(driver)
+    assert store.forgotten is not None and driver.counters.rollbacks == 1
+    assert sorted(received) == SOURCES, f"handed to the caller: {received}"
+    emitted = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, OutputEmitted)]
+    assert sorted(emitted) == SOURCES
+    assert audit_run(store, run_id).ok
+
+
+class LateCommitOnTakeOver(MemoryStore):
+    """A dead driver's actor commits one of its in-flight Grains just after the new holder
+    read the shard, before the holder's first append (which re-dispatches that Grain)."""
+
+    late: GrainCommitted | None = None
+    landed = False
+
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
+               driver: str, basis: Any = None) -> list[int]:
+        if self.late is not None and not self.landed and any(
+                isinstance(f, GrainRetried) for f in facts):
+            self.landed = True
+            assert self.commit(run_id, [self.late]) == [ro.core.commit.CommitVerdict.ACCEPTED]
+        return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
+
+
+def test_a_commit_landing_while_a_shard_is_taken_over_is_kept(clock: Clock, tmp_path: Path
+                                                              ) -> None:
+    store = LateCommitOnTakeOver(f"memory://fault-paths-late-{id(clock)}", clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "late-commit"
+    store.open_run(run_id, plan, shards=1, micro_batch=len(SOURCES))
+    with pytest.raises(Killed):
+        finish(caller_driver(store, plan, run_id, InOrder(kill_at_first_wait)))
+    (call, path), gen = next(iter(in_flight(store, run_id).items()))
+    store.late = GrainCommitted(call, path, gen, "present", (2 * path[0],))
+    clock.lapse()
+    out = tmp_path / "out"
+    idle: list[float] = []
+
+    def idles(seconds: float) -> None:
+        idle.append(seconds)
+        clock.sleep(seconds)
+        assert len(idle) < 50, "the new holder never took the shard over"
+
+    finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id),
+                         sleep=idles))
+    assert store.landed
+    commits = [f.fact for f in store.read(run_id, 0) if isinstance(f.fact, GrainCommitted)
+               and (f.fact.call, f.fact.path) == (call, path)]
+    assert [c.generation for c in commits] == [gen], "the late commit was not kept"
+    assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
     assert audit_run(store, run_id).ok

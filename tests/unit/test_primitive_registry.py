@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from rayorch.core.executor import ExecutorOptions, execute
 
 import rayorch as ro
 from rayorch import F
 from rayorch.core import compile_errors as ce
 from rayorch.core.errors import PlanLookupError
-from rayorch.core.executor import ExecutorOptions, execute
 from rayorch.core.items import Absent, suppressed_by
 from rayorch.core.outcome import Outcome, present
 from rayorch.core.plan import NodeKind, NodeSpec, Plan

@@ -13,7 +13,11 @@ ARGV[2]      call token, unique per call
 ARGV[3]      n, the number of facts
 ARGV[4]      the caller's driver id
 ARGV[5]      the caller's holder token ("" when unknown: epoch and driver only)
-then 5 per fact i (base = 5 + (i-1)*5):
+ARGV[6]      basis: the last seq of the shard the caller read when it rebuilt it ("0": none)
+ARGV[7]      basis: the first seq of the caller's latest append since ("0": none)
+ARGV[8]      m, the number of commits the caller folded since that append, then 2 per
+             commit j (ARGV[8 + 2j - 1], ARGV[8 + 2j]): grain field, generation
+then 5 per fact i (base = 8 + 2m + (i-1)*5):
   +1 kind (FactKind): 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed
   +2 grain field "call|path" ("" for kind 0)     +3 generation
   +4 stream index: the fact's stream is KEYS[6 + index]
@@ -26,7 +30,17 @@ Returns: {1, first_seq}            appended as first_seq .. first_seq + n - 1
          {-14, epoch, driver}      the store has no record of the caller's epoch (restored
                                    from an older state)
          {-12, i, j, ...}          facts i, j, ... name sealed Grains (nothing written)
+         {-15, reason, ...}        the store went back: it no longer holds what the
+                                   caller's state rests on (nothing written); reason
+                                   1, last seq, ARGV[6]: fewer facts than the caller read
+                                   2, first seq of the latest append, ARGV[7]: the
+                                      caller's latest append is gone
+                                   3, j, k, ...: commits j, k, ... are not sealed with
+                                      their generation
 Appends: every fact, in order, as an entry {f = fact bytes} with id "<seq>-0".
+The basis check runs after the fence: the shard's log loses a suffix in a rollback, so
+the caller's latest append still being the shard's latest one (lastop) vouches for all it
+knew before it; the counter for what it read; the Grain table for the commits after.
 Grain table (PHASE_AFTER): Dispatched -> "2:gen" (in flight), Retried -> "1:gen" (ready),
 Failed -> "3:gen" (sealed). Every check runs before any write (a refused fence only
 raises the epoch counter).
@@ -35,16 +49,40 @@ raises the epoch counter).
 --- @include "vocabulary"
 local grains, seqkey, lastop = KEYS[4], KEYS[5], KEYS[6]
 local token, n = ARGV[2], tonumber(ARGV[3])
-local FACT0 = 5
+local read_seq, appended_first, m = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local FACT0 = 8 + 2 * m
+local CHUNK = 1000
 
 local last = redis.call('GET', lastop)
+local last_first = 0
 if last then
   local t, first = string.match(last, '^(.*):(%d+)$')
   if t == token then return {2, tonumber(first)} end
+  last_first = tonumber(first)
 end
 
 local refusal = fence(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), ARGV[5], ARGV[4])
 if refusal then return refusal end
+
+local held = tonumber(redis.call('GET', seqkey) or '0')
+if held < read_seq then return {-15, 1, held, read_seq} end
+if appended_first > 0 and last_first ~= appended_first then
+  return {-15, 2, last_first, appended_first}
+end
+local gone = {-15, 3}
+for from = 1, m, CHUNK do   -- HMGET in chunks: unpack() has a stack limit
+  local to = math.min(from + CHUNK - 1, m)
+  local fields = {}
+  for j = from, to do fields[#fields + 1] = ARGV[8 + 2 * j - 1] end
+  local entries = redis.call('HMGET', grains, unpack(fields))
+  for j = from, to do
+    local entry = entries[j - from + 1]
+    if entry_phase(entry) ~= PHASE_SEALED or entry_generation(entry) ~= ARGV[8 + 2 * j] then
+      gone[#gone + 1] = j
+    end
+  end
+end
+if #gone > 2 then return gone end
 
 local overlay = {}
 local conflicts = {}

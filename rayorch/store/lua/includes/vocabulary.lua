@@ -30,3 +30,9 @@ local function entry_phase(entry)
   if not entry then return nil end
   return string.byte(entry, 1) - 48
 end
+
+-- The generation of a Grain entry, as its decimal text (nil: no entry)
+local function entry_generation(entry)
+  if not entry then return nil end
+  return string.match(entry, '^%d:(%d+)')
+end
