@@ -18,7 +18,8 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
 
     Every ``OutputEmitted`` naming a part must find that part in ``out_dir`` with the
     source's record and the same digest. When the run is ``complete``, a part that no
-    fact names (a deposed driver's leftover) is a problem too.
+    fact names (a deposed driver's leftover) is a problem too, unless the manifest lists it
+    as ``kept`` (delivered by an earlier run of a job's directory that this run resumed).
     """
     by_part: dict[str, dict[int, str]] = {}
     for fact in emitted:
@@ -63,7 +64,7 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
                                 f"(sha256 {stored[index][:12]}..., delivered "
                                 f"{digest[:12]}...)")
     if complete:
-        referenced = {sink.partition(":")[2] for sink in by_part}
+        referenced = {sink.partition(":")[2] for sink in by_part} | set(meta.get("kept", ()))
         for name in names:
             if name not in referenced:
                 problems.append(f"part {name} in {directory} is named by no OutputEmitted fact "

@@ -29,19 +29,28 @@ The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
 Several driver processes may write one directory (different shards): nothing is shared
 but the manifest, written once; names are unique per shard (random suffix, no-replace
 publish).
+
+A job (``rayorch run pdf|video``) writes its human-facing files beside the parts through
+the same sink: its :class:`Beside` writes one source's files (a ``.md``, clip lines) and
+gives the value its record holds, just before the part is published; the manifest lists
+the names those files take, so no reader mistakes them for foreign files. A job's
+``--resume`` is a new run taking the directory over (``FileSink(..., inherit=True)``): the
+parts it keeps (:func:`prune_parts`) are listed as ``kept`` in the manifest, and
+``rayorch audit`` of the new run counts them as delivered before it.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import re
 import secrets
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -72,6 +81,17 @@ _RECORD_SCHEMA = {
 
 class SinkError(RayorchError):
     """A sink directory, part file or value cannot be used; the message says which."""
+
+
+class Beside(Protocol):
+    """The files a job writes beside the part files, one source at a time."""
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """``fnmatch`` patterns of the directory entries those files take."""
+
+    def render(self, index: int, value: Any) -> Any:
+        """Write source ``index``'s files; the value its record holds (or a ``FailedResult``)."""
 
 
 # -- records ----------------------------------------------------------------------------
@@ -211,12 +231,28 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _link_free(tmp: Path, target: Path, rename_on_clash: bool) -> str:
+    """Link ``tmp`` to ``target``'s name, or (on a clash) to one with another random suffix."""
+    name = target.name
+    for _ in range(8):
+        try:
+            os.link(tmp, target.with_name(name))
+            return name
+        except FileExistsError:
+            if not rename_on_clash:
+                raise
+            stem, _, ext = name.rpartition("-")
+            name = f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
+    raise SinkError(f"cannot find a free part name in {target.parent}")  # pragma: no cover
+
+
 def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
-             rename_on_clash: bool = True) -> str:
+             rename_on_clash: bool = True, replace: bool = False) -> str:
     """Write ``name`` whole or not at all: hidden temp file, fsync, no-replace link, fsync dir.
 
     Returns the name used: a clash with an existing part (random suffix) picks another
-    name; without ``rename_on_clash`` it raises :class:`FileExistsError`.
+    name; without ``rename_on_clash`` it raises :class:`FileExistsError`; ``replace``
+    replaces an existing file instead (a run taking a sink directory over).
     """
     tmp = directory / f"{HIDDEN_PREFIX}tmp-{name}-{secrets.token_hex(4)}"
     try:
@@ -230,17 +266,10 @@ def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, 
                 f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        for _ in range(8):
-            try:
-                os.link(tmp, directory / name)
-                break
-            except FileExistsError:
-                if not rename_on_clash:
-                    raise
-                stem, _, ext = name.rpartition("-")
-                name = f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
-        else:  # pragma: no cover - eight clashes of a random suffix
-            raise SinkError(f"cannot find a free part name in {directory}")
+        if replace:
+            os.replace(tmp, directory / name)
+        else:
+            name = _link_free(tmp, directory / name, rename_on_clash)
     except FileExistsError:
         raise
     except OSError as exc:
@@ -265,6 +294,12 @@ def _parquet_table(records: Sequence[SinkRecord]) -> Any:
     })
 
 
+def _write_part(directory: Path, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
+    if fmt == "parquet":
+        return _publish(directory, name, None, _parquet_table(records))
+    return _publish(directory, name, b"".join(r.line + b"\n" for r in records))
+
+
 # -- the sink -------------------------------------------------------------------------------
 def _load_manifest(directory: Path) -> dict[str, Any] | None:
     path = directory / SINK_MANIFEST
@@ -285,10 +320,15 @@ def _load_manifest(directory: Path) -> dict[str, Any] | None:
     return meta
 
 
-def _foreign_files(directory: Path, fmt: str | None) -> list[str]:
+def _manifest_bytes(meta: dict[str, Any]) -> bytes:
+    return orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+
+def _foreign_files(directory: Path, fmt: str | None, beside: Sequence[str] = ()) -> list[str]:
     odd = []
     for entry in os.scandir(directory):
-        if entry.name == SINK_MANIFEST or entry.name.startswith(HIDDEN_PREFIX):
+        if entry.name == SINK_MANIFEST or entry.name.startswith(HIDDEN_PREFIX) or any(
+                fnmatch.fnmatchcase(entry.name, pattern) for pattern in beside):
             continue
         part = PartName.parse(entry.name)
         if part is None or not entry.is_file() or (fmt is not None and part.fmt != fmt):
@@ -299,7 +339,8 @@ def _foreign_files(directory: Path, fmt: str | None) -> list[str]:
 class FileSink:
     """A run's outputs as JSONL or Parquet part files in ``out_dir``; see the module doc."""
 
-    def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str) -> None:
+    def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
+                 beside: Beside | None = None, inherit: bool = False) -> None:
         if fmt not in FORMATS:
             raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
         if not run_id:
@@ -313,6 +354,8 @@ class FileSink:
         self.directory = Path(out_dir)
         self.format = fmt
         self.run_id = run_id
+        self.beside = beside
+        patterns = list(beside.patterns) if beside is not None else []
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -320,7 +363,7 @@ class FileSink:
                             f"{exc.strerror or exc}") from None
         meta = _load_manifest(self.directory)
         if meta is None:
-            odd = _foreign_files(self.directory, None)
+            odd = _foreign_files(self.directory, None, patterns)
             if odd:
                 raise SinkError(
                     f"the output directory {self.directory} holds files that are not rayorch "
@@ -328,11 +371,15 @@ class FileSink:
                     "use an empty or new directory")
             meta = {"rayorch_sink": SINK_VERSION, "run": run_id, "format": fmt,
                     "record": _RECORD_SCHEMA}
-            blob = orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+            if patterns:
+                meta["beside"] = patterns
             try:
-                _publish(self.directory, SINK_MANIFEST, blob, rename_on_clash=False)
+                _publish(self.directory, SINK_MANIFEST, _manifest_bytes(meta),
+                         rename_on_clash=False)
             except FileExistsError:  # another driver wrote it first: check theirs
                 meta = _load_manifest(self.directory) or meta
+        if meta["run"] != run_id and inherit and meta["format"] == fmt:
+            meta = self._take_over(meta, patterns)
         if meta["run"] != run_id:
             raise SinkError(f"the output directory {self.directory} holds the outputs of run "
                             f"{meta['run']!r}, not {run_id!r}; use another directory")
@@ -340,20 +387,27 @@ class FileSink:
             raise SinkError(f"the output directory {self.directory} is the {meta['format']} "
                             f"sink of run {run_id}; pass --format {meta['format']} (or another "
                             "directory)")
-        odd = _foreign_files(self.directory, fmt)
+        odd = _foreign_files(self.directory, fmt, [*meta.get("beside", ()), *patterns])
         if odd:
             raise SinkError(f"the output directory {self.directory} holds files that are not "
                             f"{fmt} part files of run {run_id} ({', '.join(odd[:3])}"
                             f"{', ...' if len(odd) > 3 else ''}); move them away")
+
+    def _take_over(self, meta: dict[str, Any], patterns: list[str]) -> dict[str, Any]:
+        """This run continues an earlier run's directory: its parts are kept as delivered."""
+        names = sorted(n for n in os.listdir(self.directory) if PartName.parse(n) is not None)
+        meta = {**meta, "run": self.run_id, "kept": names,
+                "earlier": [meta["run"], *meta.get("earlier", ())],
+                "beside": sorted({*meta.get("beside", ()), *patterns})}
+        _publish(self.directory, SINK_MANIFEST, _manifest_bytes(meta), replace=True)
+        return meta
 
     def sink_of(self, name: str) -> str:
         """The ``OutputEmitted.sink`` of a part of this sink."""
         return f"{self.format}:{name}"
 
     def _write(self, name: str, records: Sequence[SinkRecord]) -> str:
-        if self.format == "parquet":
-            return _publish(self.directory, name, None, _parquet_table(records))
-        return _publish(self.directory, name, b"".join(r.line + b"\n" for r in records))
+        return _write_part(self.directory, self.format, name, records)
 
     def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]) -> list[OutputEmitted]:
         now, sink = time.time(), self.sink_of(name)
@@ -368,7 +422,9 @@ class FileSink:
         """
         if not records:
             return []
-        encoded = [encode_record(index, value) for index, value in records]
+        render = self.beside.render if self.beside is not None else None
+        encoded = [encode_record(index, value if render is None else render(index, value))
+                   for index, value in records]
         if len({r.index for r in encoded}) != len(encoded):
             raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
         name = self._write(PartName.new(shard, encoded, self.format), encoded)
@@ -487,7 +543,7 @@ def sink_parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
     meta = _load_manifest(directory)
     if meta is None:
         raise SinkError(f"{directory} is not a rayorch output directory (no {SINK_MANIFEST})")
-    odd = _foreign_files(directory, meta["format"])
+    odd = _foreign_files(directory, meta["format"], meta.get("beside", ()))
     if odd:
         raise SinkError(f"{directory} holds files that are not {meta['format']} part files "
                         f"({', '.join(odd[:3])})")
@@ -515,6 +571,45 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
             yield rec.as_dict()
 
 
+def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool]) -> list[SinkRecord]:
+    """Keep only the records ``keep`` accepts (a job's ``--resume``); the kept records.
+
+    A part keeping all its records stays as it is; one keeping some is published again
+    with just those (byte for byte) and removed; one keeping none is removed. The
+    earlier run's temp and claim files go too. Nothing is kept of a source twice.
+    """
+    directory = Path(out_dir)
+    meta, names = sink_parts(directory)
+    for name in os.listdir(directory):
+        if LEFTOVER_RE.match(name):
+            (directory / name).unlink(missing_ok=True)
+    kept: list[SinkRecord] = []
+    seen: set[int] = set()
+    for name in names:
+        records = [rec for rec, _ in read_part(directory / name)]
+        mine = [rec for rec in records if rec.index not in seen and keep(rec)]
+        seen.update(rec.index for rec in mine)
+        kept.extend(mine)
+        if len(mine) == len(records):
+            continue
+        if mine:
+            shard = PartName.parse(name).shard  # type: ignore[union-attr]
+            _write_part(directory, meta["format"], PartName.new(shard, mine, meta["format"]),
+                        mine)
+        (directory / name).unlink()
+    _fsync_dir(directory)
+    return kept
+
+
+def remove_sink(out_dir: str | Path) -> None:
+    """Remove the manifest, part, temp and claim files of ``out_dir`` (a job's
+    ``--overwrite``); any other file stays."""
+    directory = Path(out_dir)
+    for name in os.listdir(directory):
+        if name == SINK_MANIFEST or PartName.parse(name) or LEFTOVER_RE.match(name):
+            (directory / name).unlink(missing_ok=True)
+
+
 def delivered_count(out_dir: str | Path) -> int:
     """How many records the part files of ``out_dir`` hold (from their names; no reads)."""
     try:
@@ -524,6 +619,6 @@ def delivered_count(out_dir: str | Path) -> int:
     return sum(p.count for n in names if (p := PartName.parse(n)) is not None)
 
 
-__all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "FileSink", "PartName", "SinkError",
-           "SinkRecord", "delivered_count", "encode_record", "read_outputs", "read_part",
-           "sink_for_run", "sink_parts"]
+__all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "Beside", "FileSink", "PartName",
+           "SinkError", "SinkRecord", "delivered_count", "encode_record", "prune_parts",
+           "read_outputs", "read_part", "remove_sink", "sink_for_run", "sink_parts"]
