@@ -31,14 +31,8 @@ import orjson
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult, Outcome
-from rayorch.runtime.sinks import (
-    SINK_MANIFEST,
-    FileSink,
-    SinkRecord,
-    prune_parts,
-    read_outputs,
-    remove_sink,
-)
+from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
+from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 
 if TYPE_CHECKING:
     from rayorch.pipelines.job_cli import JobSummary
@@ -217,10 +211,11 @@ class OutputDir:
         files beside its part; an earlier run's directory (``--resume``) is taken over
         (its kept parts stay)."""
         self._writer = writer
-        self.sink = FileSink(self.path, "jsonl", run_id=run_id, beside=self, inherit=True)
+        take_over(self.path, run_id, self.patterns)
+        self.sink = FileSink(self.path, "jsonl", run_id=run_id, beside=self)
         return self.sink
 
-    patterns = ("*",)
+    patterns: tuple[str, ...] = ("*",)
     """Names the sink lets stand beside its parts: the job's files and the user's own (a
     directory with the marker may hold them; it is never cleaned of them)."""
 

@@ -30,13 +30,10 @@ Several driver processes may write one directory (different shards): nothing is 
 but the manifest, written once; names are unique per shard (random suffix, no-replace
 publish).
 
-A job (``rayorch run pdf|video``) writes its human-facing files beside the parts through
-the same sink: its :class:`Beside` writes one source's files (a ``.md``, clip lines) and
-gives the value its record holds, just before the part is published; the manifest lists
-the names those files take, so no reader mistakes them for foreign files. A job's
-``--resume`` is a new run taking the directory over (``FileSink(..., inherit=True)``): the
-parts it keeps (:func:`prune_parts`) are listed as ``kept`` in the manifest, and
-``rayorch audit`` of the new run counts them as delivered before it.
+A job (``rayorch run pdf|video``) delivers through the same sink: its :class:`Beside` writes
+a source's own files (a ``.md``) and gives its record's value just before the part is
+published. Its ``--resume`` is a new run taking the directory over
+(:mod:`rayorch.runtime.sink_takeover`).
 """
 
 from __future__ import annotations
@@ -47,7 +44,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,11 +81,9 @@ class SinkError(RayorchError):
 
 
 class Beside(Protocol):
-    """The files a job writes beside the part files, one source at a time."""
+    """The files a job writes beside the part files (``patterns``: their names, fnmatch)."""
 
-    @property
-    def patterns(self) -> tuple[str, ...]:
-        """``fnmatch`` patterns of the directory entries those files take."""
+    patterns: tuple[str, ...]
 
     def render(self, index: int, value: Any) -> Any:
         """Write source ``index``'s files; the value its record holds (or a ``FailedResult``)."""
@@ -223,7 +218,7 @@ def _read_parquet(path: Path, where: str) -> list[SinkRecord]:
     return out
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -246,7 +241,7 @@ def _link_free(tmp: Path, target: Path, rename_on_clash: bool) -> str:
     raise SinkError(f"cannot find a free part name in {target.parent}")  # pragma: no cover
 
 
-def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
+def publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
              rename_on_clash: bool = True, replace: bool = False) -> str:
     """Write ``name`` whole or not at all: hidden temp file, fsync, no-replace link, fsync dir.
 
@@ -277,7 +272,7 @@ def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, 
                         f"{exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return name
 
 
@@ -294,14 +289,14 @@ def _parquet_table(records: Sequence[SinkRecord]) -> Any:
     })
 
 
-def _write_part(directory: Path, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
+def write_part_file(directory: Path, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
     if fmt == "parquet":
-        return _publish(directory, name, None, _parquet_table(records))
-    return _publish(directory, name, b"".join(r.line + b"\n" for r in records))
+        return publish(directory, name, None, _parquet_table(records))
+    return publish(directory, name, b"".join(r.line + b"\n" for r in records))
 
 
 # -- the sink -------------------------------------------------------------------------------
-def _load_manifest(directory: Path) -> dict[str, Any] | None:
+def load_manifest(directory: Path) -> dict[str, Any] | None:
     path = directory / SINK_MANIFEST
     try:
         blob = path.read_bytes()
@@ -320,7 +315,7 @@ def _load_manifest(directory: Path) -> dict[str, Any] | None:
     return meta
 
 
-def _manifest_bytes(meta: dict[str, Any]) -> bytes:
+def manifest_bytes(meta: dict[str, Any]) -> bytes:
     return orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
 
 
@@ -340,7 +335,7 @@ class FileSink:
     """A run's outputs as JSONL or Parquet part files in ``out_dir``; see the module doc."""
 
     def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
-                 beside: Beside | None = None, inherit: bool = False) -> None:
+                 beside: Beside | None = None) -> None:
         if fmt not in FORMATS:
             raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
         if not run_id:
@@ -361,7 +356,7 @@ class FileSink:
         except OSError as exc:
             raise SinkError(f"cannot create the output directory {self.directory}: "
                             f"{exc.strerror or exc}") from None
-        meta = _load_manifest(self.directory)
+        meta = load_manifest(self.directory)
         if meta is None:
             odd = _foreign_files(self.directory, None, patterns)
             if odd:
@@ -374,12 +369,10 @@ class FileSink:
             if patterns:
                 meta["beside"] = patterns
             try:
-                _publish(self.directory, SINK_MANIFEST, _manifest_bytes(meta),
+                publish(self.directory, SINK_MANIFEST, manifest_bytes(meta),
                          rename_on_clash=False)
             except FileExistsError:  # another driver wrote it first: check theirs
-                meta = _load_manifest(self.directory) or meta
-        if meta["run"] != run_id and inherit and meta["format"] == fmt:
-            meta = self._take_over(meta, patterns)
+                meta = load_manifest(self.directory) or meta
         if meta["run"] != run_id:
             raise SinkError(f"the output directory {self.directory} holds the outputs of run "
                             f"{meta['run']!r}, not {run_id!r}; use another directory")
@@ -393,21 +386,12 @@ class FileSink:
                             f"{fmt} part files of run {run_id} ({', '.join(odd[:3])}"
                             f"{', ...' if len(odd) > 3 else ''}); move them away")
 
-    def _take_over(self, meta: dict[str, Any], patterns: list[str]) -> dict[str, Any]:
-        """This run continues an earlier run's directory: its parts are kept as delivered."""
-        names = sorted(n for n in os.listdir(self.directory) if PartName.parse(n) is not None)
-        meta = {**meta, "run": self.run_id, "kept": names,
-                "earlier": [meta["run"], *meta.get("earlier", ())],
-                "beside": sorted({*meta.get("beside", ()), *patterns})}
-        _publish(self.directory, SINK_MANIFEST, _manifest_bytes(meta), replace=True)
-        return meta
-
     def sink_of(self, name: str) -> str:
         """The ``OutputEmitted.sink`` of a part of this sink."""
         return f"{self.format}:{name}"
 
     def _write(self, name: str, records: Sequence[SinkRecord]) -> str:
-        return _write_part(self.directory, self.format, name, records)
+        return write_part_file(self.directory, self.format, name, records)
 
     def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]) -> list[OutputEmitted]:
         now, sink = time.time(), self.sink_of(name)
@@ -439,7 +423,7 @@ class FileSink:
                 (self.directory / name).unlink(missing_ok=True)  # adopted meanwhile: gone
                 removed = True
         if removed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def parts_by_index(self, shard: int) -> dict[int, set[str]]:
         """Which part files of ``shard`` hold each source's record (read once when a driver
@@ -493,7 +477,7 @@ class FileSink:
                 continue  # its writer discarded it first: those sources get written anew
             kept = [rec for rec, _ in hits]
             if len(hits) == len(records) and self.format == "jsonl":
-                new = _publish(self.directory, PartName.new(shard, kept, self.format),
+                new = publish(self.directory, PartName.new(shard, kept, self.format),
                                claim.read_bytes())
             else:
                 new = self._write(PartName.new(shard, kept, self.format), kept)
@@ -540,7 +524,7 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
 def sink_parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
     if not directory.is_dir():
         raise SinkError(f"{directory} is not a directory")
-    meta = _load_manifest(directory)
+    meta = load_manifest(directory)
     if meta is None:
         raise SinkError(f"{directory} is not a rayorch output directory (no {SINK_MANIFEST})")
     odd = _foreign_files(directory, meta["format"], meta.get("beside", ()))
@@ -571,45 +555,6 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
             yield rec.as_dict()
 
 
-def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool]) -> list[SinkRecord]:
-    """Keep only the records ``keep`` accepts (a job's ``--resume``); the kept records.
-
-    A part keeping all its records stays as it is; one keeping some is published again
-    with just those (byte for byte) and removed; one keeping none is removed. The
-    earlier run's temp and claim files go too. Nothing is kept of a source twice.
-    """
-    directory = Path(out_dir)
-    meta, names = sink_parts(directory)
-    for name in os.listdir(directory):
-        if LEFTOVER_RE.match(name):
-            (directory / name).unlink(missing_ok=True)
-    kept: list[SinkRecord] = []
-    seen: set[int] = set()
-    for name in names:
-        records = [rec for rec, _ in read_part(directory / name)]
-        mine = [rec for rec in records if rec.index not in seen and keep(rec)]
-        seen.update(rec.index for rec in mine)
-        kept.extend(mine)
-        if len(mine) == len(records):
-            continue
-        if mine:
-            shard = PartName.parse(name).shard  # type: ignore[union-attr]
-            _write_part(directory, meta["format"], PartName.new(shard, mine, meta["format"]),
-                        mine)
-        (directory / name).unlink()
-    _fsync_dir(directory)
-    return kept
-
-
-def remove_sink(out_dir: str | Path) -> None:
-    """Remove the manifest, part, temp and claim files of ``out_dir`` (a job's
-    ``--overwrite``); any other file stays."""
-    directory = Path(out_dir)
-    for name in os.listdir(directory):
-        if name == SINK_MANIFEST or PartName.parse(name) or LEFTOVER_RE.match(name):
-            (directory / name).unlink(missing_ok=True)
-
-
 def delivered_count(out_dir: str | Path) -> int:
     """How many records the part files of ``out_dir`` hold (from their names; no reads)."""
     try:
@@ -620,5 +565,6 @@ def delivered_count(out_dir: str | Path) -> int:
 
 
 __all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "Beside", "FileSink", "PartName",
-           "SinkError", "SinkRecord", "delivered_count", "encode_record", "prune_parts",
-           "read_outputs", "read_part", "remove_sink", "sink_for_run", "sink_parts"]
+           "SinkError", "SinkRecord", "delivered_count", "encode_record", "fsync_dir",
+           "load_manifest", "manifest_bytes", "publish", "read_outputs", "read_part",
+           "sink_for_run", "sink_parts", "write_part_file"]

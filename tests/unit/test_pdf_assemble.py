@@ -10,8 +10,8 @@ import pytest
 
 import rayorch as ro
 from rayorch.core.plan import NodeKind
-from rayorch.pipelines.ocr import OcrEngineError, Page
 from rayorch.pipelines.job_cli import JobSummary, OutputDir
+from rayorch.pipelines.ocr import OcrEngineError, Page
 from rayorch.pipelines.pdf import (
     PDF_WRITER,
     AssembleDocument,
