@@ -66,8 +66,6 @@ class JobLayout:
     """The row field naming the source's own file (``NNNNN-slug.ext``), if it has one."""
     lines: str | None = None
     """A shared JSONL file of per-source lines, in source order."""
-    line_source: str = "source"
-    """The field of a line that holds its source's path (its row's ``source``)."""
     line_count: str = "parts"
     """The row field that counts the source's lines."""
     folder: str | None = None
@@ -79,7 +77,7 @@ PDF_JOB = JobLayout("pdf", unit="document", part="page", rows="documents.jsonl",
                     row_defaults={"pages": 0, "markdown": None}, file_field="markdown")
 VIDEO_JOB = JobLayout("video", unit="video", part="clip", rows="videos.jsonl",
                       row_defaults={"clips": 0, "duration_s": None}, lines="clips.jsonl",
-                      line_source="video", line_count="clips", folder="clips")
+                      line_count="clips", folder="clips")
 JOBS = {layout.job: layout for layout in (PDF_JOB, VIDEO_JOB)}
 
 @dataclass(frozen=True)
@@ -139,9 +137,9 @@ class OutputDir:
         self.sources = sources
         self.kept = kept
         """Rows of sources an earlier run finished and ``--resume`` keeps, by id."""
-        self.files_written = sum(1 for row in kept.values() if _own_file(layout, row))
+        self.files_written = 0
         """Files of ``layout.file_field`` the rows name (kept ones included)."""
-        self.lines_written = sum(len(row.get(LINES_KEY, ())) for row in kept.values())
+        self.lines_written = 0
         """Lines in ``layout.lines`` (kept ones included)."""
         self.sink: FileSink | None = None
         self._writer: JobWriter | None = None

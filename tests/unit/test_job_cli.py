@@ -287,3 +287,32 @@ def test_each_job_help_shows_its_own_options_and_the_shared_ones(
         cli_main(["run", job, "--input", "x", "--output", "y", other[0], "1"])
     assert refused.value.code == EXIT_USAGE
     assert f"unrecognized option {other[0]}" in capsys.readouterr().err
+
+
+def test_resume_republishes_a_part_with_only_its_kept_records_and_audit_counts_them(
+    tmp_path: Path,
+) -> None:
+    from rayorch.runtime.sink_audit import check_delivery
+
+    first = OutputDir.prepare(tmp_path, job="pdf", sources=SOURCES, options={})
+    sink = first.sink_for("run-1", PDF_WRITER)
+    first.note_run("run-1")
+    ok = [(i, {"path": SOURCES[i], "markdown": f"doc {i}", "pages": 1}) for i in (0, 2)]
+    sink.write_part(0, [ok[0], (1, failed(1)), ok[1]])  # one part: ok, failed, ok
+    first.finish(complete=True)
+    [part] = tmp_path.glob("part-*.jsonl")
+    lines = part.read_bytes().splitlines()
+
+    again = OutputDir.prepare(tmp_path, job="pdf", sources=SOURCES, options={}, resume=True)
+    assert sorted(again.kept) == [0, 2]
+    [kept] = tmp_path.glob("part-*.jsonl")
+    assert kept.name != part.name and kept.read_bytes().splitlines() == [lines[0], lines[2]]
+    facts = again.sink_for("run-2", PDF_WRITER).write_part(0, [(1, failed(1, "still broken"))])
+    again.note_run("run-2")
+    again.finish(complete=True)
+    assert check_delivery(tmp_path, facts, complete=True) == []  # the kept part: delivered
+    manifest = tmp_path / "_rayorch_sink.json"
+    meta = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**meta, "kept": []}))
+    assert [f"part {kept.name} in {tmp_path} is named by no OutputEmitted fact"] == [
+        p.split(" (")[0] for p in check_delivery(tmp_path, facts, complete=True)]
