@@ -260,14 +260,16 @@ class OutputDir:
         _write_json(self.path / MARKER, self.marker)
 
     def delivered(self) -> dict[int, dict[str, Any]]:
-        """The row of every source the part files hold (a failed one's from its record)."""
+        """The row of every source the part files hold (a failed one's from its record;
+        a value that is not a row, written by ``rayorch resume RUN``, has none)."""
         if not (self.path / SINK_MANIFEST).exists():
             return dict(self.kept)
         rows: dict[int, dict[str, Any]] = {}
         for record in read_outputs(self.path):
-            index = record["index"]
+            index, value = record["index"], record.get("value")
             if record["outcome"] == Outcome.PRESENT.value:
-                rows[index] = record["value"]
+                if isinstance(value, dict) and value.get("id") == index:
+                    rows[index] = value
                 continue
             source = self.sources[index] if 0 <= index < len(self.sources) else None
             rows[index] = {"id": index, "source": source, "status": "failed",
