@@ -34,9 +34,10 @@ from rayorch.runtime.session import (
     with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
+from rayorch.runtime.sinks import FileSink
 from rayorch.store.registry import is_shared_store
 
-__all__ = ["DriverError", "Executor", "RunHandle", "run_pipeline"]
+__all__ = ["DriverError", "Executor", "RunHandle", "new_run_id", "run_pipeline"]
 
 class DriverError(RayorchError):
     """The driver was given inputs or options it cannot run."""
@@ -237,7 +238,8 @@ def _checked_order(order: Sequence[int] | None, total: int | None) -> list[int] 
     return positions
 
 
-def _new_run_id(plan: Plan) -> str:
+def new_run_id(plan: Plan) -> str:
+    """A fresh run id: ``<pipeline>-<date>-<time>-<6 hex>``."""
     return f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
@@ -260,6 +262,7 @@ def run_pipeline(
     max_active_input_batches: int | None = None,
     ray_init_kwargs: dict[str, Any] | None = None,
     admission_order: Sequence[int] | None = None,
+    sink: FileSink | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -277,6 +280,10 @@ def run_pipeline(
       the largest files first); each source keeps its input position as its index in the
       lineage and in the results, so ``rayorch show RUN N`` is input ``N``. Positions left
       out are not run (a run of some positions is not resumable with ``rayorch resume``).
+    * ``sink``: a :class:`~rayorch.runtime.sinks.FileSink` of this run (its ``run_id``)
+      to deliver to, as ``rayorch driver`` does: each output is written to a part file
+      and its ``OutputEmitted`` names it; the handle yields each output once it is
+      delivered there (the job commands, ``rayorch run pdf|video``).
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -299,7 +306,8 @@ def run_pipeline(
                                 max_active_sources=max_active_sources, quiet=quiet,
                                 lease_ttl_s=lease_ttl_s, input_batch_size=input_batch_size,
                                 max_active_input_batches=max_active_input_batches,
-                                admission_order=admission_order, _one_shot=True)
+                                admission_order=admission_order, sink=sink,
+                                _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -344,7 +352,7 @@ class Executor:
                 lease_ttl_s: float = LEASE_TTL_S, input_batch_size: int | None = None,
                 max_active_input_batches: int | None = None,
                 admission_order: Sequence[int] | None = None,
-                _one_shot: bool = False) -> RunHandle:
+                sink: FileSink | None = None, _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.store.registry import open_store
 
@@ -360,8 +368,12 @@ class Executor:
         plan, store = self.plan, self.store_url
         rows, total = _zip_inputs(plan, inputs)
         order = _checked_order(admission_order, total)
+        if sink is not None and run_id is None:
+            run_id = sink.run_id
+        elif sink is not None and sink.run_id != run_id:
+            raise DriverError(f"the sink belongs to run {sink.run_id}, not {run_id}")
         fresh = run_id is None
-        run_id = run_id or _new_run_id(plan)
+        run_id = run_id or new_run_id(plan)
         lineage = open_store(with_quick_retries(store))
         try:  # the store first: a wrong URL fails before Ray starts
             lineage.check()
@@ -374,6 +386,8 @@ class Executor:
                 created = not _run_exists(lineage, run_id)
             info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
                                     config={"max_active_sources": max_active_sources})
+            if sink is not None:  # so `rayorch audit RUN` finds it without --out-dir
+                lineage.record_sink(run_id, str(sink.directory.resolve()), sink.format)
             if order is not None and len(order) != total:
                 print(f"rayorch: run {run_id} will not be resumable with rayorch resume: it "
                       f"runs {len(order)} of its {total} inputs", file=sys.stderr)
@@ -401,7 +415,7 @@ class Executor:
                              pools=RayPools(pools, self._call_module, run_id=run_id,
                                             log=config.log),
                              feed=IteratorFeed(rows, info, total, order),
-                             sink=CallerSink(ordered, order),
+                             sink=sink if sink is not None else CallerSink(ordered, order),
                              config=config, on_close=release)
         if not quiet:
             if commits_in_actor(store):

@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.plan import Plan
-from rayorch.driver import DriverError, _new_run_id, _zip_inputs
+from rayorch.driver import DriverError, _zip_inputs, new_run_id
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
@@ -74,7 +74,7 @@ def create_run(
     rows_iter, _ = _zip_inputs(plan, inputs)
     rows = [tuple(row) for row in rows_iter]
     check_storable(rows, args, kwargs)
-    run_id = run_id or _new_run_id(plan)
+    run_id = run_id or new_run_id(plan)
     if out_dir is not None:  # refuse a foreign directory now, not in every driver later
         FileSink(out_dir, out_format, run_id=run_id)
     manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),

@@ -3,13 +3,15 @@ exit code. A job command builds its pipeline and hands the rest to :func:`run_jo
 
     sources = find_pdfs(args.input)
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=PdfPipeline(...),
-                   options={...}, write=write_outputs, engine=("--ocr", args.ocr),
+                   options={...}, writer=PDF_WRITER, engine=("--ocr", args.ocr),
                    outputs=lambda out, summary: "...")
 
 which prepares ``--output`` (:class:`OutputDir`: refused, ``--overwrite`` or
 ``--resume``), prints the start-up lines (:class:`StartupClock`), runs the sources
-``--resume`` left, writes each result as it arrives (piped: :class:`ProgressLines`),
-prints the summary (failed files named) and returns the exit code.
+``--resume`` left delivering to the run's file sink in ``--output`` (the job's
+:class:`JobWriter` writes each source's files beside its part file), counts each result
+as it is delivered (piped: :class:`ProgressLines`), prints the summary (failed files
+named) and returns the exit code.
 
 Rules (docs/ARCHITECTURE.md, "The job commands"): a non-empty ``--output`` from an
 earlier run is refused unless ``--overwrite`` (its outputs are removed first) or
@@ -37,15 +39,16 @@ import orjson
 from rayorch.core.words import plural
 from rayorch.pipelines.job_output import (
     DOCUMENT_NAME,
+    LINES_KEY,
     MARKER,
     PDF_JOB,
     VIDEO_JOB,
     JobLayout,
+    JobWriter,
     OutputDir,
     UsageError,
     job_layout,
     slug,
-    write_rows,
 )
 from rayorch.pipelines.sources import failure_kind
 
@@ -369,10 +372,6 @@ def largest_first(ids: list[int], sources: list[str]) -> list[int]:
     return sorted(ids, key=size, reverse=True)
 
 
-Writer = Callable[..., JobSummary]
-"""``write(results, out, *, sources, summary)``: writes each ``(id, value)`` as it comes."""
-
-
 def run_job(
     args: argparse.Namespace,
     *,
@@ -380,14 +379,15 @@ def run_job(
     sources: list[str],
     pipeline: Any,
     options: dict[str, Any],
-    write: Writer,
+    writer: JobWriter,
     engine: tuple[str, str],
     outputs: Callable[[OutputDir, JobSummary], str],
     big_first: bool = False,
 ) -> int:
     """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
 
-    ``options`` are the job options a ``--resume`` must find unchanged; ``engine`` is
+    ``options`` are the job options a ``--resume`` must find unchanged; ``writer`` writes
+    each finished source's files beside its part file and counts it; ``engine`` is
     ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
     says what the run left in ``--output``. ``big_first`` dispatches the largest files
     first (outputs keep their ids and order). Returns the exit code.
@@ -412,9 +412,12 @@ def run_job(
             progress = False if args.no_progress or not tty else None
             # Each source keeps its input position as its lineage index (the ids of its
             # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
+            from rayorch.driver import new_run_id
+
+            sink = out.sink_for(new_run_id(plan), writer)
             handle = pipeline.run(sources, store=args.store, ordered=False,
                                   progress=progress, address=args.address,
-                                  admission_order=ids)
+                                  admission_order=ids, sink=sink)
             run_id = handle.run_id
             out.note_run(run_id)
             summary.run_started = clock.running()
@@ -422,13 +425,13 @@ def run_job(
             lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
                                   every_s=args.progress_every)
             with lines:
-                write(handle, out, sources=sources, summary=summary)
+                for index, value in handle:  # delivered: its part file and fact are written
+                    writer.delivered(summary, sources, index, value)
                 clock.actors_up(handle.actors_up_at)
                 clock.done()
                 summary.run_ended = clock.t_end
         else:
             summary.run_started = clock.running()
-            out.close()
         complete = True
     finally:
         if clock.t_end is None:
@@ -449,10 +452,9 @@ def run_job(
 
 
 __all__ = [
-    "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MARKER", "PDF_JOB", "VIDEO_JOB",
-    "JobLayout", "JobSummary", "OutputDir", "ProgressLines", "StartupClock", "UsageError",
-    "add_job_options", "add_job_parser", "check_store", "format_seconds", "largest_first",
-    "plural",
-    "require_positive", "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
-    "write_rows",
+    "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "LINES_KEY", "MARKER", "PDF_JOB",
+    "VIDEO_JOB", "JobLayout", "JobSummary", "JobWriter", "OutputDir", "ProgressLines",
+    "StartupClock", "UsageError", "add_job_options", "add_job_parser", "check_store",
+    "format_seconds", "largest_first", "plural", "require_positive", "run_job", "slug",
+    "start_ray_for", "summary_dict", "summary_text",
 ]

@@ -1,14 +1,19 @@
-"""A job's ``--output`` directory: the marker, one row per source, the files a job writes.
+"""A job's ``--output`` directory: the marker, the run's file sink, the files beside it.
 
-Rules (docs/ARCHITECTURE.md, "The job commands"): a non-empty ``--output`` from an
-earlier run is refused unless ``--overwrite`` (what that run wrote is removed first) or
-``--resume`` (its finished sources are kept, the rest run again); a directory without
-the marker is never cleaned. No stale file survives any run.
+A job delivers through the same sink as ``rayorch driver`` (:mod:`rayorch.runtime.sinks`,
+docs/ARCHITECTURE.md "The job commands"): for each finished source, :meth:`OutputDir.render`
+writes its human-facing files (``NNNNN-slug.md``) and gives its row, which the sink writes
+to a part file; the driver then records the fenced ``OutputEmitted``. The part files and
+their manifest are the record of delivery: exactly once, adopted after a crash,
+:func:`~rayorch.runtime.sinks.read_outputs` reads them and ``rayorch audit`` checks them.
+The rows file (``documents.jsonl``, ``videos.jsonl``) and the lines file (``clips.jsonl``)
+are written from those records, in id order, when a run ends.
 
-What a job writes is data (:class:`JobLayout`): the rows file (``documents.jsonl``,
-``videos.jsonl``), optionally one file per source (``NNNNN-slug.md``), a shared lines
-file (``clips.jsonl``: lines per source, keyed by the source's path) and a folder of
-files those lines name (``clips/``).
+Rules: a non-empty ``--output`` from an earlier run is refused unless ``--overwrite``
+(what that run wrote is removed first) or ``--resume`` (the sources its part files hold ok
+with their files all there are kept, the rest run again in a new run that takes the
+directory over); a directory without the marker is never cleaned. No stale file survives
+any run.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from rayorch.core.errors import RayorchError
+from rayorch.core.outcome import FailedResult, Outcome
+from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
+from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 
 if TYPE_CHECKING:
     from rayorch.pipelines.job_cli import JobSummary
@@ -30,6 +40,8 @@ if TYPE_CHECKING:
 MARKER = ".rayorch-output.json"
 DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
 """Names of the files a job writes per source: ``<index:05d>-<slug>.<ext>``."""
+LINES_KEY = "lines"
+"""The key of a record's value that holds the source's lines (``layout.lines``)."""
 
 
 class UsageError(RayorchError):
@@ -54,20 +66,40 @@ class JobLayout:
     """The row field naming the source's own file (``NNNNN-slug.ext``), if it has one."""
     lines: str | None = None
     """A shared JSONL file of per-source lines, in source order."""
-    line_source: str = "source"
-    """The field of a line that holds its source's path (its row's ``source``)."""
     line_count: str = "parts"
     """The row field that counts the source's lines."""
     folder: str | None = None
     """A folder of files named by the lines' ``"file"`` field (relative to ``--output``)."""
 
 
+
 PDF_JOB = JobLayout("pdf", unit="document", part="page", rows="documents.jsonl",
                     row_defaults={"pages": 0, "markdown": None}, file_field="markdown")
 VIDEO_JOB = JobLayout("video", unit="video", part="clip", rows="videos.jsonl",
                       row_defaults={"clips": 0, "duration_s": None}, lines="clips.jsonl",
-                      line_source="video", line_count="clips", folder="clips")
+                      line_count="clips", folder="clips")
 JOBS = {layout.job: layout for layout in (PDF_JOB, VIDEO_JOB)}
+
+@dataclass(frozen=True)
+class JobWriter:
+    """How a job writes and counts one finished source; the rest is the same for every job."""
+
+    finished: Callable[[Any], bool]
+    """Whether a result is a finished source (else, a ``FailedResult`` or a value no
+    source should give, it is a failed one)."""
+    render: Callable[[OutputDir, int, Any], dict[str, Any]]
+    """``render(out, id, value)``: write a finished source's files; its row fields."""
+    count: Callable[[JobSummary, Any], None]
+    """``count(summary, value)``: add a finished source to the summary."""
+
+    def delivered(self, summary: JobSummary, sources: list[str], index: int, value: Any
+                  ) -> None:
+        """Count one delivered result: finished, or failed with its row's cause."""
+        if self.finished(value):
+            self.count(summary, value)
+        else:
+            source = sources[index] if 0 <= index < len(sources) else None
+            summary.add_failed(str(source), failure_cause(value))
 
 
 def job_layout(job: JobLayout | str) -> JobLayout:
@@ -85,27 +117,34 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:80] or "document"
 
 
+def failure_cause(value: Any) -> str:
+    """The cause a source that did not make it has in its row and in the summary."""
+    return getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
+
+
 def _digest(sources: list[str]) -> str:
     return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
 
 
 class OutputDir:
-    """A job's output directory: the marker, the rows, and what each source wrote."""
+    """A job's output directory: the marker, the run's sink, and what each source wrote."""
 
     def __init__(self, path: Path, layout: JobLayout, marker: dict[str, Any],
-                 kept: dict[int, dict[str, Any]], kept_lines: int) -> None:
+                 kept: dict[int, dict[str, Any]], sources: list[str]) -> None:
         self.path = path
         self.layout = layout
         self.marker = marker
+        self.sources = sources
         self.kept = kept
         """Rows of sources an earlier run finished and ``--resume`` keeps, by id."""
-        self.lines_written = kept_lines
+        self.files_written = 0
+        """Files of ``layout.file_field`` the rows name (kept ones included)."""
+        self.lines_written = 0
         """Lines in ``layout.lines`` (kept ones included)."""
-        self._rows = (path / layout.rows).open("a", encoding="utf-8")
-        self._lines = (path / layout.lines).open("a", encoding="utf-8") if layout.lines else None
-        self.written: list[str] = []
+        self.sink: FileSink | None = None
+        self._writer: JobWriter | None = None
         self.started = False
-        """Whether a run began here (:meth:`note_run`) or wrote anything."""
+        """Whether a run began here (:meth:`note_run`)."""
 
     @classmethod
     def prepare(cls, out: str | Path, *, job: JobLayout | str, sources: list[str],
@@ -126,13 +165,12 @@ class OutputDir:
                 earlier = json.loads(marker_path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 earlier = {}
-        elif (path / layout.rows).exists():
-            earlier = {}  # written before the marker existed: still an earlier run
+        elif (path / layout.rows).exists() or (path / SINK_MANIFEST).exists():
+            earlier = {}  # its marker is gone: still an earlier run
         entries = [p.name for p in path.iterdir()]
         marker = {"job": layout.job, "sources": len(sources), "digest": _digest(sources),
                   "options": options, "status": "running", "runs": []}
         kept: dict[int, dict[str, Any]] = {}
-        lines: dict[str, list[dict[str, Any]]] = {}
         if earlier is None and entries:
             raise UsageError(
                 f"--output {path} is not empty and holds no earlier rayorch run; "
@@ -152,20 +190,44 @@ class OutputDir:
                         f"--resume needs the same job, --input files and options as the "
                         f"earlier run in {path} ({' and '.join(mismatch)} changed); "
                         "use --overwrite to start afresh")
-                kept, lines = _finished(path, layout, len(sources))
+                kept = _finished(path, layout, len(sources))
                 marker["runs"] = list(earlier.get("runs", []))
-            _remove_outputs(path, layout, keep=_owned_files(layout, kept, lines))
+            else:
+                remove_sink(path)
+            _remove_outputs(path, layout, keep=_owned_files(layout, kept))
         _write_json(marker_path, marker)
-        ordered = sorted(kept.items())
-        _write_lines(path / layout.rows, [row for _, row in ordered])
-        kept_lines = [line for _, row in ordered for line in lines.get(row["source"], ())]
-        if layout.lines:
-            _write_lines(path / layout.lines, kept_lines)
-        return cls(path, layout, marker, kept, len(kept_lines))
+        result = cls(path, layout, marker, kept, sources)
+        result._write_views(kept)
+        return result
 
     def remaining(self, sources: list[str]) -> list[int]:
         """Ids of the sources this run must (re)do."""
         return [i for i in range(len(sources)) if i not in self.kept]
+
+    def sink_for(self, run_id: str, writer: JobWriter) -> FileSink:
+        """The file sink run ``run_id`` delivers to here, ``writer`` writing each source's
+        files beside its part; an earlier run's directory (``--resume``) is taken over
+        (its kept parts stay)."""
+        self._writer = writer
+        take_over(self.path, run_id, self.patterns)
+        self.sink = FileSink(self.path, "jsonl", run_id=run_id, beside=self)
+        return self.sink
+
+    patterns: tuple[str, ...] = ("*",)
+    """Names the sink lets stand beside its parts: the job's files and the user's own (a
+    directory with the marker may hold them; it is never cleaned of them)."""
+
+    def render(self, index: int, value: Any) -> Any:
+        """Write source ``index``'s files; its row, or a ``FailedResult`` (the sink's
+        :class:`~rayorch.runtime.sinks.Beside`: called just before its part is written)."""
+        if isinstance(value, FailedResult):
+            return value
+        if self._writer is None or not self._writer.finished(value):
+            return FailedResult(index, Outcome.FAILED, failure_cause(value))
+        fields = self._writer.render(self, index, value)
+        source = self.sources[index] if 0 <= index < len(self.sources) else None
+        return {"id": index, "source": source, "status": "ok", "cause": None,
+                **self.layout.row_defaults, **fields}
 
     def note_run(self, run_id: str) -> None:
         self.started = True
@@ -175,59 +237,54 @@ class OutputDir:
     def write_document(self, index: int, stem: str, suffix: str, content: str) -> str:
         """Write one source's file atomically; returns its name."""
         name = f"{index:05d}-{slug(stem)}{suffix}"
-        self.started = True
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(content, encoding="utf-8")
         os.replace(tmp, self.path / name)
-        self.written.append(name)
         return name
 
-    def add_lines(self, lines: list[dict[str, Any]]) -> None:
-        """Append one source's lines to ``layout.lines`` (before its row: see ``_finished``)."""
-        if self._lines is None:
-            raise RayorchError(f"the {self.layout.job} job writes no lines file")
-        self.started = True
-        self._lines.write("".join(json.dumps(line, ensure_ascii=False) + "\n"
-                                  for line in lines))
-        self._lines.flush()
-        self.lines_written += len(lines)
-
-    def add_row(self, row: dict[str, Any]) -> None:
-        """Append one row to the rows file (flushed: a resume reads it back)."""
-        self.started = True
-        self._rows.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._rows.flush()
-
     def finish(self, complete: bool) -> None:
-        """Sort the rows by id (and the lines by their source's id); record the run's end.
+        """Write the rows (and lines) of every delivered source in id order; record the
+        run's end.
 
         A run that never started (Ray or the store failed first) and keeps nothing leaves
         no marker: a retry is not refused as if an earlier run were there.
         """
-        self.close()
         if not complete and not self.started and not self.kept:
             for name in (MARKER, self.layout.rows, self.layout.lines):
                 if name:
                     (self.path / name).unlink(missing_ok=True)
+            remove_sink(self.path)
             return
-        rows: dict[int, dict[str, Any]] = {}
-        for row in _read_rows(self.path / self.layout.rows):
-            rows[int(row["id"])] = row
-        ordered = [row for _, row in sorted(rows.items())]
-        _write_lines(self.path / self.layout.rows, ordered)
-        if self.layout.lines:
-            position = {row["source"]: n for n, row in enumerate(ordered)}
-            lines = [line for line in _read_jsonl(self.path / self.layout.lines)
-                     if line.get(self.layout.line_source) in position]
-            lines.sort(key=lambda line: position[line[self.layout.line_source]])  # stable
-            _write_lines(self.path / self.layout.lines, lines)
+        self._write_views(self.delivered())
         self.marker["status"] = "complete" if complete else "incomplete"
         _write_json(self.path / MARKER, self.marker)
 
-    def close(self) -> None:
-        for stream in (self._rows, self._lines):
-            if stream is not None and not stream.closed:
-                stream.close()
+    def delivered(self) -> dict[int, dict[str, Any]]:
+        """The row of every source the part files hold (a failed one's from its record;
+        a value that is not a row, written by ``rayorch resume RUN``, has none)."""
+        if not (self.path / SINK_MANIFEST).exists():
+            return dict(self.kept)
+        rows: dict[int, dict[str, Any]] = {}
+        for record in read_outputs(self.path):
+            index, value = record["index"], record.get("value")
+            if record["outcome"] == Outcome.PRESENT.value:
+                if isinstance(value, dict) and value.get("id") == index:
+                    rows[index] = value
+                continue
+            source = self.sources[index] if 0 <= index < len(self.sources) else None
+            rows[index] = {"id": index, "source": source, "status": "failed",
+                           "cause": record["cause"], **self.layout.row_defaults}
+        return rows
+
+    def _write_views(self, rows: dict[int, dict[str, Any]]) -> None:
+        ordered = [row for _, row in sorted(rows.items())]
+        lines = [line for row in ordered for line in row.get(LINES_KEY, ())]
+        _write_lines(self.path / self.layout.rows,
+                     [{k: v for k, v in row.items() if k != LINES_KEY} for row in ordered])
+        if self.layout.lines:
+            _write_lines(self.path / self.layout.lines, lines)
+        self.lines_written = len(lines)
+        self.files_written = sum(1 for row in ordered if _own_file(self.layout, row))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -243,52 +300,35 @@ def _write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    if not path.exists():
-        return found
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a crash: that source runs again
-        if isinstance(value, dict):
-            found.append(value)
-    return found
+def _own_file(layout: JobLayout, row: dict[str, Any]) -> bool:
+    return layout.file_field is not None and isinstance(row.get(layout.file_field), str)
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    return [row for row in _read_jsonl(path) if isinstance(row.get("id"), int)]
+def _finished(path: Path, layout: JobLayout, count: int) -> dict[int, dict[str, Any]]:
+    """Rows of the sources the part files hold ok whose files are all still there; the part
+    files keep only those records (everything else runs again)."""
+    if not (path / SINK_MANIFEST).exists():
+        return {}
 
-
-def _finished(path: Path, layout: JobLayout, count: int
-              ) -> tuple[dict[int, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Rows of sources that succeeded and whose outputs are all still there, and their lines.
-
-    A source's lines are written before its row, so an ok row whose lines are not all
-    there (a crash in between, or a damaged file) is not finished.
-    """
-    by_source: dict[str, list[dict[str, Any]]] = {}
-    if layout.lines:
-        for line in _read_jsonl(path / layout.lines):
-            by_source.setdefault(str(line.get(layout.line_source)), []).append(line)
-    kept: dict[int, dict[str, Any]] = {}
-    for row in _read_rows(path / layout.rows):
-        if row.get("status") != "ok" or not 0 <= row["id"] < count:
-            continue
+    def whole(record: SinkRecord) -> bool:
+        if record.value_json is None or not 0 <= record.index < count:
+            return False
+        row = orjson.loads(record.value_json)
+        if not (isinstance(row, dict) and row.get("id") == record.index
+                and row.get("status") == "ok"):
+            return False
         if layout.file_field is not None:
             name = row.get(layout.file_field)
             if not (isinstance(name, str) and DOCUMENT_NAME.match(name)
                     and (path / name).is_file()):
-                continue
-        if layout.lines:
-            mine = by_source.get(str(row.get("source")), [])
-            if len(mine) != row.get(layout.line_count) or not all(
-                    _inside(path, line["file"]) for line in mine if "file" in line):
-                continue
-        kept[row["id"]] = row
-    return kept, {str(row["source"]): by_source.get(str(row["source"]), [])
-                  for row in kept.values()}
+                return False
+        mine = row.get(LINES_KEY, [])
+        return isinstance(mine, list) and len(mine) == row.get(layout.line_count, len(mine)) \
+            and all(_inside(path, line["file"]) for line in mine
+                    if isinstance(line, dict) and "file" in line)
+
+    return {record.index: orjson.loads(record.value_json or b"null")
+            for record in prune_parts(path, whole)}
 
 
 def _inside(root: Path, name: Any) -> bool:
@@ -299,11 +339,11 @@ def _inside(root: Path, name: Any) -> bool:
     return target.is_relative_to(root.resolve()) and target.is_file()
 
 
-def _owned_files(layout: JobLayout, kept: dict[int, dict[str, Any]],
-                 lines: dict[str, list[dict[str, Any]]]) -> set[str]:
+def _owned_files(layout: JobLayout, kept: dict[int, dict[str, Any]]) -> set[str]:
     names = {str(row.get(layout.file_field)) for row in kept.values()} if layout.file_field \
         else set()
-    names |= {str(line["file"]) for mine in lines.values() for line in mine if "file" in line}
+    names |= {str(line["file"]) for row in kept.values() for line in row.get(LINES_KEY, ())
+              if "file" in line}
     return names
 
 
@@ -332,43 +372,5 @@ def _remove_outputs(path: Path, layout: JobLayout, keep: set[str]) -> None:
         folder.rmdir()
 
 
-def write_rows(
-    results: Iterable[tuple[int, Any]],
-    out_dir: str | Path | OutputDir,
-    *,
-    job: JobLayout,
-    sources: list[str] | None,
-    summary: JobSummary,
-    write_ok: Callable[[OutputDir, JobSummary, int, Any], dict[str, Any] | None],
-) -> JobSummary:
-    """One row per ``(id, value)`` result, written as it comes; returns the counts.
-
-    ``write_ok(out, summary, id, value)`` writes a finished source's outputs, counts it
-    and returns its row fields, or returns ``None`` when ``value`` is not a finished
-    source (a :class:`~rayorch.FailedResult` or a ``RecordFailure``): that source is
-    failed, with the same cause in its row and in ``summary``. A plain path is (re)made
-    as an output directory whose earlier outputs are replaced.
-    """
-    sources = sources or []
-    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir.prepare(
-        out_dir, job=job, sources=sources, options={}, overwrite=True)
-    try:
-        for index, value in results:
-            source = sources[index] if 0 <= index < len(sources) else None
-            row: dict[str, Any] = {"id": index, "source": source, "status": "ok",
-                                   "cause": None, **job.row_defaults}
-            fields = write_ok(out, summary, index, value)
-            if fields is not None:
-                row.update(fields)
-            else:
-                cause = getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
-                row.update(status="failed", cause=cause)
-                summary.add_failed(str(source), cause)
-            out.add_row(row)
-    finally:
-        out.close()
-    return summary
-
-
-__all__ = ["DOCUMENT_NAME", "JOBS", "MARKER", "PDF_JOB", "VIDEO_JOB", "JobLayout", "OutputDir",
-           "UsageError", "job_layout", "slug", "write_rows"]
+__all__ = ["DOCUMENT_NAME", "JOBS", "LINES_KEY", "MARKER", "PDF_JOB", "VIDEO_JOB", "JobLayout",
+           "JobWriter", "OutputDir", "UsageError", "failure_cause", "job_layout", "slug"]

@@ -527,13 +527,13 @@ def find_pdfs(source: str | Path) -> list[str]:
 
 
 from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's public API)
+    PDF_WRITER,
     document_warnings,
     summary_dict,
-    write_outputs,
 )
 
 __all__ = [
-    "OCR_MODES", "AssembleDocument", "AsyncOcrPage", "OcrPage", "PdfPipeline", "RenderPages",
-    "RenderPdf", "assemble_markdown", "document_pages", "document_warnings", "failure_kind",
-    "find_pdfs", "summary_dict", "write_outputs",
+    "OCR_MODES", "PDF_WRITER", "AssembleDocument", "AsyncOcrPage", "OcrPage", "PdfPipeline",
+    "RenderPages", "RenderPdf", "assemble_markdown", "document_pages", "document_warnings",
+    "failure_kind", "find_pdfs", "summary_dict",
 ]

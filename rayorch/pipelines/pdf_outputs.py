@@ -1,23 +1,17 @@
 """What ``rayorch run pdf`` writes: one ``.md`` per document, ``documents.jsonl``, a summary.
 
-The rules for the output directory, the summary and the exit code are the job
-commands' (:mod:`rayorch.pipelines.job_cli`); this module fills them for PDFs.
+The rules for the output directory, the run's file sink, the summary and the exit code
+are the job commands' (:mod:`rayorch.pipelines.job_cli`); :data:`PDF_WRITER` fills them
+for PDFs: a document's ``.md`` is written just before its record (its ``documents.jsonl``
+row) goes to a part file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rayorch.pipelines.job_cli import (
-    PDF_JOB,
-    JobSummary,
-    OutputDir,
-    plural,
-    summary_dict,
-    write_rows,
-)
+from rayorch.pipelines.job_cli import JobSummary, JobWriter, OutputDir, plural, summary_dict
 
 
 def _page_list(numbers: list[int]) -> str:
@@ -48,44 +42,34 @@ def document_warnings(source: str, doc: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def write_outputs(
-    results: Iterable[tuple[int, Any]],
-    out_dir: str | Path | OutputDir,
-    *,
-    sources: list[str] | None = None,
-    summary: JobSummary | None = None,
-) -> JobSummary:
-    """Write one ``.md`` per document and a ``documents.jsonl`` row each; count them.
-
-    ``results`` are ``(id, value)`` pairs: ``value`` is an ``AssembleDocument`` dict,
-    or a :class:`~rayorch.FailedResult` (or a ``RecordFailure``) for a document that did
-    not make it; ``sources`` name the source of failed documents. A plain path is
-    (re)made as an output directory whose earlier documents are replaced.
-    """
-    summary = summary or JobSummary(PDF_JOB, total=len(sources or []))
-    return write_rows(results, out_dir, job=PDF_JOB, sources=sources, summary=summary,
-                      write_ok=_write_document)
+def _finished(value: Any) -> bool:
+    return isinstance(value, dict) and "markdown" in value
 
 
-def _write_document(out: OutputDir, summary: JobSummary, index: int, value: Any
-                    ) -> dict[str, Any] | None:
-    if not (isinstance(value, dict) and "markdown" in value):
-        return None
+def _write_document(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
     name = out.write_document(index, Path(value["path"]).stem, ".md", value["markdown"])
-    summary.add_ok(int(value["pages"]))
-    summary.engines.update(value.get("page_engines") or ())
-    summary.warnings.extend(document_warnings(str(value["path"]), value))
     return {"source": value["path"], "pages": value["pages"], "markdown": name,
             "page_engines": value.get("page_engines"),
             "empty_pages": value.get("empty_pages", [])}
 
 
+def _count_document(summary: JobSummary, value: dict[str, Any]) -> None:
+    summary.add_ok(int(value["pages"]))
+    summary.engines.update(value.get("page_engines") or ())
+    summary.warnings.extend(document_warnings(str(value["path"]), value))
+
+
+PDF_WRITER = JobWriter(_finished, _write_document, _count_document)
+"""One ``.md`` per document (``NNNNN-<stem>.md``) and its row; the summary's pages,
+engines and warnings. Results are ``AssembleDocument`` dicts, else failed documents."""
+
+
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     """What a PDF run left in ``--output``, for the summary."""
-    files = len(out.written) + summary.kept
+    files = out.files_written
     what = f"documents.jsonl and {plural(files, '.md file')}" if files else (
         "documents.jsonl (no .md written)")
     return f"{out.path}/{what}"
 
 
-__all__ = ["document_warnings", "outputs_text", "summary_dict", "write_outputs"]
+__all__ = ["PDF_WRITER", "document_warnings", "outputs_text", "summary_dict"]

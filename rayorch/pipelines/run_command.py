@@ -91,11 +91,11 @@ def _pipeline(args: argparse.Namespace) -> Any:
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
     from rayorch.pipelines.pdf import find_pdfs
-    from rayorch.pipelines.pdf_outputs import outputs_text, write_outputs
+    from rayorch.pipelines.pdf_outputs import PDF_WRITER, outputs_text
 
     sources = find_pdfs(args.input)
     if not sources:
         raise UsageError(f"no PDF files under {args.input}")
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=_pipeline(args),
-                   options={"ocr": args.ocr, "tables": args.tables}, write=write_outputs,
+                   options={"ocr": args.ocr, "tables": args.tables}, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True)

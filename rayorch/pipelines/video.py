@@ -24,13 +24,12 @@ See docs/ARCHITECTURE.md, "Video pipeline".
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import rayorch as ro
 from rayorch import F, RecordFailure
-from rayorch.pipelines.job_cli import VIDEO_JOB, JobSummary, OutputDir, slug, write_rows
+from rayorch.pipelines.job_cli import LINES_KEY, JobSummary, JobWriter, OutputDir, slug
 from rayorch.pipelines.sources import find_files, refuse
 from rayorch.pipelines.video_annotate import (
     AnnotatorError,
@@ -280,30 +279,12 @@ def find_videos(source: str | Path) -> list[str]:
     return find_files(source, VIDEO_SUFFIXES, "video")
 
 
-def write_outputs(
-    results: Iterable[tuple[int, Any]],
-    out_dir: str | Path | OutputDir,
-    *,
-    sources: list[str] | None = None,
-    summary: JobSummary | None = None,
-) -> JobSummary:
-    """Write ``clips.jsonl`` (one line per clip) and ``videos.jsonl`` (one row per video).
-
-    ``results`` are ``(id, value)`` pairs as a run yields them (in source order, so the
-    clip lines are in per-video order); ``value`` is an ``AssembleVideo`` dict or a
-    failed result. A plain path is (re)made as an output directory whose earlier
-    outputs are replaced.
-    """
-    summary = summary or JobSummary(VIDEO_JOB, total=len(sources or []))
-    return write_rows(results, out_dir, job=VIDEO_JOB, sources=sources, summary=summary,
-                      write_ok=_write_clips)
+def _finished(value: Any) -> bool:
+    return isinstance(value, dict) and "clips" in value
 
 
-def _write_clips(out: OutputDir, summary: JobSummary, index: int, value: Any
-                 ) -> dict[str, Any] | None:
-    """A video's clip lines (a clip file under ``--output`` named relative to it)."""
-    if not (isinstance(value, dict) and "clips" in value):
-        return None
+def _write_clips(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
+    """A video's row and its clip lines (a clip file under ``--output`` named relative to it)."""
     root = out.path.resolve()
     lines = []
     for clip in value["clips"]:
@@ -311,8 +292,16 @@ def _write_clips(out: OutputDir, summary: JobSummary, index: int, value: Any
         if "file" in line and Path(line["file"]).is_relative_to(root):
             line["file"] = str(Path(line["file"]).relative_to(root))
         lines.append(line)
-    out.add_lines(lines)
-    summary.add_ok(len(lines))
     return {"source": value["path"], "clips": len(lines), "duration_s": value["duration_s"],
             "fps": value["fps"], "width": value["width"], "height": value["height"],
-            "cuts": value["cuts"]}
+            "cuts": value["cuts"], LINES_KEY: lines}
+
+
+def _count_clips(summary: JobSummary, value: dict[str, Any]) -> None:
+    summary.add_ok(len(value["clips"]))
+
+
+VIDEO_WRITER = JobWriter(_finished, _write_clips, _count_clips)
+"""A video's ``videos.jsonl`` row and its ``clips.jsonl`` lines (one per clip, in time
+order; the clip files ``--write-clips`` copies are made by ``ProbeVideo``). Results are
+``AssembleVideo`` dicts, else failed videos."""

@@ -88,7 +88,7 @@ def outputs_text(out: OutputDir, summary: JobSummary) -> str:
 
 def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
-    from rayorch.pipelines.video import VideoPipeline, find_videos, write_outputs
+    from rayorch.pipelines.video import VIDEO_WRITER, VideoPipeline, find_videos
 
     sources = find_videos(args.input)
     if not sources:
@@ -114,5 +114,5 @@ def cmd_run_video(args: argparse.Namespace) -> int:
             "min_clip_s": args.min_clip_s, "threshold": args.threshold,
             "keyframes": args.keyframes, "write_clips": args.write_clips}
     return run_job(args, job=VIDEO_JOB, sources=sources, pipeline=pipeline, options=same,
-                   write=write_outputs, engine=("--annotate", args.annotate),
+                   writer=VIDEO_WRITER, engine=("--annotate", args.annotate),
                    outputs=outputs_text)

@@ -20,7 +20,9 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
     source's record and the same digest. A part that no fact names, or holding sources no
     fact records, written when the store had acknowledged more facts of its shard than
     it holds now (``held``: shard -> last seq) is the trace of a rollback. When the run is
-    ``complete``, any part that no fact names is a problem too, by its likely cause.
+    ``complete``, any part that no fact names is a problem too, by its likely cause, unless
+    the manifest lists it as ``kept`` (delivered by an earlier run of a job's directory
+    that this run resumed).
     """
     emitted = list(emitted)
     by_part: dict[str, dict[int, str]] = {}
@@ -68,7 +70,7 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
                                 f"(sha256 {stored[index][:12]}..., delivered "
                                 f"{digest[:12]}...)")
     recorded = {fact.index for fact in emitted}
-    referenced = {sink.partition(":")[2] for sink in by_part}
+    referenced = {sink.partition(":")[2] for sink in by_part} | set(meta.get("kept", ()))
     for name in names:
         part = PartName.parse(name)
         assert part is not None  # sink_parts lists parts only

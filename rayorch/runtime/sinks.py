@@ -33,10 +33,16 @@ The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
 Several driver processes may write one directory (different shards): nothing is shared
 but the manifest, written once; names are unique per shard (random suffix, no-replace
 publish).
+
+A job (``rayorch run pdf|video``) delivers through the same sink: its :class:`Beside` writes
+a source's own files (a ``.md``) and gives its record's value just before the part is
+published. Its ``--resume`` is a new run taking the directory over
+(:mod:`rayorch.runtime.sink_takeover`).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import re
@@ -45,7 +51,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -77,6 +83,15 @@ _RECORD_SCHEMA = {
 
 class SinkError(RayorchError):
     """A sink directory, part file or value cannot be used; the message says which."""
+
+
+class Beside(Protocol):
+    """The files a job writes beside the part files (``patterns``: their names, fnmatch)."""
+
+    patterns: tuple[str, ...]
+
+    def render(self, index: int, value: Any) -> Any:
+        """Write source ``index``'s files; the value its record holds (or a ``FailedResult``)."""
 
 
 # -- records ----------------------------------------------------------------------------
@@ -211,7 +226,7 @@ def _read_parquet(path: Path, where: str) -> list[SinkRecord]:
     return out
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -219,12 +234,28 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
-             rename_on_clash: bool = True) -> str:
+def _link_free(tmp: Path, target: Path, rename_on_clash: bool) -> str:
+    """Link ``tmp`` to ``target``'s name, or (on a clash) to one with another random suffix."""
+    name = target.name
+    for _ in range(8):
+        try:
+            os.link(tmp, target.with_name(name))
+            return name
+        except FileExistsError:
+            if not rename_on_clash:
+                raise
+            stem, _, ext = name.rpartition("-")
+            name = f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
+    raise SinkError(f"cannot find a free part name in {target.parent}")  # pragma: no cover
+
+
+def publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
+             rename_on_clash: bool = True, replace: bool = False) -> str:
     """Write ``name`` whole or not at all: hidden temp file, fsync, no-replace link, fsync dir.
 
     Returns the name used: a clash with an existing part (random suffix) picks another
-    name; without ``rename_on_clash`` it raises :class:`FileExistsError`.
+    name; without ``rename_on_clash`` it raises :class:`FileExistsError`; ``replace``
+    replaces an existing file instead (a run taking a sink directory over).
     """
     tmp = directory / f"{HIDDEN_PREFIX}tmp-{name}-{secrets.token_hex(4)}"
     try:
@@ -238,17 +269,10 @@ def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, 
                 f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        for _ in range(8):
-            try:
-                os.link(tmp, directory / name)
-                break
-            except FileExistsError:
-                if not rename_on_clash:
-                    raise
-                stem, _, ext = name.rpartition("-")
-                name = f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
-        else:  # pragma: no cover - eight clashes of a random suffix
-            raise SinkError(f"cannot find a free part name in {directory}")
+        if replace:
+            os.replace(tmp, directory / name)
+        else:
+            name = _link_free(tmp, directory / name, rename_on_clash)
     except FileExistsError:
         raise
     except OSError as exc:
@@ -256,7 +280,7 @@ def _publish(directory: Path, name: str, data: bytes | None, table: Any = None, 
                         f"{exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return name
 
 
@@ -273,8 +297,14 @@ def _parquet_table(records: Sequence[SinkRecord]) -> Any:
     })
 
 
+def write_part_file(directory: Path, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
+    if fmt == "parquet":
+        return publish(directory, name, None, _parquet_table(records))
+    return publish(directory, name, b"".join(r.line + b"\n" for r in records))
+
+
 # -- the sink -------------------------------------------------------------------------------
-def _load_manifest(directory: Path) -> dict[str, Any] | None:
+def load_manifest(directory: Path) -> dict[str, Any] | None:
     path = directory / SINK_MANIFEST
     try:
         blob = path.read_bytes()
@@ -293,10 +323,15 @@ def _load_manifest(directory: Path) -> dict[str, Any] | None:
     return meta
 
 
-def _foreign_files(directory: Path, fmt: str | None) -> list[str]:
+def manifest_bytes(meta: dict[str, Any]) -> bytes:
+    return orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+
+def _foreign_files(directory: Path, fmt: str | None, beside: Sequence[str] = ()) -> list[str]:
     odd = []
     for entry in os.scandir(directory):
-        if entry.name == SINK_MANIFEST or entry.name.startswith(HIDDEN_PREFIX):
+        if entry.name == SINK_MANIFEST or entry.name.startswith(HIDDEN_PREFIX) or any(
+                fnmatch.fnmatchcase(entry.name, pattern) for pattern in beside):
             continue
         part = PartName.parse(entry.name)
         if part is None or not entry.is_file() or (fmt is not None and part.fmt != fmt):
@@ -307,7 +342,8 @@ def _foreign_files(directory: Path, fmt: str | None) -> list[str]:
 class FileSink:
     """A run's outputs as JSONL or Parquet part files in ``out_dir``; see the module doc."""
 
-    def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str) -> None:
+    def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
+                 beside: Beside | None = None) -> None:
         if fmt not in FORMATS:
             raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
         if not run_id:
@@ -323,14 +359,16 @@ class FileSink:
         # Per shard, which parts hold each source (read at its first delivery; see deliver).
         self._on_disk: dict[int, dict[int, set[str]]] = {}
         self.run_id = run_id
+        self.beside = beside
+        patterns = list(beside.patterns) if beside is not None else []
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SinkError(f"cannot create the output directory {self.directory}: "
                             f"{exc.strerror or exc}") from None
-        meta = _load_manifest(self.directory)
+        meta = load_manifest(self.directory)
         if meta is None:
-            odd = _foreign_files(self.directory, None)
+            odd = _foreign_files(self.directory, None, patterns)
             if odd:
                 raise SinkError(
                     f"the output directory {self.directory} holds files that are not rayorch "
@@ -338,11 +376,13 @@ class FileSink:
                     "use an empty or new directory")
             meta = {"rayorch_sink": SINK_VERSION, "run": run_id, "format": fmt,
                     "record": _RECORD_SCHEMA}
-            blob = orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+            if patterns:
+                meta["beside"] = patterns
             try:
-                _publish(self.directory, SINK_MANIFEST, blob, rename_on_clash=False)
+                publish(self.directory, SINK_MANIFEST, manifest_bytes(meta),
+                         rename_on_clash=False)
             except FileExistsError:  # another driver wrote it first: check theirs
-                meta = _load_manifest(self.directory) or meta
+                meta = load_manifest(self.directory) or meta
         if meta["run"] != run_id:
             raise SinkError(f"the output directory {self.directory} holds the outputs of run "
                             f"{meta['run']!r}, not {run_id!r}; use another directory")
@@ -350,7 +390,7 @@ class FileSink:
             raise SinkError(f"the output directory {self.directory} is the {meta['format']} "
                             f"sink of run {run_id}; pass --format {meta['format']} (or another "
                             "directory)")
-        odd = _foreign_files(self.directory, fmt)
+        odd = _foreign_files(self.directory, fmt, [*meta.get("beside", ()), *patterns])
         if odd:
             raise SinkError(f"the output directory {self.directory} holds files that are not "
                             f"{fmt} part files of run {run_id} ({', '.join(odd[:3])}"
@@ -361,9 +401,7 @@ class FileSink:
         return f"{self.format}:{name}"
 
     def _write(self, name: str, records: Sequence[SinkRecord]) -> str:
-        if self.format == "parquet":
-            return _publish(self.directory, name, None, _parquet_table(records))
-        return _publish(self.directory, name, b"".join(r.line + b"\n" for r in records))
+        return write_part_file(self.directory, self.format, name, records)
 
     def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]
                ) -> list[OutputDelivered]:
@@ -405,7 +443,9 @@ class FileSink:
         """
         if not records:
             return []
-        encoded = [encode_record(index, value) for index, value in records]
+        render = self.beside.render if self.beside is not None else None
+        encoded = [encode_record(index, value if render is None else render(index, value))
+                   for index, value in records]
         if len({r.index for r in encoded}) != len(encoded):
             raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
         name = self._write(PartName.new(shard, encoded, self.format, acked), encoded)
@@ -420,7 +460,7 @@ class FileSink:
                 (self.directory / name).unlink(missing_ok=True)  # adopted meanwhile: gone
                 removed = True
         if removed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def parts_by_index(self, shard: int) -> dict[int, set[str]]:
         """Which part files of ``shard`` hold each source's record (read once when a driver
@@ -475,7 +515,7 @@ class FileSink:
             kept = [rec for rec, _ in hits]
             name = PartName.new(shard, kept, self.format, part.acked)
             if len(hits) == len(records) and self.format == "jsonl":
-                new = _publish(self.directory, name, claim.read_bytes())
+                new = publish(self.directory, name, claim.read_bytes())
             else:
                 new = self._write(name, kept)
             claim.unlink()
@@ -521,10 +561,10 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
 def sink_parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
     if not directory.is_dir():
         raise SinkError(f"{directory} is not a directory")
-    meta = _load_manifest(directory)
+    meta = load_manifest(directory)
     if meta is None:
         raise SinkError(f"{directory} is not a rayorch output directory (no {SINK_MANIFEST})")
-    odd = _foreign_files(directory, meta["format"])
+    odd = _foreign_files(directory, meta["format"], meta.get("beside", ()))
     if odd:
         raise SinkError(f"{directory} holds files that are not {meta['format']} part files "
                         f"({', '.join(odd[:3])})")
@@ -561,6 +601,7 @@ def delivered_count(out_dir: str | Path) -> int:
     return sum(p.count for n in names if (p := PartName.parse(n)) is not None)
 
 
-__all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "FileSink", "PartName", "SinkError",
-           "SinkRecord", "delivered_count", "encode_record", "read_outputs", "read_part",
-           "sink_for_run", "sink_parts"]
+__all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "Beside", "FileSink", "PartName",
+           "SinkError", "SinkRecord", "delivered_count", "encode_record", "fsync_dir",
+           "load_manifest", "manifest_bytes", "publish", "read_outputs", "read_part",
+           "sink_for_run", "sink_parts", "write_part_file"]

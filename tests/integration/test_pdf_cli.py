@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from rayorch.runtime.sinks import read_outputs
 from rayorch.testing import free_port, word_recall, write_scanned_pdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -190,8 +191,13 @@ def test_rerun_into_the_same_output_is_refused_resumed_or_overwritten(
     # Failed files are named in input order (y.pdf is larger, so it was dispatched first).
     assert 0 <= replaced.stdout.index("x.pdf: ") < replaced.stdout.index("y.pdf: ")
     assert "no .md written" in replaced.stdout and "one .md per document" not in replaced.stdout
-    assert sorted(p.name for p in out.iterdir()) == [".rayorch-output.json", "documents.jsonl"]
+    names = sorted(p.name for p in out.iterdir())  # no .md of the earlier run, no part of it
+    assert [n for n in names if not n.startswith("part-")] == [
+        ".rayorch-output.json", "_rayorch_sink.json", "documents.jsonl"]
     assert [r["status"] for r in rows_of(out)] == ["failed", "failed"]
+    records = sorted(read_outputs(out), key=lambda r: r["index"])  # this run's, not kept ones
+    assert [r["index"] for r in records] == [0, 1]
+    assert [r["cause"] for r in records] == [r["cause"] for r in rows_of(out)]
 
 
 def test_usage_errors_exit_2(other_cluster: OtherCluster, tmp_path: Path) -> None:

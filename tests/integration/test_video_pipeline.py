@@ -21,6 +21,7 @@ import pytest
 from rayorch.cli import main as cli_main
 from rayorch.pipelines.job_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from rayorch.pipelines.sources import failure_kind
+from rayorch.runtime.sinks import read_outputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -149,8 +150,10 @@ def test_output_directory_rules_and_exit_codes(
     (out / "notes.txt").write_text("mine")
     code, stdout, _ = run_cli([*base, "--overwrite"], capsys)
     assert code == EXIT_OK and "1 video (1 ok, 0 failed)" in stdout and "2 clips in" in stdout
-    assert sorted(p.name for p in out.iterdir()) == [  # no stale clips/, the user's file kept
-        ".rayorch-output.json", "clips.jsonl", "notes.txt", "videos.jsonl"]
+    names = sorted(p.name for p in out.iterdir())  # no stale clips/, the user's file kept
+    assert [n for n in names if not n.startswith("part-")] == [
+        ".rayorch-output.json", "_rayorch_sink.json", "clips.jsonl", "notes.txt", "videos.jsonl"]
+    assert [r["index"] for r in read_outputs(out)] == [0]  # the part files: this run's only
 
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -227,6 +230,9 @@ def test_redis_lineage_store_run_passes_audit(
     capsys.readouterr()
     assert cli_main(["audit", summary["run_id"], "--store", redis_url]) == 0
     assert f"run {summary['run_id']}: OK" in capsys.readouterr().out
+    records = sorted(read_outputs(tmp_path / "out"), key=lambda r: r["index"])
+    clips = read_jsonl(tmp_path / "out" / "clips.jsonl")
+    assert [line for r in records for line in r["value"]["lines"]] == clips
 
 
 def test_real_debian_videos_cut_and_decode_every_clip() -> None:

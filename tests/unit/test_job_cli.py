@@ -1,4 +1,8 @@
-"""The shared job-command rules, without Ray: output directory, summary, exit codes, hook."""
+"""The shared job-command rules, without Ray: output directory, summary, exit codes, hook.
+
+An "earlier run" here writes what the driver writes: each result through the run's file
+sink (``FileSink.write_part``: the job's files, then the part file with its record).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import rayorch as ro
 from rayorch.cli import main as cli_main
 from rayorch.pipelines.job_cli import (
     EXIT_FAILED,
@@ -21,20 +26,26 @@ from rayorch.pipelines.job_cli import (
     UsageError,
     plural,
 )
+from rayorch.pipelines.pdf_outputs import PDF_WRITER
+from rayorch.pipelines.video import VIDEO_WRITER
+from rayorch.runtime.sinks import read_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ["a.pdf", "b.pdf", "c.pdf"]
 
 
+def failed(index: int, cause: str = "broken: not a PDF") -> ro.FailedResult:
+    return ro.FailedResult(index, ro.Outcome.FAILED, cause)
+
+
 def finished_run(out: Path, statuses: list[str]) -> None:
-    """An earlier run into ``out``: one file per ok document, one row per document."""
+    """An earlier run into ``out``: each document delivered through the run's sink."""
     target = OutputDir.prepare(out, job="pdf", sources=SOURCES, options={"ocr": "auto"})
+    sink = target.sink_for("run-1", PDF_WRITER)
+    target.note_run("run-1")
     for index, status in enumerate(statuses):
-        row = {"id": index, "source": SOURCES[index], "status": status, "markdown": None}
-        if status == "ok":
-            row["markdown"] = target.write_document(index, Path(SOURCES[index]).stem, ".md",
-                                                    f"doc {index}")
-        target.add_row(row)
+        value: Any = {"path": SOURCES[index], "markdown": f"doc {index}", "pages": 1}
+        sink.write_part(0, [(index, value if status == "ok" else failed(index))])
     target.finish(complete=True)
 
 
@@ -80,11 +91,19 @@ def test_resume_keeps_finished_documents_and_redoes_the_rest(tmp_path: Path) -> 
                             resume=True)
     assert sorted(out.kept) == [0] and out.remaining(SOURCES) == [1, 2]
     assert sorted(p.name for p in tmp_path.glob("*.md")) == ["00000-a.md"]
-    out.add_row({"id": 2, "source": "c.pdf", "status": "ok", "markdown": None})
-    out.add_row({"id": 1, "source": "b.pdf", "status": "failed", "markdown": None})
+    assert [r["index"] for r in read_outputs(tmp_path)] == [0]  # the part files keep 0 only
+    sink = out.sink_for("run-2", PDF_WRITER)
+    out.note_run("run-2")
+    sink.write_part(0, [(2, {"path": "c.pdf", "markdown": "doc 2 again", "pages": 1}),
+                        (1, failed(1))])
     out.finish(complete=True)
     rows = [json.loads(line) for line in (tmp_path / "documents.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in rows] == [0, 1, 2]
+    assert [(r["id"], r["status"]) for r in rows] == [(0, "ok"), (1, "failed"), (2, "ok")]
+    assert (tmp_path / "00002-c.md").read_text() == "doc 2 again"
+    assert sorted(r["index"] for r in read_outputs(tmp_path)) == [0, 1, 2]
+    manifest = json.loads((tmp_path / "_rayorch_sink.json").read_text())
+    assert (manifest["run"], manifest["earlier"]) == ("run-2", ["run-1"])
+    assert len(manifest["kept"]) == 1  # the part of document 0, delivered by run-1
 
 
 def test_resume_refuses_other_inputs_or_options(tmp_path: Path) -> None:
@@ -153,25 +172,26 @@ def test_a_compile_error_in_a_script_prints_the_line_and_fix_not_a_traceback(
 VIDEOS = ["in/a.mp4", "in/b.mkv", "in/c.webm"]
 
 
-def video_run(out: Path, clips: dict[int, int], *, resume: bool = False) -> OutputDir:
+def video_run(out: Path, clips: dict[int, int], *, resume: bool = False,
+              run_id: str = "run-1") -> OutputDir:
     """A run of the video job writing ``clips[id]`` clips (with files) per ok video."""
     target = OutputDir.prepare(out, job=VIDEO_JOB, sources=VIDEOS, options={"annotate": "stats"},
                                resume=resume)
+    sink = target.sink_for(run_id, VIDEO_WRITER)
+    target.note_run(run_id)
     for index in target.remaining(VIDEOS):
         source = VIDEOS[index]
         if index not in clips:
-            target.add_row({"id": index, "source": source, "status": "failed", "clips": 0,
-                            "cause": f"empty: {source} is an empty file (0 bytes)"})
+            sink.write_part(0, [(index, failed(index, f"empty: {source} is an empty file"))])
             continue
         folder = out / "clips" / Path(source).stem
         folder.mkdir(parents=True, exist_ok=True)
-        lines = []
+        made = []
         for n in range(clips[index]):
             (folder / f"{n:04d}.mp4").write_bytes(b"clip")
-            lines.append({"video": source, "clip": n, "file": f"clips/{Path(source).stem}/"
-                          f"{n:04d}.mp4"})
-        target.add_lines(lines)
-        target.add_row({"id": index, "source": source, "status": "ok", "clips": clips[index]})
+            made.append({"clip": n, "file": str((folder / f"{n:04d}.mp4").resolve())})
+        sink.write_part(0, [(index, {"path": source, "clips": made, "duration_s": 1.0,
+                                     "fps": 25.0, "width": 8, "height": 8, "cuts": []})])
     return target
 
 
@@ -192,7 +212,7 @@ def test_video_resume_keeps_finished_videos_with_their_clips_and_redoes_the_rest
                           options={"annotate": "ocr"}, resume=True)
     kept_file = tmp_path / "clips" / "b" / "0000.mp4"
     stamp = kept_file.stat().st_mtime_ns
-    out = video_run(tmp_path, {0: 2, 2: 2}, resume=True)
+    out = video_run(tmp_path, {0: 2, 2: 2}, resume=True, run_id="run-2")
     assert sorted(out.kept) == [1]
     assert kept_file.stat().st_mtime_ns == stamp  # b's clip file is not written again
     out.finish(complete=True)
@@ -206,18 +226,19 @@ def test_video_resume_keeps_finished_videos_with_their_clips_and_redoes_the_rest
     assert files == sorted(line["file"] for line in lines)  # c's third clip file is gone
 
 
-def test_video_resume_redoes_a_video_whose_lines_were_cut_short(tmp_path: Path) -> None:
-    video_run(tmp_path, {0: 2, 1: 1}).finish(complete=False)
-    with (tmp_path / "clips.jsonl").open("a") as lines:  # a crash after c's lines, before its row
-        lines.write(json.dumps({"video": "in/c.webm", "clip": 0}) + "\n{\"video\": \"in/c")
-    text = (tmp_path / "clips.jsonl").read_text()
-    (tmp_path / "clips.jsonl").write_text(text.replace(
-        json.dumps({"video": "in/b.mkv", "clip": 0, "file": "clips/b/0000.mp4"}) + "\n", ""))
+def test_video_resume_redoes_a_video_whose_clip_file_or_record_is_missing(
+    tmp_path: Path,
+) -> None:
+    video_run(tmp_path, {0: 2, 1: 1}).finish(complete=False)  # killed before c's record
+    (tmp_path / "clips.jsonl").write_text("")  # a view only: the part files are the record
+    (tmp_path / "clips" / "b" / "0000.mp4").unlink()
+    (tmp_path / "clips" / "c").mkdir()
+    (tmp_path / "clips" / "c" / "0000.mp4").write_bytes(b"written before the kill")
     out = OutputDir.prepare(tmp_path, job=VIDEO_JOB, sources=VIDEOS,
                             options={"annotate": "stats"}, resume=True)
     assert sorted(out.kept) == [0] and out.remaining(VIDEOS) == [1, 2]
     assert [line["video"] for line in lines_of(tmp_path / "clips.jsonl")] == ["in/a.mp4"] * 2
-    assert not (tmp_path / "clips" / "b").exists()  # b's clip file is no longer named: removed
+    assert not (tmp_path / "clips" / "c").exists()  # named by no kept record: removed
     out.finish(complete=True)
 
 
@@ -266,3 +287,33 @@ def test_each_job_help_shows_its_own_options_and_the_shared_ones(
         cli_main(["run", job, "--input", "x", "--output", "y", other[0], "1"])
     assert refused.value.code == EXIT_USAGE
     assert f"unrecognized option {other[0]}" in capsys.readouterr().err
+
+
+def test_resume_republishes_a_part_with_only_its_kept_records_and_audit_counts_them(
+    tmp_path: Path,
+) -> None:
+    from rayorch.runtime.sink_audit import check_delivery
+
+    first = OutputDir.prepare(tmp_path, job="pdf", sources=SOURCES, options={})
+    sink = first.sink_for("run-1", PDF_WRITER)
+    first.note_run("run-1")
+    ok = [(i, {"path": SOURCES[i], "markdown": f"doc {i}", "pages": 1}) for i in (0, 2)]
+    sink.write_part(0, [ok[0], (1, failed(1)), ok[1]])  # one part: ok, failed, ok
+    first.finish(complete=True)
+    [part] = tmp_path.glob("part-*.jsonl")
+    lines = part.read_bytes().splitlines()
+
+    again = OutputDir.prepare(tmp_path, job="pdf", sources=SOURCES, options={}, resume=True)
+    assert sorted(again.kept) == [0, 2]
+    [kept] = tmp_path.glob("part-*.jsonl")
+    assert kept.name != part.name and kept.read_bytes().splitlines() == [lines[0], lines[2]]
+    facts = again.sink_for("run-2", PDF_WRITER).write_part(0, [(1, failed(1, "still broken"))])
+    again.note_run("run-2")
+    again.finish(complete=True)
+    assert check_delivery(tmp_path, facts, complete=True) == []  # the kept part: delivered
+    manifest = tmp_path / "_rayorch_sink.json"
+    meta = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**meta, "kept": []}))
+    assert [f"part {kept.name} in {tmp_path} holds sources 0, 2 that no fact records: its "
+            "driver died before recording them"] == [
+        p.split(" (")[0] for p in check_delivery(tmp_path, facts, complete=True)]

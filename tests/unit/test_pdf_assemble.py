@@ -1,4 +1,4 @@
-"""OcrPage, AssembleDocument, write_outputs and the PdfPipeline plan, called directly."""
+"""OcrPage, AssembleDocument, PDF_WRITER and the PdfPipeline plan, called directly."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 
 import rayorch as ro
 from rayorch.core.plan import NodeKind
+from rayorch.pipelines.job_cli import JobSummary, OutputDir
 from rayorch.pipelines.ocr import OcrEngineError, Page
 from rayorch.pipelines.pdf import (
+    PDF_WRITER,
     AssembleDocument,
     OcrPage,
     PageText,
@@ -19,8 +21,8 @@ from rayorch.pipelines.pdf import (
     RenderPdf,
     document_warnings,
     find_pdfs,
-    write_outputs,
 )
+from rayorch.runtime.sinks import read_outputs
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
 
@@ -97,7 +99,7 @@ def test_ocr_page_rejects_an_engine_that_loses_pages() -> None:
         ocr([{"page": 1, "text": "x"}])
 
 
-def test_write_outputs_files_rows_and_summary(tmp_path: Path) -> None:
+def test_pdf_writer_files_rows_records_and_summary(tmp_path: Path) -> None:
     good = str(EXAMPLES / "phonrule-doc.pdf")
     sources = [good, "/nowhere/missing.pdf", "/x/locked.pdf"]
     pages, meta = RenderPdf(ocr_fallback=True).render(good)
@@ -111,7 +113,15 @@ def test_write_outputs_files_rows_and_summary(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "00007-stale.md").write_text("from an earlier run")
     (tmp_path / "out" / "documents.jsonl").write_text("")
-    summary = write_outputs(results, tmp_path / "out", sources=sources)
+    out = OutputDir.prepare(tmp_path / "out", job="pdf", sources=sources, options={},
+                            overwrite=True)
+    sink = out.sink_for("run-1", PDF_WRITER)  # what the driver delivers to
+    out.note_run("run-1")
+    summary = JobSummary("pdf", total=len(sources))
+    for index, value in results:
+        sink.write_part(0, [(index, value)])
+        PDF_WRITER.delivered(summary, sources, index, value)
+    out.finish(complete=True)
 
     assert (summary.done, summary.succeeded, summary.failed, summary.parts) == (3, 1, 2, 4)
     assert summary.failure_kinds() == {"encrypted": 1, "missing": 1}
@@ -124,9 +134,13 @@ def test_write_outputs_files_rows_and_summary(tmp_path: Path) -> None:
     assert summary.failures == [(r["source"], r["cause"]) for r in rows[1:]]
     assert rows[0]["page_engines"] == ["text"] * 4 and rows[0]["cause"] is None
     assert (tmp_path / "out" / rows[0]["markdown"]).read_text() == doc["markdown"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        ".rayorch-output.json", "00000-phonrule-doc.md", "documents.jsonl"
-    ]
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names[:4] == [".rayorch-output.json", "00000-phonrule-doc.md", "_rayorch_sink.json",
+                         "documents.jsonl"]
+    assert len(names) == 7 and all(n.startswith("part-s00000-") for n in names[4:])
+    records = sorted(read_outputs(tmp_path / "out"), key=lambda r: r["index"])
+    assert records[0]["value"] == rows[0]  # the record is the row
+    assert [r["outcome"] for r in records] == ["present", "failed", "suppressed"]
 
 
 def test_pdf_pipeline_compiles_render_expand_ocr_reduce_assemble() -> None:

@@ -1,0 +1,125 @@
+"""A job's ``--output`` is its run's file sink, as ``rayorch driver``'s ``--out-dir`` is.
+
+Each run is a real ``rayorch run pdf`` subprocess (its own private Ray) with a real
+redis-server: the part files and their manifest are readable with ``read_outputs``, hold
+the ``documents.jsonl`` rows, and pass ``rayorch audit`` (which finds the directory from
+the run); a changed record fails it. A run killed (SIGKILL) once its first part file is
+there and then ``--resume``-d has every document exactly once: in the part files, in
+``documents.jsonl`` and as one ``.md`` each, and the resumed run passes the audit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayorch.pipelines.job_cli import DOCUMENT_NAME, MARKER
+from rayorch.runtime.sinks import SINK_MANIFEST, read_outputs
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+pytest.importorskip("pymupdf")
+pytest.importorskip("rapidocr_onnxruntime")
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "pdfs"
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return {**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def rayorch(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rayorch.cli", *argv], env=cli_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def rows_of(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "documents.jsonl").read_text().splitlines()]
+
+
+def parts_of(out: Path) -> list[Path]:
+    return sorted(out.glob("part-*.jsonl"))
+
+
+def test_a_job_output_is_read_with_read_outputs_and_checked_by_audit(
+    redis_url: str, tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    done = rayorch("run", "pdf", "--input", str(EXAMPLES), "--output", str(out), "--store",
+                   redis_url, "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_id = json.loads(done.stdout)["run_id"]
+    records = sorted(read_outputs(out), key=lambda r: r["index"])
+    rows = rows_of(out)
+    assert [r["index"] for r in records] == [r["id"] for r in rows] == list(range(len(rows)))
+    assert [r["value"] for r in records] == rows  # each record is its document's row
+    assert all((out / row["markdown"]).is_file() for row in rows)
+    assert json.loads((out / SINK_MANIFEST).read_text())["run"] == run_id
+
+    audit = rayorch("audit", run_id, "--store", redis_url)  # finds --output from the run
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert f"run {run_id}: OK" in audit.stdout
+
+    part = parts_of(out)[0]
+    part.write_text(part.read_text().replace('"status":"ok"', '"status":"OK"', 1))
+    altered = rayorch("audit", run_id, "--store", redis_url)
+    assert altered.returncode != 0 and f"in part {part.name} was altered" in altered.stdout
+
+
+def test_a_killed_job_resumed_has_every_document_exactly_once(
+    redis_url: str, tmp_path: Path,
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for copy in ("a", "b"):  # 16 documents, rendered one at a time: a run of many deliveries
+        for pdf in sorted(EXAMPLES.glob("*.pdf")):
+            shutil.copyfile(pdf, inputs / f"{copy}-{pdf.name}")
+    total = len(list(inputs.iterdir()))
+    out = tmp_path / "out"
+    argv = ["run", "pdf", "--input", str(inputs), "--output", str(out), "--store", redis_url,
+            "--render-replicas", "1", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "rayorch.cli", *argv], env=cli_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        while not parts_of(out):  # the first delivery: then kill the whole job
+            assert first.poll() is None, first.stderr.read() if first.stderr else ""
+            time.sleep(0.02)
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(60)
+    assert json.loads((out / MARKER).read_text())["status"] == "running"  # killed mid-run
+    delivered = {r["index"] for r in read_outputs(out)}
+    assert 0 < len(delivered) < total
+
+    again = subprocess.run([sys.executable, "-m", "rayorch.cli", *argv, "--resume", "--json"],
+                           env=cli_env(), capture_output=True, text=True, timeout=600,
+                           check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout)
+    assert (summary["documents"], summary["succeeded"], summary["failed"]) == (total, total, 0)
+    assert summary["kept"] >= len(delivered)
+
+    indexes = [r["index"] for r in read_outputs(out)]  # a source twice raises
+    assert sorted(indexes) == list(range(total))
+    rows = rows_of(out)
+    assert [(r["id"], r["status"]) for r in rows] == [(i, "ok") for i in range(total)]
+    documents = sorted(p.name for p in out.iterdir() if DOCUMENT_NAME.match(p.name))
+    assert documents == sorted(r["markdown"] for r in rows)  # one .md each, none stale
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".rayorch-tmp-")]
+    audit = rayorch("audit", summary["run_id"], "--store", redis_url)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
