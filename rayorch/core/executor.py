@@ -71,6 +71,7 @@ class ExecutorOptions:
     validate: bool = False  # Kernel.validate() after every step
     keep_history: bool = True  # False: no kernel log, delivered sources forgotten (the driver)
     max_steps: int = 1_000_000
+    reuse: Any = None  # a core.reuse.Reuse: dispatches get reuse keys, ready Grains reused
 
 
 @dataclass
@@ -166,7 +167,7 @@ class Executor:
 
     def _kernel_args(self, total: int) -> dict[str, Any]:
         return {"max_active_sources": self.options.max_active_sources, "total_sources": total,
-                "keep_history": self.options.keep_history}
+                "keep_history": self.options.keep_history, "reuse": self.options.reuse}
 
     # -- the run --------------------------------------------------------------------
     def run(self, sources: Sequence[tuple[Any, ...]]) -> ExecutionResult:

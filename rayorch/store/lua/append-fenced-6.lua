@@ -14,7 +14,8 @@ ARGV[3]      n, the number of facts
 ARGV[4]      the caller's driver id
 ARGV[5]      the caller's holder token ("" when unknown: epoch and driver only)
 then 5 per fact i (base = 5 + (i-1)*5):
-  +1 kind (FactKind): 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed
+  +1 kind (FactKind): 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed,
+     4 GrainReused
   +2 grain field "call|path" ("" for kind 0)     +3 generation
   +4 stream index: the fact's stream is KEYS[6 + index]
   +5 msgpack bytes of the fact
@@ -28,7 +29,7 @@ Returns: {1, first_seq}            appended as first_seq .. first_seq + n - 1
          {-12, i, j, ...}          facts i, j, ... name sealed Grains (nothing written)
 Appends: every fact, in order, as an entry {f = fact bytes} with id "<seq>-0".
 Grain table (PHASE_AFTER): Dispatched -> "2:gen" (in flight), Retried -> "1:gen" (ready),
-Failed -> "3:gen" (sealed). Every check runs before any write (a refused fence only
+Failed and Reused -> "3:gen" (sealed). Every check runs before any write (a refused fence only
 raises the epoch counter).
 ]]
 --- @include "lease"
