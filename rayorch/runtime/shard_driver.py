@@ -48,6 +48,7 @@ from rayorch.core.machine import (
     WriteFacts,
 )
 from rayorch.core.plan import CallSpec, Plan, Policy
+from rayorch.core.reuse import Reuse
 from rayorch.core.run_view import fold_shard
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
@@ -81,7 +82,8 @@ class ShardDriver(LeaseSide):
                  driver_id: str, pools: dict[str, ActorPool], call_module: dict[CallId, str],
                  feed: Feed, sink: Any, config: DriverConfig,
                  on_close: Callable[[bool], None] | None = None,
-                 wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait) -> None:
+                 wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait,
+                 reuse: Reuse | None = None) -> None:
         self.store, self.run_id, self.info, self.plan = store, run_id, info, plan
         self.driver_id = driver_id
         self.pools = pools
@@ -90,6 +92,7 @@ class ShardDriver(LeaseSide):
         self._log = config.log
         self._on_close = on_close
         self._wait = wait  # ray.wait; an in-process harness passes its own
+        self.reuse = reuse  # every shard's machine gets it (core/reuse.py)
         self.call_specs: dict[CallId, CallSpec] = {}
         for node in plan.calls:
             assert node.call is not None
@@ -194,7 +197,8 @@ class ShardDriver(LeaseSide):
         """
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
-                               total_sources=self.feed.shard_total(k), keep_history=False)
+                               total_sources=self.feed.shard_total(k), keep_history=False,
+                               reuse=self.reuse)
         stored = list(self.store.iter_facts(self.run_id, k))
         facts = [s.fact for s in stored]
         view = fold_shard(k, ((s.seq, s.fact) for s in stored))

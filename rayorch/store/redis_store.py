@@ -34,7 +34,7 @@ from redis.exceptions import (
 )
 
 from rayorch.core.errors import StoreError
-from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
+from rayorch.core.facts import Fact, GrainCommitted, GrainReused, decode_fact, encode_fact
 from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.machine import barrier_fact
@@ -514,7 +514,8 @@ class RedisStore(LineageStore):
         out = []
         for seq, domain, blob in merged[:limit]:
             fact = decode_fact(blob)
-            if payloads and isinstance(fact, GrainCommitted) and fact.payload_ref is not None:
+            if payloads and isinstance(fact, GrainCommitted | GrainReused) \
+                    and fact.payload_ref is not None and fact.outputs is None:
                 fact = self.payloads.resolve(fact)
             out.append(StoredFact(seq, domain, fact))
         return out
