@@ -32,7 +32,7 @@ from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.errors import PayloadError
 
-Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # facts that may hold a payload_ref
+Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a payload_ref
 DEFAULT_THRESHOLD = 64 * 1024
 SUFFIX = ".msgpack"
 _DIGESTED = re.compile(r"\.g\d+\.([0-9a-f]{32})\.msgpack$")
@@ -182,10 +182,13 @@ class PayloadStore:
             self.delete(ref)
         return orphans
 
-    def delete_run(self, run_id: str) -> None:
-        """Remove the run's payload files, then its folders once empty (and its owner mark)."""
-        for ref in self.refs(run_id):
+    def delete_run(self, run_id: str, keep: set[str] | frozenset[str] = frozenset()) -> None:
+        """Remove the run's payload files but ``keep`` (files later runs reuse), then its
+        folders once empty (and its owner mark, unless a kept file remains)."""
+        for ref in self.refs(run_id) - set(keep):
             self.delete(ref)
+        if keep & self.refs(run_id):
+            return
         base = self._path(self._run_dir(run_id))
         self._claimed.discard(base)
         if not base.is_dir() or base.is_symlink():

@@ -13,6 +13,7 @@ import pytest
 import ray
 
 import rayorch as ro
+from rayorch.cli import EXIT_OK, main
 from rayorch.runtime.status import run_status
 from rayorch.store.audit import audit_run
 from rayorch.store.registry import open_store
@@ -84,8 +85,9 @@ def test_memory_executor_reruns_only_new_sources_and_changed_calls(ray_local: No
             assert audit_run(store, third.run_id).ok
 
 
-def test_redis_changed_last_stage_runs_no_earlier_grain(ray_local: None, redis_url: str,
-                                                        tmp_path: Any) -> None:
+def test_redis_changed_last_stage_runs_no_earlier_grain(
+        ray_local: None, redis_url: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"{redis_url}?payload_dir={tmp_path / 'payloads'}&payload_threshold=40"
     first = Docs().run([1, 2, 5], store=url, quiet=True)
     assert first.collect() == expected([1, 2, 5])
@@ -102,3 +104,22 @@ def test_redis_changed_last_stage_runs_no_earlier_grain(ray_local: None, redis_u
         for run in (second.run_id, third.run_id):
             report = audit_run(store, run)
             assert report.ok, report
+    assert main(["show", second.run_id, "2", "--store", url]) == EXIT_OK
+    shown = capsys.readouterr().out
+    assert f"ocr[2.1]: reused from run {first.run_id} (ocr[2.1])" in shown
+    assert main(["status", second.run_id, "--store", url]) == EXIT_OK
+    assert "call ocr: reused 8" in capsys.readouterr().out
+    # the second run reads the first run's payload files: deleting the first keeps them
+    files = lambda run: sorted((tmp_path / "payloads" / run).rglob("*.msgpack"))  # noqa: E731
+    held = [f for f in files(first.run_id) if f.parent.name != "join"]  # join ran again
+    assert held and main(["gc", "--store", url]) == EXIT_OK
+    assert main(["delete", first.run_id, "--store", url]) == EXIT_OK
+    assert files(first.run_id) == held
+    assert main(["show", second.run_id, "2", "--store", url]) == EXIT_OK
+    with open_store(url) as store:
+        report = audit_run(store, second.run_id)
+    assert not report.ok and f"reused from run {first.run_id}, which is not in" in str(report)
+    assert main(["delete", second.run_id, "--store", url]) == EXIT_OK
+    assert main(["delete", third.run_id, "--store", url]) == EXIT_OK
+    assert main(["gc", "--store", url]) == EXIT_OK
+    assert files(first.run_id) == held  # a folder without a run is never touched by gc
