@@ -60,21 +60,11 @@ class PurePipeline(RandomPipeline):
         self.salted = salted
         super().__init__(spec)
 
-    def _module(self, kind: str) -> ro.RayModule:
-        name = f"m{self._count}"
-        self._count += 1
-        module = self.__dict__.get(name)
-        if module is None:
-            i = len(self.kinds) % len(self.spec.behaviours)
-            batched = self.spec.batched[i]
-            salt = int(self.salted is not None and self.salted % 32 == len(self.kinds))
-            module = ro.RayModule(
-                PureStep, name, kind, self.spec.behaviours[i], batched,
-                fan_cap=9 if len(self.kinds) < 2 else 4, salt=salt,
-                batched=batched, max_attempts=MAX_ATTEMPTS)
-            setattr(self, name, module)
-            self.kinds[name] = kind
-        return module
+    def _make(self, name: str, kind: str, behaviour: Behaviour, batched: bool,
+              fan_cap: int) -> ro.RayModule:
+        salt = int(self.salted is not None and self.salted % 32 == len(self.kinds))
+        return ro.RayModule(PureStep, name, kind, behaviour, batched, fan_cap=fan_cap,
+                            salt=salt, batched=batched, max_attempts=MAX_ATTEMPTS)
 
 
 def no_group_failures(spec: ProgramSpec) -> ProgramSpec:
