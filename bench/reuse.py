@@ -5,8 +5,9 @@
 Two pipelines over N real PDFs, each on a private redis-server (payload files on disk):
 
 * ``text``: the PDF job's pipeline with ``--ocr text`` (render -> pages -> assemble);
-* ``model``: the PDF job's renderer, then a sleep-modelled GPU OCR stage on every page
-  (``a + b * batch`` seconds per batch, 2 actors), then an assemble.
+* ``model``: the PDF job's renderer (every page rendered to a PNG), then a sleep-modelled
+  GPU OCR stage on every page (``a + b * batch`` seconds per batch, 2 actors), then an
+  assemble.
 
 Per pipeline, on warm actor pools (one ``ro.Executor`` per program; a warm-up run on two
 other PDFs starts them), four timed runs: the first run over 90% of the corpus, a re-run
@@ -56,8 +57,10 @@ class ModelPdf(ro.Pipeline):
         super().__init__()
         from rayorch.pipelines.pdf import RenderPages
 
-        self.render = ro.RayModule(RenderPages, needs_image=False, ocr_fallback=False,
-                                   num_outputs=3, batch_size=2, num_cpus=1.0)
+        # Every page goes to OCR with its PNG, as with --ocr rapidocr|vllm: a page's input
+        # (and so its digest) is its image.
+        self.render = ro.RayModule(RenderPages, needs_image=True, ocr_fallback=False,
+                                   num_outputs=3, batch_size=2, replicas=2, num_cpus=1.0)
         self.ocr = ro.RayModule(SleepGpuOcr, batch_size=16, replicas=2, num_cpus=0.25)
         self.assemble = ro.RayModule(JoinPages, sep=sep, batch_size=8, num_cpus=0.25)
 
@@ -154,4 +157,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    from bench.reuse import main as run  # the classes from bench.reuse, not __main__ (resumable)
+
+    run()

@@ -349,7 +349,7 @@ class Executor:
                 reuse: str | None = None, no_reuse: Sequence[str] = (),
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
-        from rayorch.runtime.reuse_setup import open_reuse
+        from rayorch.runtime.reuse_setup import open_reuse, reuse_config
         from rayorch.store.registry import open_store
 
         if self._closed:
@@ -378,7 +378,8 @@ class Executor:
                 created = not _run_exists(lineage, run_id)
             reuser = open_reuse(lineage, plan, reuse, no_reuse, run_id=run_id, quiet=quiet)
             info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
-                                    config={"max_active_sources": max_active_sources})
+                                    config={"max_active_sources": max_active_sources,
+                                            **reuse_config(reuser, no_reuse)})
             if order is not None and len(order) != total:
                 print(f"rayorch: run {run_id} will not be resumable with rayorch resume: it "
                       f"runs {len(order)} of its {total} inputs", file=sys.stderr)

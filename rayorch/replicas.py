@@ -16,6 +16,7 @@ from typing import Any
 from rayorch.core.plan import Plan
 from rayorch.driver import DriverError, _new_run_id, _zip_inputs
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
+from rayorch.runtime.reuse_setup import reuse_of_run
 from rayorch.runtime.session import (
     REPLICA_LEASE_TTL_S,
     build_pools,
@@ -234,7 +235,8 @@ def join_run(
     driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
                          driver_id=driver_id or new_driver_id(), pools=pools,
                          call_module=call_module, feed=ManifestFeed(manifest.sources, info),
-                         sink=sink, config=config, on_close=release)
+                         sink=sink, config=config, on_close=release,
+                         reuse=reuse_of_run(lineage, plan, info))
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

@@ -17,7 +17,7 @@ from rayorch.core.fingerprint import file_digest
 from rayorch.core.plan import Plan
 from rayorch.core.reuse import Reuse, ReuseError, ReuseIndex
 from rayorch.runtime.status import run_status
-from rayorch.store.base import LineageStore
+from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import RunNotFoundError
 from rayorch.store.retention import payload_store
 
@@ -97,4 +97,20 @@ def open_reuse(store: LineageStore, plan: Plan, reuse: str | None,
     return result
 
 
-__all__ = ["LATEST", "FileDigests", "latest_run", "open_reuse"]
+def reuse_config(reuse: Reuse, no_reuse: Sequence[str]) -> dict[str, Any]:
+    """What a run records of its reuse (``RunInfo.config``), so that its other drivers
+    (``rayorch driver``/``resume``) reuse the same run."""
+    if reuse.index is None:
+        return {}
+    return {"reuse": reuse.index.run_id, "no_reuse": list(no_reuse)}
+
+
+def reuse_of_run(store: LineageStore, plan: Plan, info: RunInfo) -> Reuse:
+    """The :class:`Reuse` a joining driver of the run ``info`` gets (what its creator used)."""
+    origin = info.config.get("reuse")
+    no_reuse = info.config.get("no_reuse") or ()
+    return open_reuse(store, plan, origin if isinstance(origin, str) else None,
+                      [str(c) for c in no_reuse], run_id=info.run_id, quiet=True)
+
+
+__all__ = ["LATEST", "FileDigests", "latest_run", "open_reuse", "reuse_config", "reuse_of_run"]
