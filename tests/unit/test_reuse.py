@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,41 @@ def test_the_kernel_folds_grain_reused_only_on_a_fresh_ready_grain() -> None:
     assert kernel.apply(reused) == []  # the same fact again: a no-op
     with pytest.raises(InvalidTransition, match="only a ready Grain"):
         kernel.apply(dataclasses.replace(reused, outputs=("other",)))
+
+
+class Size:
+    def __call__(self, paths: list[str]) -> list[int]:
+        with_sizes = []
+        for path in paths:
+            with open(path, "rb") as f:
+                with_sizes.append(len(f.read()))
+        return with_sizes
+
+
+class Sizes(ro.Pipeline):
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = ro.RayModule(Size)
+
+    def forward(self, paths: ro.Port) -> ro.Port:
+        return self.size(paths)
+
+
+def test_a_source_file_is_digested_by_its_bytes(tmp_path: Any) -> None:
+    from rayorch.runtime.reuse_setup import FileDigests
+
+    a, b = tmp_path / "a.pdf", tmp_path / "b.pdf"
+    a.write_bytes(b"one")
+    b.write_bytes(b"two")
+    plan = Sizes().compile()
+    rows = [str(a), str(b)]
+    _, log = run_paths(plan, rows, Reuse(plan, source_digest=FileDigests()))
+    b.write_bytes(b"changed!")  # same name, other bytes: runs again
+    reuse = Reuse(plan, index_of(log), source_digest=FileDigests())
+    outputs, _ = run_paths(plan, rows, reuse)
+    assert reuse.reused["size"] == 1 and outputs[1][0].value == 8
+
+
+def run_paths(plan: ro.Plan, paths: list[str], reuse: Reuse) -> tuple[dict, list]:
+    result = execute(plan, [(p,) for p in paths], ExecutorOptions(reuse=reuse))
+    return result.outputs, result.log
