@@ -64,7 +64,8 @@ class InlinePool(ActorPool):
 
 def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
                 feed: Any, sink: Any, mode: LeaseMode, driver_id: str,
-                sleep: Callable[[float], None] = lambda _: None) -> ShardDriver:
+                sleep: Callable[[float], None] = lambda _: None, reuse: Any = None
+                ) -> ShardDriver:
     """A driver of ``run_id`` whose batches finish when ``harness.wait`` says."""
     info = store.run_info(run_id)
     pools: dict[str, ActorPool] = {}
@@ -78,4 +79,4 @@ def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
                           sleep=sleep)
     return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
                        pools=pools, call_module=call_module, feed=feed, sink=sink,
-                       config=config, wait=harness.wait)
+                       config=config, wait=harness.wait, reuse=reuse)
