@@ -57,7 +57,9 @@ def documents(out: Path) -> dict[str, str]:
     return {Path(p).name: p.read_text() for p in map(Path, sorted(out.rglob("*.md")))}
 
 
-@pytest.mark.parametrize("kind", ["redis", "memory"])
+# The memory variant is `slow` (-m slow): the same runs, ~25 s more; the memory store's reuse is
+# in the default suite through tests/integration/test_reuse.py (one ro.Executor).
+@pytest.mark.parametrize("kind", ["redis", pytest.param("memory", marks=pytest.mark.slow)])
 def test_rerun_renders_only_new_pdfs_and_an_assemble_change_runs_no_ocr(
         kind: str, ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         request: pytest.FixtureRequest) -> None:
