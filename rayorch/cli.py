@@ -244,7 +244,10 @@ def _grain_line(grain: GrainView, barriers: dict[tuple[str, Path], str]) -> str:
                   + [(seq, f"committed attempt {c.generation}: present"
                       if c.outcome == REPORT_PRESENT else
                       f"committed attempt {c.generation}: {c.outcome.replace('_', ' ')} "
-                      f"({c.cause})") for seq, c in grain.committed])
+                      f"({c.cause})") for seq, c in grain.committed]
+                  + [(seq, f"reused from run {u.origin_run} "
+                      f"({format_grain((u.origin_call, u.origin_path))})")
+                     for seq, u in grain.reused])
     end = ends[-1][1] if ends else ""
     cause = barriers.get((grain.call, grain.path[:-1]))
     if not end and cause is not None:

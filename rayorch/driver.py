@@ -263,6 +263,8 @@ def run_pipeline(
     ray_init_kwargs: dict[str, Any] | None = None,
     admission_order: Sequence[int] | None = None,
     sink: FileSink | None = None,
+    reuse: str | None = None,
+    no_reuse: Sequence[str] = (),
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -284,6 +286,10 @@ def run_pipeline(
       to deliver to, as ``rayorch driver`` does: each output is written to a part file
       and its ``OutputEmitted`` names it; the handle yields each output once it is
       delivered there (the job commands, ``rayorch run pdf|video``).
+    * ``reuse``: an earlier run of the store (its id, or ``"latest"``: the newest complete
+      run of a plan of the same name) whose Grains this run reuses where the Call
+      fingerprint and the input digest are the same (docs/ARCHITECTURE.md, "Reuse");
+      ``no_reuse``: Call ids that always run.
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -306,8 +312,8 @@ def run_pipeline(
                                 max_active_sources=max_active_sources, quiet=quiet,
                                 lease_ttl_s=lease_ttl_s, input_batch_size=input_batch_size,
                                 max_active_input_batches=max_active_input_batches,
-                                admission_order=admission_order, sink=sink,
-                                _one_shot=True)
+                                admission_order=admission_order, sink=sink, reuse=reuse,
+                                no_reuse=no_reuse, _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -331,11 +337,12 @@ class Executor:
                  depth: int | None = None, ray_init_kwargs: dict[str, Any] | None = None) -> None:
         self.pipeline = pipeline
         self.plan: Plan = pipeline.compile()
-        self.store_url = store
+        self._name = f"executor-{uuid.uuid4().hex[:8]}"
+        self._pinned = _pin_memory_store(store, self._name)
+        self.store_url = store if self._pinned is None else self._pinned.url
         self._address, self._depth, self._ray_init_kwargs = address, depth, ray_init_kwargs
         self._pools: dict[str, Any] | None = None
         self._call_module: dict[Any, str] = {}
-        self._name = f"executor-{uuid.uuid4().hex[:8]}"
         self._active: RunHandle | None = None
         self._closed = False
         self.runs = 0
@@ -352,8 +359,10 @@ class Executor:
                 lease_ttl_s: float = LEASE_TTL_S, input_batch_size: int | None = None,
                 max_active_input_batches: int | None = None,
                 admission_order: Sequence[int] | None = None,
-                sink: FileSink | None = None, _one_shot: bool = False) -> RunHandle:
+                sink: FileSink | None = None, reuse: str | None = None,
+                no_reuse: Sequence[str] = (), _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
+        from rayorch.runtime.reuse_setup import open_reuse, reuse_config
         from rayorch.store.registry import open_store
 
         if self._closed:
@@ -384,8 +393,10 @@ class Executor:
             if not fresh:
                 _refuse_finished_run(lineage, run_id, store)
                 created = not _run_exists(lineage, run_id)
+            reuser = open_reuse(lineage, plan, reuse, no_reuse, run_id=run_id, quiet=quiet)
             info = lineage.open_run(run_id, plan, shards=shards, micro_batch=micro_batch,
-                                    config={"max_active_sources": max_active_sources})
+                                    config={"max_active_sources": max_active_sources,
+                                            **reuse_config(reuser, no_reuse)})
             if sink is not None:  # so `rayorch audit RUN` finds it without --out-dir
                 lineage.record_sink(run_id, str(sink.directory.resolve()), sink.format)
             if order is not None and len(order) != total:
@@ -416,7 +427,7 @@ class Executor:
                                             log=config.log),
                              feed=IteratorFeed(rows, info, total, order),
                              sink=sink if sink is not None else CallerSink(ordered, order),
-                             config=config, on_close=release)
+                             config=config, on_close=release, reuse=reuser)
         if not quiet:
             if commits_in_actor(store):
                 hint = f"audit with: rayorch audit {run_id} --store {redact_url(store)}"
@@ -449,12 +460,24 @@ class Executor:
         for pool in (self._pools or {}).values():
             pool.shutdown()
         self._pools = None
+        if self._pinned is not None:
+            self._pinned.close()
 
     def __enter__(self) -> Executor:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pin_memory_store(url: str, name: str) -> Any:
+    """An Executor's memory store, held open so its runs outlive each other (one process:
+    a later run can reuse an earlier one); ``memory://`` becomes ``memory://<executor>``."""
+    if not url.startswith("memory://"):
+        return None
+    from rayorch.store.registry import open_store
+
+    return open_store(url if url != "memory://" else f"memory://{name}")
 
 
 def _init_ray(address: str | None, kwargs: dict[str, Any]) -> None:

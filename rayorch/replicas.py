@@ -17,6 +17,7 @@ from rayorch.core.plan import Plan
 from rayorch.driver import DriverError, _zip_inputs, new_run_id
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
 from rayorch.runtime.ray_pools import RayPools
+from rayorch.runtime.reuse_setup import reuse_of_run
 from rayorch.runtime.session import (
     REPLICA_LEASE_TTL_S,
     build_pools,
@@ -236,7 +237,8 @@ def join_run(
                          driver_id=driver_id or new_driver_id(),
                          pools=RayPools(pools, call_module, run_id=run_id, log=log),
                          feed=ManifestFeed(manifest.sources, info),
-                         sink=sink, config=config, on_close=release)
+                         sink=sink, config=config, on_close=release,
+                         reuse=reuse_of_run(lineage, plan, info))
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

@@ -55,6 +55,7 @@ class GrainDispatched(Fact):
     call: CallId
     path: Path
     generation: int
+    reuse_key: str = ""  # core.fingerprint.reuse_key of the Call and its inputs ("": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,30 @@ class GrainCommitted(Fact):
     outcome: str
     outputs: tuple[Any, ...] | None = None
     cause: str | None = None
+    payload_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GrainReused(Fact):
+    """The Grain took the outputs of a Grain sealed in an earlier run; it is sealed.
+
+    The driver writes it instead of dispatching when the Grain's ``reuse_key`` (Call
+    fingerprint and input digest, :mod:`rayorch.core.fingerprint`) equals that of
+    ``origin_call`` at ``origin_path`` in run ``origin_run``: the fact that sealed that
+    Grain there (a ``GrainCommitted``, or a ``GrainReused`` of its own). ``outputs`` are
+    inline, or ``payload_ref`` names the earlier run's payload file (referenced, not
+    copied). The kernel folds it as an accepted commit of a ready, never-dispatched Grain.
+    """
+
+    tag: ClassVar[str] = "grain_reused"
+    call: CallId
+    path: Path
+    generation: int
+    reuse_key: str
+    origin_run: str
+    origin_call: CallId
+    origin_path: Path
+    outputs: tuple[Any, ...] | None = None
     payload_ref: str | None = None
 
 
@@ -166,6 +191,7 @@ FACT_TYPES: dict[str, type[Fact]] = {
         SourceAdmitted,
         GrainDispatched,
         GrainCommitted,
+        GrainReused,
         BarrierInstalled,
         GrainRetried,
         GrainFailed,
@@ -179,7 +205,7 @@ FACT_TYPES: dict[str, type[Fact]] = {
 _FIELDS: dict[str, tuple[str, ...]] = {
     tag: tuple(f.name for f in fields(cls) if f.name != "ts") for tag, cls in FACT_TYPES.items()
 }
-_PATH_FIELDS = frozenset({"path", "parent"})
+_PATH_FIELDS = frozenset({"path", "parent", "origin_path"})
 
 
 class CodecError(RayorchError):

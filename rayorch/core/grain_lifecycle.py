@@ -2,7 +2,8 @@
 
 :class:`GrainLifecycle` is the middle layer of :class:`~rayorch.core.state.Kernel`: it
 folds ``GrainDispatched`` (READY -> IN_FLIGHT), ``GrainCommitted`` (IN_FLIGHT -> SEALED,
-outputs resolved), ``GrainRetried`` (back to READY on the recovery queue, generation + 1),
+outputs resolved), ``GrainReused`` (READY -> SEALED with an earlier run's outputs),
+``GrainRetried`` (back to READY on the recovery queue, generation + 1),
 ``GrainFailed`` and ``BarrierInstalled`` (siblings suppressed; an in-flight one BARRED),
 and answers ``verdict`` (docs/ARCHITECTURE.md, "Semantics" 4) and ``physical_failure``
 for the caller. Facts that are already history raise :class:`AlreadyApplied` (a no-op
@@ -22,6 +23,7 @@ from rayorch.core.facts import (
     GrainDispatched,
     GrainFailed,
     GrainRetried,
+    GrainReused,
 )
 from rayorch.core.ids import GrainKey, Path, format_grain, format_path
 from rayorch.core.outcome import Outcome
@@ -83,13 +85,7 @@ class GrainLifecycle(ItemPropagation):
         outcome = fact.outcome
         path = fact.path
         if outcome == REPORT_PRESENT:
-            outputs = fact.outputs
-            if outputs is None or len(outputs) != info.num_outputs:
-                got = "a payload reference" if outputs is None else f"{len(outputs)}"
-                raise self._reject(
-                    f"GrainCommitted {format_grain(grain)}: expected {info.num_outputs} inline "
-                    f"output value(s), got {got}; resolve payload_ref to values before applying",
-                    grain)
+            outputs = self._inline_outputs(fact, info)
             phase_of[grain] = SEALED
             self._sealed_by[grain] = fact
             self._in_flight -= 1
@@ -113,6 +109,40 @@ class GrainLifecycle(ItemPropagation):
             if key not in self._barriers:
                 self._install_barrier(info, path[:-1], f"GroupFailure at {format_grain(grain)}: "
                                       f"{fact.cause or 'group failure'}")
+
+    def _inline_outputs(self, fact: GrainCommitted | GrainReused,
+                        info: CallInfo) -> tuple[object, ...]:
+        """The fact's output values; rejected unless inline and one per Call output."""
+        outputs = fact.outputs
+        if outputs is None or len(outputs) != info.num_outputs:
+            got = "a payload reference" if outputs is None else f"{len(outputs)}"
+            raise self._reject(
+                f"{type(fact).__name__} {format_grain((fact.call, fact.path))}: expected "
+                f"{info.num_outputs} inline output value(s), got {got}; resolve payload_ref "
+                "to values before applying", (fact.call, fact.path))
+        return outputs
+
+    def _on_reused(self, fact: GrainReused) -> None:
+        """An earlier run's outputs seal a ready Grain that was never dispatched."""
+        grain = (fact.call, fact.path)
+        phase = self._phase.get(grain)
+        if phase == READY and grain not in self._gen and fact.generation == 0:
+            info = self._calls[fact.call]
+            outputs = self._inline_outputs(fact, info)
+            self._phase[grain] = SEALED
+            self._sealed_by[grain] = fact
+            self._ready[fact.call] -= 1
+            for port, value in zip(info.outputs, outputs):
+                self._resolve(port, fact.path, value)
+            return
+        if phase == SEALED and self._sealed_with(grain, fact):
+            raise AlreadyApplied
+        if phase is None and self._forgotten(fact.path[0]):
+            raise AlreadyApplied
+        raise self._reject(
+            f"GrainReused {format_grain(grain)}: the grain is {phase_text(phase)} at generation "
+            f"{self._gen.get(grain, 0)}; only a ready Grain never dispatched can be reused",
+            grain)
 
     def _on_barrier(self, fact: BarrierInstalled) -> None:
         info = self.tables.calls.get(fact.call)

@@ -39,6 +39,7 @@ from rayorch.core.facts import (
 from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.outcome import FailedResult, Item, Outcome, source_result
 from rayorch.core.plan import Plan
+from rayorch.core.reuse import Reuse
 from rayorch.core.state import Kernel
 from rayorch.core.vocabulary import CommitVerdict
 
@@ -161,10 +162,16 @@ class ShardMachine:
     """
 
     def __init__(self, plan: Plan, *, max_active_sources: int | None = None,
-                 total_sources: int | None = None, keep_history: bool = True) -> None:
+                 total_sources: int | None = None, keep_history: bool = True,
+                 reuse: Reuse | None = None) -> None:
         self.plan = plan
         self.kernel = Kernel(plan, max_active_sources=max_active_sources,
                              total_sources=total_sources, keep_history=keep_history)
+        # Reuse keys on dispatches; ready Grains an earlier run holds are sealed by
+        # GrainReused instead of dispatched (core/reuse.py).
+        self.reuse = reuse
+        if reuse is not None:
+            reuse.attach(self.kernel)
         self.disagreements = 0  # store accepted a report after a barrier the kernel folded
         self._outbox: list[Instruction] = []
         self._facts: list[Fact] = []
@@ -177,6 +184,11 @@ class ShardMachine:
             if handler is None:
                 raise TypeError(f"ShardMachine does not handle {type(event).__name__}")
             handler(self, event)
+        if self.reuse is not None:
+            for folded, written in self.reuse.seal_ready(self.kernel):
+                derived = self.kernel.apply(folded)
+                self._facts.append(written)
+                self._facts.extend(derived)
         self._flush_facts()
         self._ready_outputs()
         out, self._outbox = self._outbox, []
@@ -222,8 +234,10 @@ class ShardMachine:
         if not grains:
             return
         tags: list[GrainTag] = []
+        reuse = self.reuse
         for (call, path), generation in grains:
-            self._fold(GrainDispatched(call, path, generation, ts=event.ts))
+            key = "" if reuse is None else reuse.key_of(self.kernel, (call, path))
+            self._fold(GrainDispatched(call, path, generation, key, ts=event.ts))
             tags.append((path, generation))
         rows = tuple(self.kernel.inputs_of(grain) for grain, _ in grains)
         self._flush_facts()  # the store must know the dispatches before a worker commits

@@ -85,6 +85,9 @@ class ItemPropagation:
         self._run_completed = False
         self.log: list[Fact] = []  # stays empty without history
         self._announce: list[Fact] = []
+        # Grains that became ready (fresh, not retried), collected only when a reuse hook
+        # asks for them (core.reuse: the machine seals the reusable ones before dispatch).
+        self.newly_ready: list[GrainKey] | None = None
         self.queues: dict[CallId, CallQueue] = {
             c: CallQueue(c, info.policy, self._phase, self._gen) for c, info in tables.calls.items()
         }
@@ -160,6 +163,8 @@ class ItemPropagation:
         self._phase[grain] = READY
         self._ready[info.id] += 1
         info.queue_push(grain)
+        if self.newly_ready is not None:
+            self.newly_ready.append(grain)
 
     def _decide_without_running(self, info: CallInfo, path: Path, cause: Absent) -> None:
         if cause.outcome is Outcome.DROPPED:

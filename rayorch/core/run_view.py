@@ -29,12 +29,14 @@ from rayorch.core.facts import (
     GrainDispatched,
     GrainFailed,
     GrainRetried,
+    GrainReused,
     LeaseAcquired,
     OutputEmitted,
     RunCompleted,
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, DomainId, GrainKey, Path
+from rayorch.core.vocabulary import REPORT_PRESENT
 
 F = TypeVar("F", bound=Fact)
 Seq = int  # a fact's place in its shard's total order
@@ -58,6 +60,7 @@ class GrainView:
     retried: list[tuple[Seq, GrainRetried]] = field(default_factory=list)
     failed: list[tuple[Seq, GrainFailed]] = field(default_factory=list)
     committed: list[tuple[Seq, GrainCommitted]] = field(default_factory=list)
+    reused: list[tuple[Seq, GrainReused]] = field(default_factory=list)
     last: Seq = 0  # the seq of its latest fact
     last_dispatch: Seq = 0  # the seq of its latest dispatch (0: never dispatched)
 
@@ -71,13 +74,32 @@ class GrainView:
         return self.committed[0][1] if self.committed else None
 
     @property
+    def reuse(self) -> GrainReused | None:
+        """The ``GrainReused`` that sealed it with an earlier run's outputs, if any."""
+        return self.reused[0][1] if self.reused else None
+
+    @property
+    def reusable(self) -> tuple[str, GrainCommitted | GrainReused] | None:
+        """``(reuse key, sealing fact)`` when a later run may reuse it: sealed Present by a
+        commit whose dispatch recorded a reuse key, or sealed by a ``GrainReused``."""
+        if self.reused:
+            fact = self.reused[0][1]
+            return fact.reuse_key, fact
+        commit = self.commit
+        if commit is None or commit.outcome != REPORT_PRESENT:
+            return None
+        key = next((d.reuse_key for _, d in reversed(self.dispatched)
+                    if d.generation == commit.generation), "")
+        return (key, commit) if key else None
+
+    @property
     def first_dispatch(self) -> Seq | None:
         return self.dispatched[0][0] if self.dispatched else None
 
     @property
     def sealed_at(self) -> Seq | None:
         """The seq of its first commit or failure (None: not sealed)."""
-        seals = [e[0] for e in self.committed[:1]] + [e[0] for e in self.failed[:1]]
+        seals = [e[0] for e in (*self.committed[:1], *self.failed[:1], *self.reused[:1])]
         return min(seals) if seals else None
 
     @property
@@ -98,12 +120,13 @@ class GrainView:
     def seen_before(self, seq: Seq) -> bool:
         """Whether any of its facts was written before ``seq``."""
         return any(lst and lst[0][0] < seq
-                   for lst in (self.dispatched, self.retried, self.failed, self.committed))
+                   for lst in (self.dispatched, self.retried, self.failed, self.committed,
+                               self.reused))
 
     def history(self) -> list[tuple[Seq, Fact]]:
         """All its facts in seq order."""
         merged: list[tuple[Seq, Fact]] = [*self.dispatched, *self.retried, *self.failed,
-                                          *self.committed]
+                                          *self.committed, *self.reused]
         return sorted(merged, key=lambda e: e[0])
 
 
@@ -165,6 +188,12 @@ def _on_committed(view: ShardView, seq: Seq, fact: GrainCommitted) -> None:
     grain.last = seq
 
 
+def _on_reused(view: ShardView, seq: Seq, fact: GrainReused) -> None:
+    grain = view.grain(fact.call, fact.path)
+    grain.reused.append((seq, fact))
+    grain.last = seq
+
+
 def _on_barrier(view: ShardView, seq: Seq, fact: BarrierInstalled) -> None:
     view.barriers.append((seq, fact))
 
@@ -194,6 +223,7 @@ _FILE: dict[type[Fact], Callable[[ShardView, Seq, Any], None]] = {
     GrainRetried: _on_retried,
     GrainFailed: _on_failed,
     GrainCommitted: _on_committed,
+    GrainReused: _on_reused,
     BarrierInstalled: _on_barrier,
     ExpansionClosed: _on_expansion,
     SourceAdmitted: _on_admitted,

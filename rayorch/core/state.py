@@ -32,6 +32,7 @@ from rayorch.core.facts import (
     GrainDispatched,
     GrainFailed,
     GrainRetried,
+    GrainReused,
     LeaseAcquired,
     OutputEmitted,
     RunCompleted,
@@ -43,6 +44,7 @@ from rayorch.core.kernel_audit import describe_stuck, snapshot_kernel, story_of,
 from rayorch.core.outcome import Item
 from rayorch.core.plan import Plan
 from rayorch.core.propagation import expansion_outcome
+from rayorch.core.vocabulary import READY
 
 UNBOUNDED = 1 << 40
 
@@ -67,6 +69,7 @@ class Kernel(GrainLifecycle):
             SourceAdmitted: self._on_admitted,
             GrainDispatched: self._on_dispatched,
             GrainCommitted: self._on_committed,
+            GrainReused: self._on_reused,
             BarrierInstalled: self._on_barrier,
             GrainRetried: self._on_retried,
             GrainFailed: self._on_failed,
@@ -206,6 +209,10 @@ class Kernel(GrainLifecycle):
         """
         gen = self._gen
         return [(g, gen.get(g, 0)) for g in self.queues[call_id].take(limit)]
+
+    def fresh_ready(self, grain: GrainKey) -> bool:
+        """``grain`` is ready and was never dispatched (generation 0): it may be reused."""
+        return self._phase.get(grain) == READY and grain not in self._gen
 
     def inputs_of(self, grain: GrainKey) -> tuple[Any, ...]:
         """The input values of a ready or in-flight Grain, in Call argument order."""

@@ -50,6 +50,7 @@ class FactKind(IntEnum):
     DISPATCHED = 1
     RETRIED = 2
     FAILED = 3
+    REUSED = 4  # GrainReused: sealed with an earlier run's outputs, never dispatched
 
 
 # The Grain phase a driver fact of each kind leaves behind.
@@ -57,6 +58,7 @@ PHASE_AFTER: dict[FactKind, GrainPhase] = {
     FactKind.DISPATCHED: GrainPhase.IN_FLIGHT,
     FactKind.RETRIED: GrainPhase.READY,
     FactKind.FAILED: GrainPhase.SEALED,
+    FactKind.REUSED: GrainPhase.SEALED,
 }
 
 

@@ -335,6 +335,11 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        help="seconds between progress lines when stdout is not a "
                        "terminal (default 5)")
     group.add_argument("--json", action="store_true", help="print the summary as JSON")
+    group.add_argument("--reuse", default=None, metavar="RUN",
+                       help="reuse the Grains of an earlier run in --store whose code, "
+                       "arguments and inputs are unchanged (a run id, or 'latest')")
+    group.add_argument("--no-reuse", action="append", default=[], metavar="CALL",
+                       help="with --reuse: run this Call again anyway (e.g. ocr; repeatable)")
 
 
 def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
@@ -394,6 +399,11 @@ def run_job(
     """
     plan = pipeline.compile()
     check_store(args.store)
+    if (args.reuse or args.no_reuse) and args.store == "memory://":
+        raise UsageError("--reuse needs the store of the earlier run: pass --store redis://... "
+                         "(a memory:// store ends with its process)")
+    if args.no_reuse and not args.reuse:
+        raise UsageError("--no-reuse CALL goes with --reuse RUN")
     out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
                             overwrite=args.overwrite, resume=args.resume)
     ids = out.remaining(sources)
@@ -417,7 +427,8 @@ def run_job(
             sink = out.sink_for(new_run_id(plan), writer)
             handle = pipeline.run(sources, store=args.store, ordered=False,
                                   progress=progress, address=args.address,
-                                  admission_order=ids, sink=sink)
+                                  admission_order=ids, sink=sink, reuse=args.reuse,
+                                  no_reuse=args.no_reuse)
             run_id = handle.run_id
             out.note_run(run_id)
             summary.run_started = clock.running()

@@ -373,11 +373,14 @@ def document_pages(page_texts: list[PageText], meta: DocumentMeta) -> list[dict[
     return pages
 
 
-def assemble_markdown(pages: list[dict[str, Any]], meta: DocumentMeta) -> str:
-    """A Markdown document: the title, then each page after ``<!-- page N engine=E -->``."""
+def assemble_markdown(pages: list[dict[str, Any]], meta: DocumentMeta, *,
+                      page_markers: bool = True) -> str:
+    """A Markdown document: the title, then each page after ``<!-- page N engine=E -->``
+    (without those markers when ``page_markers`` is False)."""
     parts = [f"# {meta['title']}", f"<!-- source: {meta['path']} -->"]
     for page in pages:
-        parts.append(f"<!-- page {page['page']} engine={page['engine']} -->")
+        if page_markers:
+            parts.append(f"<!-- page {page['page']} engine={page['engine']} -->")
         if page["text"]:
             parts.append(page["text"])
     return "\n\n".join(parts) + "\n"
@@ -401,8 +404,11 @@ class AssembleDocument:
     drops), ``no_layer_pages`` those of them kept from an empty text layer (``--ocr text``:
     not OCR'd),
     ``garbage_pages`` the pages whose garbage text layer was kept (``--ocr text``);
-    both are summary warnings.
+    both are summary warnings. ``page_markers=False`` leaves the page markers out.
     """
+
+    def __init__(self, page_markers: bool = True) -> None:
+        self.page_markers = page_markers
 
     def __call__(
         self, page_texts: list[list[PageText]], metas: list[DocumentMeta]
@@ -414,7 +420,7 @@ class AssembleDocument:
                 "path": meta["path"],
                 "title": meta["title"],
                 "pages": len(pages),
-                "markdown": assemble_markdown(pages, meta),
+                "markdown": assemble_markdown(pages, meta, page_markers=self.page_markers),
                 "page_engines": [p["engine"] for p in pages],
                 "empty_pages": [p["page"] for p in pages if _empty(p)],
                 "no_layer_pages": [p["page"] for p in pages
@@ -482,6 +488,7 @@ class PdfPipeline(ro.Pipeline):
         ocr_num_cpus: float | None = None,
         ocr_num_gpus: float | None = None,
         ocr_inflight: int = 1,
+        page_markers: bool = True,
     ) -> None:
         super().__init__()
         if engine not in OCR_MODES:
@@ -512,7 +519,8 @@ class PdfPipeline(ro.Pipeline):
             num_gpus=ocr_num_gpus if ocr_num_gpus is not None else (
                 vllm_num_gpus() if engine == "vllm" else 0.0),
         ).pre_init(FALLBACK_ENGINE if auto else engine, **ocr_options)
-        self.assemble = ro.RayModule(AssembleDocument, batch_size=8, num_cpus=0.25)
+        self.assemble = ro.RayModule(AssembleDocument, page_markers=page_markers,
+                                     batch_size=8, num_cpus=0.25)
 
     def forward(self, pdfs: Any) -> Any:
         pages, to_ocr, meta = self.render(pdfs)

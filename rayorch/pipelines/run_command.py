@@ -2,6 +2,12 @@
 
     rayorch run pdf --input DIR --output DIR [--ocr auto|text|rapidocr|vllm]
                     [--store URL] [--overwrite | --resume] [--allow-failures]
+                    [--reuse RUN|latest [--no-reuse CALL]]
+
+--reuse RUN (a run of the same --store, or 'latest') takes every Grain whose Call (code,
+arguments, result-affecting options) and inputs (for a PDF: its bytes) are unchanged from
+that run instead of running it: new PDFs are rendered and OCR'd, old ones are not; a changed
+assemble option (--no-page-markers) re-assembles without rendering or OCR.
 
 OCR engines (--ocr):
   auto      the default: each page's text layer where it is usable; pages without
@@ -72,6 +78,8 @@ def add_pdf_parser(jobs: Any) -> None:
                        help="render actors (default: one per CPU core, at most 8)")
     group.add_argument("--batch-size", type=int, default=16, help="pages per OCR batch")
     group.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
+    group.add_argument("--no-page-markers", action="store_true",
+                       help="leave the <!-- page N engine=E --> markers out of the Markdown")
 
 
 def _pipeline(args: argparse.Namespace) -> Any:
@@ -80,7 +88,8 @@ def _pipeline(args: argparse.Namespace) -> Any:
     require_positive(args, "replicas", "batch_size", "render_replicas", "dpi")
     render = args.render_replicas or max(1, min(8, os.cpu_count() or 1))
     options: dict[str, Any] = {"replicas": args.replicas, "batch_size": args.batch_size,
-                               "render_replicas": render, "tables": args.tables}
+                               "render_replicas": render, "tables": args.tables,
+                               "page_markers": not args.no_page_markers}
     if args.dpi is not None:
         options["dpi"] = args.dpi
     if args.model is not None:
@@ -97,5 +106,6 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
     if not sources:
         raise UsageError(f"no PDF files under {args.input}")
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=_pipeline(args),
-                   options={"ocr": args.ocr, "tables": args.tables}, writer=PDF_WRITER,
+                   options={"ocr": args.ocr, "tables": args.tables,
+                            "page_markers": not args.no_page_markers}, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True)

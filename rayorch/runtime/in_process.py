@@ -66,6 +66,7 @@ class ExecutorOptions:
     validate: bool = False  # Kernel.validate() after every step
     keep_history: bool = True  # False: no kernel log, delivered sources forgotten (the driver)
     max_steps: int = 1_000_000
+    reuse: Any = None  # a core.reuse.Reuse: dispatches get reuse keys, ready Grains reused
 
 
 @dataclass
@@ -302,7 +303,7 @@ class Executor:
         driver = ShardDriver(store=store, run_id=RUN_ID, info=info, plan=self.plan,
                              driver_id="in-process", pools=pools,
                              feed=ManifestFeed(sources, info), sink=sink, config=config,
-                             on_turn=lambda: self._turn(driver, pools))
+                             on_turn=lambda: self._turn(driver, pools), reuse=options.reuse)
         for _ in driver.results():
             pass  # the collecting sink delivers at once
         while pools.bogus:  # the late reports still on their way arrive after the end

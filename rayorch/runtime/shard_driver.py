@@ -50,6 +50,7 @@ from rayorch.core.machine import (
     WriteFacts,
 )
 from rayorch.core.plan import CallSpec, Plan
+from rayorch.core.reuse import Reuse
 from rayorch.core.run_view import fold_shard
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
@@ -86,7 +87,7 @@ class ShardDriver(LeaseSide):
     def __init__(self, *, store: LineageStore, run_id: str, info: RunInfo, plan: Plan,
                  driver_id: str, pools: Pools, feed: Feed, sink: Sink | CallerSink,
                  config: DriverConfig, on_close: Callable[[bool], None] | None = None,
-                 on_turn: Callable[[], None] | None = None) -> None:
+                 on_turn: Callable[[], None] | None = None, reuse: Reuse | None = None) -> None:
         self.store, self.run_id, self.info, self.plan = store, run_id, info, plan
         self.driver_id = driver_id
         self.pools = pools
@@ -95,6 +96,7 @@ class ShardDriver(LeaseSide):
         self._now = config.clock  # fact timestamps
         self._on_close = on_close
         self._on_turn = on_turn
+        self.reuse = reuse  # every shard's machine gets it (core/reuse.py)
         self.call_specs: dict[CallId, CallSpec] = {}
         for node in plan.calls:
             assert node.call is not None
@@ -203,7 +205,7 @@ class ShardDriver(LeaseSide):
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
                                total_sources=self.feed.shard_total(k),
-                               keep_history=self.config.keep_history)
+                               keep_history=self.config.keep_history, reuse=self.reuse)
         stored = list(self.store.iter_facts(self.run_id, k))
         facts = [s.fact for s in stored]
         view = fold_shard(k, ((s.seq, s.fact) for s in stored))

@@ -114,6 +114,7 @@ def run_status(store: LineageStore, run_id: str) -> RunStatus:
             keyed += [(seq, call, "retried") for seq, _ in grain.retried]
             keyed += [(seq, call, "failed") for seq, _ in grain.failed]
             keyed += [(seq, call, c.outcome) for seq, c in grain.committed]
+            keyed += [(seq, call, "reused") for seq, _ in grain.reused]
             status.failovers += sum(r.cause == FAILOVER_CAUSE for _, r in grain.retried)
         for _, call, what in sorted(keyed):
             status.calls.setdefault(call, Counter())[what] += 1

@@ -8,7 +8,8 @@ only after every member is terminal; then it folds the facts through the pure
 :class:`~rayorch.core.state.Kernel`, which rejects any fact that does not fit, checks a
 reduce's value is its members' values in ordinal order, and validates the final state.
 A committed payload file that is missing or corrupt is a finding (the fold of that
-shard is then skipped), never an abort.
+shard is then skipped), never an abort. Each ``GrainReused`` must name a Grain its origin
+run sealed with the same reuse key and outputs (:mod:`rayorch.store.reuse_audit`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rayorch.core.facts import (
     GrainCommitted,
     GrainDispatched,
     GrainRetried,
+    GrainReused,
     OutputEmitted,
     SourceAdmitted,
 )
@@ -35,6 +37,7 @@ from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
 from rayorch.runtime.manifest import RunManifest
 from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
+from rayorch.store.reuse_audit import check_reuse
 
 
 @dataclass(frozen=True)
@@ -184,10 +187,13 @@ class ShardAudit:
                     self.bad(seq, name, "committed after a GroupFailure barrier covered it")
                 what, key = "committed", fact.outcome
                 if fact.outcome == REPORT_PRESENT:
-                    for domain, index in self.shape.expand_feeders.get(grain.call, ()):
-                        value = None if fact.outputs is None else fact.outputs[index]
-                        count = len(value) if isinstance(value, list | tuple) else None
-                        self.expected.setdefault((domain, grain.path), []).append((seq, count))
+                    self._expect_children(seq, grain, fact.outputs)
+            elif isinstance(fact, GrainReused):
+                if phase is not GrainPhase.WAITING:
+                    self.bad(seq, name, f"reused while {phase.label}: only a Grain never "
+                                        "dispatched can be reused")
+                what, key = "reused", "reused"
+                self._expect_children(seq, grain, fact.outputs)
             else:
                 what, key = "failed", "failed"
             if sealed is not None:
@@ -196,6 +202,13 @@ class ShardAudit:
                 sealed = seq
             phase = GrainPhase.SEALED
             self.count(seq, "grains", key)
+
+    def _expect_children(self, seq: int, grain: GrainView, outputs: Any) -> None:
+        """A Present seal of an expanded Call: its value says how many children follow."""
+        for domain, index in self.shape.expand_feeders.get(grain.call, ()):
+            value = None if outputs is None else outputs[index]
+            count = len(value) if isinstance(value, list | tuple) else None
+            self.expected.setdefault((domain, grain.path), []).append((seq, count))
 
     def _expansions(self) -> None:
         for (domain, parent), closes in self.view.expansions.items():
@@ -235,6 +248,8 @@ class ShardAudit:
             child = self.view.grains.get((child_call, (*grain.path, ordinal)))
             if child is None or not child.seen_before(seq):
                 continue
+            if first_before(child.reused, seq) is not None:
+                continue  # sealed Present with an earlier run's outputs
             commit = first_before(child.committed, seq)
             if commit is None:
                 self.bad(seq, name, f"reduce consumed before member {format_grain(child.key)} "
@@ -260,8 +275,11 @@ class ShardAudit:
                      f"deliver it with `rayorch resume {self.report.run_id} --out-dir DIR`")
 
 
+Outputs = tuple[Any, ...] | None  # a Present seal's output values
+
+
 def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape: PlanShape,
-                         report: AuditReport, committed: dict[GrainKey, GrainCommitted]) -> None:
+                         report: AuditReport, committed: dict[GrainKey, Outputs]) -> None:
     try:
         from rayorch.core.state import Kernel
     except ImportError:  # the kernel ships with rayorch; tolerate partial checkouts
@@ -281,7 +299,7 @@ def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape:
 
 
 def _check_reduce_order(kernel: Any, fact: GrainDispatched, shape: PlanShape,
-                        committed: dict[GrainKey, GrainCommitted], report: AuditReport,
+                        committed: dict[GrainKey, Outputs], report: AuditReport,
                         shard: int, seq: int) -> None:
     """The value a reduce hands its consumer is the members' values in ordinal order."""
     specs = shape.reducers.get(fact.call)
@@ -296,9 +314,9 @@ def _check_reduce_order(kernel: Any, fact: GrainDispatched, shape: PlanShape,
         if not isinstance(value, list | tuple):
             continue
         members = sorted(
-            (c.path[-1], None if c.outputs is None else c.outputs[index])
-            for (call, path), c in committed.items()
-            if call == child_call and path[:-1] == fact.path and c.outcome == REPORT_PRESENT
+            (path[-1], None if outputs is None else outputs[index])
+            for (call, path), outputs in committed.items()
+            if call == child_call and path[:-1] == fact.path
         )
         expected = [v for _, v in members]
         if list(value) != expected:
@@ -327,9 +345,12 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
             report.notes.append(f"shard {shard}: kernel fold skipped ({unresolved} committed "
                                 "outputs cannot be read)")
         else:
-            committed = {g.key: g.commit for g in view.grains.values() if g.commit is not None}
+            committed = {g.key: seal.outputs for g in view.grains.values()
+                         if (seal := g.reuse or g.commit) is not None
+                         and getattr(seal, "outcome", REPORT_PRESENT) == REPORT_PRESENT}
             _fold_through_kernel(plan, shard, facts, shape, report, committed)
     _check_every_shard_held(run_id, views, expected, done, report)
+    report.violations += [Violation(*finding) for finding in check_reuse(store, views)]
     return report
 
 
@@ -384,7 +405,7 @@ def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditRepor
     unresolved = 0
     for stored in store.iter_facts(run_id, shard, payloads=False):
         fact = stored.fact
-        if isinstance(fact, GrainCommitted) and fact.payload_ref is not None \
+        if isinstance(fact, GrainCommitted | GrainReused) and fact.payload_ref is not None \
                 and fact.outputs is None:
             try:
                 stored = stored._replace(fact=store.resolve_payload(fact))

@@ -37,6 +37,7 @@ from rayorch.store.layout import AppendBasis as AppendBasis
 from rayorch.store.layout import RunInfo as RunInfo
 from rayorch.store.layout import check_run_id, plan_description
 from rayorch.store.layout import shard_of as shard_of
+from rayorch.store.payload import Sealing
 
 DEFAULT_READ_LIMIT = 10_000
 
@@ -109,7 +110,7 @@ class FactLog(ABC):
     def barriers(self, run_id: str, shard: int) -> frozenset[tuple[CallId, Path]]:
         """The installed GroupFailure barriers ``(call, parent)`` of a shard."""
 
-    def resolve_payload(self, fact: GrainCommitted) -> GrainCommitted:
+    def resolve_payload(self, fact: Sealing) -> Sealing:
         """The fact with outputs stored in a payload file loaded back.
 
         Raises :class:`~rayorch.store.errors.PayloadError` when the file is missing or

@@ -23,6 +23,7 @@ from rayorch.core.facts import (
     GrainDispatched,
     GrainFailed,
     GrainRetried,
+    GrainReused,
     LeaseAcquired,
     OutputEmitted,
     RunCompleted,
@@ -46,6 +47,7 @@ _KIND_OF: dict[type[Fact], int] = {
     GrainDispatched: int(FactKind.DISPATCHED),
     GrainRetried: int(FactKind.RETRIED),
     GrainFailed: int(FactKind.FAILED),
+    GrainReused: int(FactKind.REUSED),
 }
 
 
@@ -111,7 +113,8 @@ class RunLayout:
 
     def domain_of(self, fact: Fact) -> DomainId:
         """The Domain stream a fact is written to."""
-        if isinstance(fact, GrainDispatched | GrainCommitted | GrainRetried | GrainFailed):
+        if isinstance(fact, GrainDispatched | GrainCommitted | GrainRetried | GrainFailed
+                      | GrainReused):
             domain = self._call(fact.call)
             if domain_depth(domain) != len(fact.path) - 1:
                 raise UnknownRunPartError(
@@ -133,7 +136,8 @@ class RunLayout:
     def shard_of_fact(self, fact: Fact) -> int | None:
         """The shard a fact belongs to (None: any shard, e.g. RunCompleted)."""
         index: int | None = None
-        if isinstance(fact, GrainDispatched | GrainCommitted | GrainRetried | GrainFailed):
+        if isinstance(fact, GrainDispatched | GrainCommitted | GrainRetried | GrainFailed
+                      | GrainReused):
             index = fact.path[0]
         elif isinstance(fact, SourceAdmitted | OutputEmitted):
             index = fact.index

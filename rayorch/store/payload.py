@@ -23,15 +23,16 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from rayorch.core.facts import GrainCommitted, pack_value, unpack_value
+from rayorch.core.facts import GrainCommitted, GrainReused, pack_value, unpack_value
 from rayorch.core.ids import format_path
 from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.errors import PayloadError
 
+Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a payload_ref
 DEFAULT_THRESHOLD = 64 * 1024
 SUFFIX = ".msgpack"
 _DIGESTED = re.compile(r"\.g\d+\.([0-9a-f]{32})\.msgpack$")
@@ -149,7 +150,7 @@ class PayloadStore:
             raise PayloadError(ref, "it does not hold a list of outputs")
         return tuple(value)
 
-    def resolve(self, fact: GrainCommitted) -> GrainCommitted:
+    def resolve(self, fact: Sealing) -> Sealing:
         """The fact with its outputs loaded back (``payload_ref`` kept)."""
         if fact.payload_ref is None or fact.outputs is not None:
             return fact
@@ -181,10 +182,13 @@ class PayloadStore:
             self.delete(ref)
         return orphans
 
-    def delete_run(self, run_id: str) -> None:
-        """Remove the run's payload files, then its folders once empty (and its owner mark)."""
-        for ref in self.refs(run_id):
+    def delete_run(self, run_id: str, keep: set[str] | frozenset[str] = frozenset()) -> None:
+        """Remove the run's payload files but ``keep`` (files later runs reuse), then its
+        folders once empty (and its owner mark, unless a kept file remains)."""
+        for ref in self.refs(run_id) - set(keep):
             self.delete(ref)
+        if keep & self.refs(run_id):
+            return
         base = self._path(self._run_dir(run_id))
         self._claimed.discard(base)
         if not base.is_dir() or base.is_symlink():

@@ -34,7 +34,7 @@ from redis.exceptions import (
 )
 
 from rayorch.core.errors import StoreError
-from rayorch.core.facts import Fact, GrainCommitted, decode_fact, encode_fact
+from rayorch.core.facts import Fact, GrainCommitted, GrainReused, decode_fact, encode_fact
 from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.machine import barrier_fact
@@ -70,7 +70,13 @@ from rayorch.store.layout import (
     prepare_driver_facts,
     prepare_reports,
 )
-from rayorch.store.payload import DEFAULT_THRESHOLD, PayloadStore, deletable_refs, store_identity
+from rayorch.store.payload import (
+    DEFAULT_THRESHOLD,
+    PayloadStore,
+    Sealing,
+    deletable_refs,
+    store_identity,
+)
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
@@ -81,6 +87,7 @@ from rayorch.store.redis_support import (
     redact_url,
     seq_of,
 )
+from rayorch.store.reuse_audit import refs_held_elsewhere
 from rayorch.store.scripts import (
     ACQUIRE_LEASE,
     APPEND_FENCED,
@@ -282,6 +289,7 @@ class RedisStore(LineageStore):
             layout = self._layout(run_id)
         except RunNotFoundError:
             return
+        held = refs_held_elsewhere(self, run_id)  # later runs reuse these files: kept
         client = self._client()
         with self._errors():
             pipe = client.pipeline(transaction=False)
@@ -294,7 +302,7 @@ class RedisStore(LineageStore):
             pipe.srem(RUNS_KEY, run_id)
             pipe.execute()
         self._layouts.pop(run_id, None)
-        self.payloads.delete_run(run_id)
+        self.payloads.delete_run(run_id, keep=held)
 
     # -- leases ------------------------------------------------------------------
     def _lease_keys(self, run_id: str, shard: int) -> tuple[ShardKeys, list[str]]:
@@ -515,12 +523,13 @@ class RedisStore(LineageStore):
         out = []
         for seq, domain, blob in merged[:limit]:
             fact = decode_fact(blob)
-            if payloads and isinstance(fact, GrainCommitted) and fact.payload_ref is not None:
+            if payloads and isinstance(fact, GrainCommitted | GrainReused) \
+                    and fact.payload_ref is not None and fact.outputs is None:
                 fact = self.payloads.resolve(fact)
             out.append(StoredFact(seq, domain, fact))
         return out
 
-    def resolve_payload(self, fact: GrainCommitted) -> GrainCommitted:
+    def resolve_payload(self, fact: Sealing) -> Sealing:
         return self.payloads.resolve(fact)
 
     def grain_phase(self, run_id: str, shard: int, call: CallId, path: EntityPath

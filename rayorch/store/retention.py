@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import GrainCommitted
+from rayorch.core.facts import GrainCommitted, GrainReused
 from rayorch.core.names import valid_run_id
 from rayorch.store.base import LineageStore
 from rayorch.store.payload import SUFFIX, PayloadStore
+from rayorch.store.reuse_audit import refs_held_elsewhere
 
 MIN_ORPHAN_AGE_S = 3600.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -49,17 +50,18 @@ def payload_store(store: LineageStore) -> PayloadStore | None:
 
 
 def referenced_payloads(store: LineageStore, run_id: str) -> set[str]:
-    """The payload references of the run's committed facts."""
+    """The payload references of the run's committed and reused facts, and those of its
+    files that later runs reuse (:func:`~rayorch.store.reuse_audit.refs_held_elsewhere`)."""
     refs: set[str] = set()
     for shard in range(store.run_info(run_id).shards):
         cursor = 0
         while batch := store.read(run_id, shard, cursor, payloads=False):
             for stored in batch:
                 fact = stored.fact
-                if isinstance(fact, GrainCommitted) and fact.payload_ref:
+                if isinstance(fact, GrainCommitted | GrainReused) and fact.payload_ref:
                     refs.add(fact.payload_ref)
             cursor = batch[-1].seq
-    return refs
+    return refs | refs_held_elsewhere(store, run_id)
 
 
 @dataclass
@@ -146,10 +148,12 @@ def delete_run(store: LineageStore, run_id: str) -> None:
         from rayorch.store.errors import InvalidRunIdError
 
         raise InvalidRunIdError(run_id)
-    store.delete_run(run_id)
     payloads = payload_store(store)
+    held = refs_held_elsewhere(store, run_id) if payloads is not None else set()
+    store.delete_run(run_id)
     if payloads is not None:
-        payloads.delete_run(run_id)  # also files of a run whose keys were already gone
+        # also files of a run whose keys were already gone; never files later runs reuse
+        payloads.delete_run(run_id, keep=held)
 
 
 __all__ = ["GcPlan", "MIN_ORPHAN_AGE_S", "RetentionError", "apply_gc", "delete_run", "is_running",

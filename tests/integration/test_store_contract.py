@@ -24,6 +24,7 @@ from rayorch.core.facts import (
     GrainDispatched,
     GrainFailed,
     GrainRetried,
+    GrainReused,
     LeaseAcquired,
     SourceAdmitted,
 )
@@ -376,6 +377,20 @@ class TestFactLog:
         assert store.read(run, 0) == before  # nothing written
         store.append(run, 0, epoch, more, driver="driver-a",
                      basis=AppendBasis(before[-1].seq, seqs[0], (("ocr", (0, 0), 0),)))
+
+    def test_grain_reused_seals_its_grain(self, store: LineageStore, run: str,
+                                          epoch: int) -> None:
+        """A driver's GrainReused seals the Grain: a report for it is then SEALED, another
+        driver fact about it is refused, and it reads back as written."""
+        reused = GrainReused("ocr", (0, 0), 0, "k" * 32, "earlier", "ocr", (3, 1), ("v",))
+        store.append(run, 0, epoch, [reused], driver="driver-a")
+        assert store.grain_phase(run, 0, "ocr", (0, 0)) == (GrainPhase.SEALED, 0)
+        assert store.commit(run, [committed("ocr", (0, 0))]) == [CommitVerdict.SEALED]
+        with pytest.raises(GrainSealedError):
+            store.append(run, 0, epoch, [GrainDispatched("ocr", (0, 0), 0)], driver="driver-a")
+        with pytest.raises(GrainSealedError):
+            store.append(run, 0, epoch, [reused], driver="driver-a")
+        assert [s.fact for s in store.read(run, 0)][-1] == reused
 
     # -- commit gate -------------------------------------------------------------
     def test_commit_rule_verdicts(self, store: LineageStore, run: str, epoch: int) -> None:

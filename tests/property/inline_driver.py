@@ -65,7 +65,8 @@ class InlinePool(ActorPool):
 
 def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
                 feed: Any, sink: Any, mode: LeaseMode, driver_id: str,
-                sleep: Callable[[float], None] = lambda _: None) -> ShardDriver:
+                sleep: Callable[[float], None] = lambda _: None, reuse: Any = None
+                ) -> ShardDriver:
     """A driver of ``run_id`` whose batches finish when ``harness.wait`` says."""
     info = store.run_info(run_id)
     pools: dict[str, ActorPool] = {}
@@ -79,4 +80,4 @@ def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
                           sleep=sleep)
     ports = RayPools(pools, call_module, run_id=run_id, log=config.log, wait=harness.wait)
     return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
-                       pools=ports, feed=feed, sink=sink, config=config)
+                       pools=ports, feed=feed, sink=sink, config=config, reuse=reuse)

@@ -183,15 +183,17 @@ class RandomPipeline(ro.Pipeline):
         module = self.__dict__.get(name)
         if module is None:
             i = len(self.kinds) % len(self.spec.behaviours)
-            batched = self.spec.batched[i]
-            module = ro.RayModule(
-                Step, name, kind, self.spec.behaviours[i], self.registry, batched,
-                fan_cap=9 if len(self.kinds) < 2 else 4,
-                batched=batched, max_attempts=MAX_ATTEMPTS,
-            )
+            module = self._make(name, kind, self.spec.behaviours[i], self.spec.batched[i],
+                                9 if len(self.kinds) < 2 else 4)
             setattr(self, name, module)
             self.kinds[name] = kind
         return module
+
+    def _make(self, name: str, kind: str, behaviour: Behaviour, batched: bool,
+              fan_cap: int) -> ro.RayModule:
+        """The module of the call site ``name`` (a subclass may build another Step)."""
+        return ro.RayModule(Step, name, kind, behaviour, self.registry, batched,
+                            fan_cap=fan_cap, batched=batched, max_attempts=MAX_ATTEMPTS)
 
     def _build(self, block: tuple[Op, ...], depth: int) -> None:
         for op in block:

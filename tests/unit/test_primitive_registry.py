@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from rayorch.core.executor import ExecutorOptions, execute
 
 import rayorch as ro
 from rayorch import F
@@ -29,6 +28,7 @@ from rayorch.core.primitives.base import Evaluation, KernelNode, Primitive, bad,
 from rayorch.core.reference import evaluate
 from rayorch.core.state import Kernel
 from rayorch.core.tracer import Port, Trace, active_trace, caller_location
+from rayorch.runtime.in_process import ExecutorOptions, execute
 
 if TYPE_CHECKING:
     from rayorch.core.ids import Path as EntityPath

@@ -18,7 +18,8 @@ ARGV[7]      basis: the first seq of the caller's latest append since ("0": none
 ARGV[8]      m, the number of commits the caller folded since that append, then 2 per
              commit j (ARGV[8 + 2j - 1], ARGV[8 + 2j]): grain field, generation
 then 5 per fact i (base = 8 + 2m + (i-1)*5):
-  +1 kind (FactKind): 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed
+  +1 kind (FactKind): 0 other, 1 GrainDispatched, 2 GrainRetried, 3 GrainFailed,
+     4 GrainReused
   +2 grain field "call|path" ("" for kind 0)     +3 generation
   +4 stream index: the fact's stream is KEYS[6 + index]
   +5 msgpack bytes of the fact
@@ -42,7 +43,7 @@ The basis check runs after the fence: the shard's log loses a suffix in a rollba
 the caller's latest append still being the shard's latest one (lastop) vouches for all it
 knew before it; the counter for what it read; the Grain table for the commits after.
 Grain table (PHASE_AFTER): Dispatched -> "2:gen" (in flight), Retried -> "1:gen" (ready),
-Failed -> "3:gen" (sealed). Every check runs before any write (a refused fence only
+Failed and Reused -> "3:gen" (sealed). Every check runs before any write (a refused fence only
 raises the epoch counter).
 ]]
 --- @include "lease"

@@ -14,9 +14,10 @@ local KIND_OTHER = 0
 local KIND_DISPATCHED = 1
 local KIND_RETRIED = 2
 local KIND_FAILED = 3
+local KIND_REUSED = 4
 
 -- PHASE_AFTER: the phase a driver fact of each kind leaves behind
-local PHASE_AFTER = {[KIND_DISPATCHED] = PHASE_IN_FLIGHT, [KIND_RETRIED] = PHASE_READY, [KIND_FAILED] = PHASE_SEALED}
+local PHASE_AFTER = {[KIND_DISPATCHED] = PHASE_IN_FLIGHT, [KIND_RETRIED] = PHASE_READY, [KIND_FAILED] = PHASE_SEALED, [KIND_REUSED] = PHASE_SEALED}
 
 -- CommitVerdict: the answers of commit-batch, one per report
 local VERDICT_ACCEPTED = 1

@@ -1,0 +1,212 @@
+"""Fingerprints for reuse: what a Call is, and what a Grain's inputs are (pure).
+
+A Grain of a new run may take the outputs of a Grain committed in an earlier run when
+both have the same **reuse key**: ``blake2b(call fingerprint, input digest)``
+(docs/ARCHITECTURE.md, "Reuse"). What enters each, and nothing else:
+
+Call fingerprint (:func:`call_fingerprint`)
+  * ``FINGERPRINT_VERSION`` (bumped when these rules change: nothing is reused across it);
+  * the module target's qualified name (``module.Class`` or ``module.function``);
+  * a digest of its code: the source text of the class and of each base class outside
+    ``builtins`` (``inspect.getsource``), or of the function. Where the source is not
+    available (a class defined in a REPL, a compiled module), the bytecode of every
+    function the class defines (``marshal`` of its code objects, with the Python version:
+    reuse then holds only between runs of the same Python). Code the target *calls* (a
+    helper in another module, a library) is not covered: use ``--no-reuse CALL`` (or
+    ``no_reuse=``) after changing it;
+  * the constructor arguments (``RayModule(X, *args, **kwargs)`` / ``.pre_init``) and the
+    Call site's static keyword arguments, in a canonical encoding (:func:`canonical`);
+  * the execution options that change what the UDF returns: ``RESULT_OPTIONS``
+    (``batched``, ``num_outputs``, ``output_layout``) and the Call's keyword inputs.
+    Batch size, policy, replicas, resources, attempts, timeouts and the recovery policy
+    do not enter: schedule invariance says they do not change a result.
+
+Input digest (:func:`input_digest`)
+  * the canonical encoding of the Grain's input Items, in the Call's argument order
+    (Dropped, Failed and Suppressed inputs by their outcome and cause);
+  * for a Call input that is a source of the job (a forward argument), the digest of the
+    file it names when the driver supplies one (``source_digest``): the job's PDFs and
+    videos are hashed by content, so a changed file under the same name runs again, and a
+    renamed one too (its name is an input as well).
+
+The canonical encoding takes ``None``, bools, ints, floats, str, bytes, lists, tuples,
+dicts and sets (keys and members sorted by their encoding), enums, frozen dataclasses (by
+qualified name and fields), ``pathlib`` paths, numpy arrays, and classes or functions (by
+name and code digest). Anything else (a mutable object, an open handle, a lock) is state
+that cannot be hashed: the Call gets no fingerprint and is never reused, and
+:attr:`CallFingerprint.reason` says why in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import inspect
+import marshal
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from rayorch.core.facts import pack_value
+from rayorch.core.ids import CallId
+from rayorch.core.plan import ModuleSpec, Plan
+from rayorch.core.propagation import Absent
+
+FINGERPRINT_VERSION = 1
+RESULT_OPTIONS = ("batched", "num_outputs", "output_layout")
+"""The :class:`~rayorch.core.plan.ModuleOptions` that change what a UDF returns."""
+
+SourceDigest = Callable[[Any], "str | None"]
+"""Digest of the file a source value names (None: the value names no file)."""
+
+
+class Unhashable(Exception):
+    """A value (or a target's code) has no canonical encoding; the message says why."""
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+# == canonical encoding ====================================================================
+def canonical(value: Any) -> Any:
+    """A msgpack-able structure equal for equal values, whatever dict or set order."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return value
+    if isinstance(value, enum.Enum):
+        return ["enum", _qualname(type(value)), canonical(value.value)]
+    if isinstance(value, list | tuple):
+        return ["list" if isinstance(value, list) else "tuple", [canonical(v) for v in value]]
+    if isinstance(value, dict):
+        items = [(pack_value(canonical(k)), canonical(v)) for k, v in value.items()]
+        return ["dict", sorted(items, key=lambda kv: kv[0])]
+    if isinstance(value, set | frozenset):
+        return ["set", sorted(pack_value(canonical(v)) for v in value)]
+    if isinstance(value, PurePath):
+        return ["path", str(value)]
+    if type(value) is Absent:
+        return ["absent", value.outcome.value, value.cause]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(type(value), "__dataclass_params__", None)
+        if params is None or not params.frozen:
+            raise Unhashable(f"a {type(value).__name__} is a mutable object (state)")
+        return ["dataclass", _qualname(type(value)),
+                [[f.name, canonical(getattr(value, f.name))] for f in dataclasses.fields(value)]]
+    if inspect.isclass(value) or inspect.isfunction(value):
+        return ["code", _qualname(value), code_digest(value)]
+    if type(value).__module__ == "numpy":
+        try:
+            return ["numpy", pack_value(value)]
+        except TypeError as exc:
+            raise Unhashable(str(exc)) from exc
+    raise Unhashable(f"a {type(value).__name__} has no canonical encoding (state that "
+                     "cannot be hashed)")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    return pack_value(canonical(value))
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+# == code ===================================================================================
+def code_digest(target: Any) -> str:
+    """A digest of the code of a class (and its bases outside builtins) or a function."""
+    owners = [c for c in target.__mro__ if c.__module__ != "builtins"] \
+        if inspect.isclass(target) else [target]
+    parts: list[bytes] = []
+    for owner in owners:
+        try:
+            parts.append(inspect.getsource(owner).encode())
+        except (OSError, TypeError):
+            parts.append(_bytecode(owner))
+    return _digest(*parts)
+
+
+def _bytecode(owner: Any) -> bytes:
+    """The code objects of a function, or of every function a class defines."""
+    functions = [owner] if inspect.isfunction(owner) else [
+        v for _, v in sorted(vars(owner).items()) if inspect.isfunction(v)]
+    codes = [f.__code__ for f in functions if hasattr(f, "__code__")]
+    if not codes:
+        raise Unhashable(f"the code of {_qualname(owner)} is not available (no source, no "
+                         "Python functions)")
+    version = f"{sys.implementation.name}-{sys.version_info[:2]}".encode()
+    return version + b"".join(marshal.dumps(code) for code in codes)
+
+
+# == Call fingerprints ======================================================================
+@dataclass(frozen=True, slots=True)
+class CallFingerprint:
+    """A Call's fingerprint (``key``), or why it has none (``reason``: never reused)."""
+
+    call: CallId
+    key: str | None
+    reason: str | None = None
+
+
+def call_fingerprint(module: ModuleSpec, call_id: CallId, static_kwargs: Iterable[Any] = (),
+                     keywords: Iterable[str] = ()) -> CallFingerprint:
+    """The fingerprint of ``call_id``, a Call of ``module`` (see the module docstring)."""
+    target = module.target
+    if target is None:
+        return CallFingerprint(call_id, None, "the plan has no code for its module (it was "
+                                              "rebuilt from a description)")
+    try:
+        options = module.options
+        blob = canonical_bytes([
+            FINGERPRINT_VERSION, _qualname(target), code_digest(target),
+            list(module.args), dict(module.kwargs), list(static_kwargs), list(keywords),
+            [getattr(options, name) for name in RESULT_OPTIONS],
+        ])
+    except Unhashable as exc:
+        return CallFingerprint(call_id, None, f"constructor arguments or code: {exc}")
+    return CallFingerprint(call_id, _digest(blob))
+
+
+def plan_fingerprints(plan: Plan) -> dict[CallId, CallFingerprint]:
+    """Every Call's fingerprint, in plan order."""
+    out: dict[CallId, CallFingerprint] = {}
+    for node in plan.calls:
+        spec = node.call
+        assert spec is not None
+        out[spec.id] = call_fingerprint(plan.module(spec.module), spec.id,
+                                        spec.static_kwargs, spec.keywords)
+    return out
+
+
+# == inputs =================================================================================
+def input_digest(values: Iterable[Any], sources: Iterable[str | None] = ()) -> str | None:
+    """The digest of a Grain's input values (None: a value has no canonical encoding).
+
+    ``sources`` are the digests of the files the source inputs name, in argument order.
+    """
+    try:
+        blob = canonical_bytes(list(values))
+    except (Unhashable, TypeError, ValueError):
+        return None
+    return _digest(blob, canonical_bytes(list(sources)))
+
+
+def reuse_key(fingerprint: str, digest: str) -> str:
+    """The key a Grain is reused by: its Call's fingerprint with its input digest."""
+    return _digest(fingerprint.encode(), digest.encode())
+
+
+def file_digest(data: bytes) -> str:
+    """The digest of a source file's bytes (the driver reads them: core does no I/O)."""
+    return _digest(data)
+
+
+__all__ = ["FINGERPRINT_VERSION", "RESULT_OPTIONS", "CallFingerprint", "SourceDigest",
+           "Unhashable", "call_fingerprint", "canonical", "canonical_bytes", "code_digest",
+           "file_digest", "input_digest", "plan_fingerprints", "reuse_key"]
