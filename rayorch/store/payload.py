@@ -7,8 +7,8 @@ reference. A file is named by its Grain, generation and content digest
 writes the very file the first attempt may have committed, and a read checks the
 content against the name. The store deletes a file only when the commit gate
 definitely rejected it (docs/ARCHITECTURE.md, "Payload files and uncertain commits");
-:meth:`PayloadStore.collect_garbage` removes files no committed fact refers to (an
-actor that died between writing and committing, a commit whose reply was lost).
+``rayorch gc`` (:mod:`rayorch.store.retention`) removes files no committed fact refers
+to (an actor that died between writing and committing, a commit whose reply was lost).
 A reference is a path relative to the payload directory, so every process of a run
 must use the same directory.
 """
@@ -174,13 +174,6 @@ class PayloadStore:
             for p in base.rglob(f"*{SUFFIX}")
             if not p.name.startswith(".tmp-") and not p.is_symlink()
         }
-
-    def collect_garbage(self, run_id: str, referenced: set[str]) -> list[str]:
-        """Delete the run's payload files no committed fact refers to; returns them."""
-        orphans = sorted(self.refs(run_id) - referenced)
-        for ref in orphans:
-            self.delete(ref)
-        return orphans
 
     def delete_run(self, run_id: str, keep: set[str] | frozenset[str] = frozenset()) -> None:
         """Remove the run's payload files but ``keep`` (files later runs reuse), then its

@@ -587,20 +587,3 @@ class RedisStore(LineageStore):
         with self._errors():
             members = self._client().smembers(done_key(run_id))
         return frozenset(int(m) for m in members)
-
-    def collect_payload_garbage(self, run_id: str) -> list[str]:
-        """Delete payload files of the run that no committed fact refers to."""
-        info = self.run_info(run_id)
-        referenced = {
-            stored.fact.payload_ref
-            for shard in range(info.shards)
-            for stored in self._iter_raw(run_id, shard)
-            if isinstance(stored.fact, GrainCommitted) and stored.fact.payload_ref
-        }
-        return self.payloads.collect_garbage(run_id, {r for r in referenced if r})
-
-    def _iter_raw(self, run_id: str, shard: int) -> Iterator[StoredFact]:
-        cursor = 0
-        while batch := self.read(run_id, shard, cursor, payloads=False):
-            yield from batch
-            cursor = batch[-1].seq

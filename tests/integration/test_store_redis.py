@@ -14,6 +14,7 @@ from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, GrainDispatched, 
 from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
 from rayorch.store.keys import ShardKeys
 from rayorch.store.redis_store import RedisStore
+from rayorch.store.retention import apply_gc, plan_gc
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.testing import RedisServer, free_port
 
@@ -44,7 +45,9 @@ def test_large_outputs_go_to_payload_files(redis_url: str, tmp_path: Path) -> No
     # a file left by an actor that died before committing is collected
     orphan = payload_dir / "r" / "ocr" / "0.9.g0.dead.msgpack"
     orphan.write_bytes(b"\x90")
-    assert store.collect_payload_garbage("r") == ["r/ocr/0.9.g0.dead.msgpack"]
+    plan = plan_gc(store, min_orphan_age_s=0)  # what `rayorch gc` removes
+    assert plan.orphans == ["r/ocr/0.9.g0.dead.msgpack"]
+    apply_gc(store, plan)
     assert sorted(p.name for p in payload_dir.rglob("*.msgpack")) == [Path(files[0]).name]
     store.delete_run("r")
     assert list(payload_dir.rglob("*.msgpack")) == []
