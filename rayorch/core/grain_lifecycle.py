@@ -275,6 +275,12 @@ class GrainLifecycle(ItemPropagation):
                 facts.append(GrainRetried(call, path, generation + 1, cause, ts=ts))
         return facts
 
+    def in_flight_grains(self) -> list[tuple[GrainKey, int]]:
+        """Every Grain in flight, with the generation it was dispatched at."""
+        gen = self._gen
+        return [(grain, gen.get(grain, 0)) for grain, phase in self._phase.items()
+                if phase == IN_FLIGHT]
+
     def verdict(self, report: GrainCommitted) -> CommitVerdict:
         """The commit gate (docs/ARCHITECTURE.md, "Semantics" 4) for one report; changes nothing."""
         grain = (report.call, report.path)

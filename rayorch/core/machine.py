@@ -104,6 +104,16 @@ class OutputDelivered(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class TakenOver(Event):
+    """This machine was rebuilt from the store by a driver whose live batches carry
+    ``live`` (``(call, path, generation)``): every other Grain in flight lost its driver."""
+
+    live: frozenset[tuple[CallId, Path, int]]
+    cause: str
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class FactsStored(Event):
     """Facts read from the store that this machine has not folded (a rebuild or catch-up)."""
 
@@ -173,6 +183,7 @@ class ShardMachine:
         if reuse is not None:
             reuse.attach(self.kernel)
         self.disagreements = 0  # store accepted a report after a barrier the kernel folded
+        self.rerun = 0  # Grains re-dispatched because their driver died (TakenOver)
         self._outbox: list[Instruction] = []
         self._facts: list[Fact] = []
 
@@ -270,6 +281,13 @@ class ShardMachine:
         for fact in self.kernel.physical_failure(grains, event.cause, ts=event.ts):
             self._fold(fact)
 
+    def _on_taken_over(self, event: TakenOver) -> None:
+        orphans = [(grain, gen) for grain, gen in self.kernel.in_flight_grains()
+                   if (grain[0], grain[1], gen) not in event.live]
+        self.rerun += len(orphans)
+        for fact in self.kernel.physical_failure(orphans, event.cause, ts=event.ts):
+            self._fold(fact)
+
     def _on_delivered(self, event: OutputDelivered) -> None:
         self._fold(OutputEmitted(event.index, event.outcome, event.sink, event.digest,
                                  ts=event.ts))
@@ -303,10 +321,11 @@ _HANDLERS: dict[type, Any] = {
     BatchFailed: ShardMachine._on_failed,
     OutputDelivered: ShardMachine._on_delivered,
     FactsStored: ShardMachine._on_stored,
+    TakenOver: ShardMachine._on_taken_over,
 }
 
 __all__ = [
     "BatchCommitted", "BatchFailed", "Event", "FactsStored", "GrainTag", "InputClosed",
     "Instruction", "OutputDelivered", "OutputReady", "Resync", "SendBatch", "ShardMachine",
-    "SlotFree", "SourcesArrived", "WriteFacts", "barrier_fact", "item_result",
+    "SlotFree", "SourcesArrived", "TakenOver", "WriteFacts", "barrier_fact", "item_result",
 ]

@@ -47,6 +47,7 @@ from rayorch.core.machine import (
     ShardMachine,
     SlotFree,
     SourcesArrived,
+    TakenOver,
     WriteFacts,
 )
 from rayorch.core.plan import CallSpec, Plan
@@ -198,8 +199,8 @@ class ShardDriver(LeaseSide):
     def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         """Rebuild shard ``k`` from the store and hold it with ``epoch``.
 
-        Grains the store shows in flight that none of this driver's live batches carry
-        are sent back to ready (their driver died), after ``failed`` (this driver's own
+        The machine sends back to ready the Grains in flight that none of this driver's live
+        batches carry (their driver died: ``TakenOver``), after ``failed`` (this driver's own
         failed batches whose facts did not land) is applied with its real cause.
         """
         started = time.monotonic()
@@ -221,17 +222,10 @@ class ShardDriver(LeaseSide):
             st.input_closed = True
         for event in failed:
             self._perform(st, machine.handle(event))
-        mine = {(call, path, gen) for call, tags, _ in self._batches.values()
-                for path, gen in tags}
-        orphans: dict[CallId, list[tuple[Path, int]]] = {}
-        for grain in sorted(view.grains.values(), key=lambda g: g.last_dispatch):
-            gen = grain.in_flight
-            if gen is not None and (grain.call, grain.path, gen) not in mine:
-                orphans.setdefault(grain.call, []).append((grain.path, gen))
-        now = self._now()
-        rerun = sum(len(tags) for tags in orphans.values())
-        self._perform(st, machine.handle(*(BatchFailed(call, tuple(tags), FAILOVER_CAUSE, now)
-                                           for call, tags in orphans.items())))
+        live = frozenset((call, path, gen) for call, tags, _ in self._batches.values()
+                         for path, gen in tags)
+        self._perform(st, machine.handle(TakenOver(live, FAILOVER_CAUSE, self._now())))
+        rerun = machine.rerun
         self._flush(st)
         took = time.monotonic() - started
         self.counters.shards_taken += 1
