@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import inspect
 import marshal
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -123,13 +125,25 @@ def code_digest(target: Any) -> str:
     """A digest of the code of a class (and its bases outside builtins) or a function."""
     owners = [c for c in target.__mro__ if c.__module__ != "builtins"] \
         if inspect.isclass(target) else [target]
-    parts: list[bytes] = []
-    for owner in owners:
+    return _digest(*(_code_of(owner) for owner in owners))
+
+
+_SOURCE_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_of(owner: Any) -> bytes:
+    """The source of ``owner`` (its code objects when there is none), once per object.
+
+    ``inspect.getsource`` of a class parses its module with ``ast``, which CPython 3.11
+    cannot do in two threads at once (``SystemError: AST constructor recursion depth
+    mismatch``; runs started from several threads hit it): one at a time.
+    """
+    with _SOURCE_LOCK:
         try:
-            parts.append(inspect.getsource(owner).encode())
+            return inspect.getsource(owner).encode()
         except (OSError, TypeError):
-            parts.append(_bytecode(owner))
-    return _digest(*parts)
+            return _bytecode(owner)
 
 
 def _bytecode(owner: Any) -> bytes:
