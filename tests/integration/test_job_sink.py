@@ -1,11 +1,11 @@
 """A job's ``--output`` is its run's file sink, as ``rayorch driver``'s ``--out-dir`` is.
 
 Each run is a real ``rayorch run pdf`` subprocess (its own private Ray) with a real
-redis-server: the part files and their manifest are readable with ``read_outputs``, hold
-the ``documents.jsonl`` rows, and pass ``rayorch audit`` (which finds the directory from
-the run); a changed record fails it. A run killed (SIGKILL) once its first part file is
-there and then ``--resume``-d has every document exactly once: in the part files, in
-``documents.jsonl`` and as one ``.md`` each, and the resumed run passes the audit.
+redis-server. A run killed (SIGKILL) once its first part file is there and then
+``--resume``-d has every document exactly once: in the part files (readable with
+``read_outputs``, each record its ``documents.jsonl`` row), in ``documents.jsonl`` and as
+one ``.md`` each; the resumed run passes ``rayorch audit`` (which finds the directory from
+the run), and a changed record fails it.
 """
 
 from __future__ import annotations
@@ -53,32 +53,7 @@ def parts_of(out: Path) -> list[Path]:
     return sorted(out.glob("part-*.jsonl"))
 
 
-def test_a_job_output_is_read_with_read_outputs_and_checked_by_audit(
-    redis_url: str, tmp_path: Path,
-) -> None:
-    out = tmp_path / "out"
-    done = rayorch("run", "pdf", "--input", str(EXAMPLES), "--output", str(out), "--store",
-                   redis_url, "--json", "--no-progress")
-    assert done.returncode == 0, done.stderr[-3000:]
-    run_id = json.loads(done.stdout)["run_id"]
-    records = sorted(read_outputs(out), key=lambda r: r["index"])
-    rows = rows_of(out)
-    assert [r["index"] for r in records] == [r["id"] for r in rows] == list(range(len(rows)))
-    assert [r["value"] for r in records] == rows  # each record is its document's row
-    assert all((out / row["markdown"]).is_file() for row in rows)
-    assert json.loads((out / SINK_MANIFEST).read_text())["run"] == run_id
-
-    audit = rayorch("audit", run_id, "--store", redis_url)  # finds --output from the run
-    assert audit.returncode == 0, audit.stdout + audit.stderr
-    assert f"run {run_id}: OK" in audit.stdout
-
-    part = parts_of(out)[0]
-    part.write_text(part.read_text().replace('"status":"ok"', '"status":"OK"', 1))
-    altered = rayorch("audit", run_id, "--store", redis_url)
-    assert altered.returncode != 0 and f"in part {part.name} was altered" in altered.stdout
-
-
-def test_a_killed_job_resumed_has_every_document_exactly_once(
+def test_a_killed_job_resumed_has_every_document_once_readable_and_audited(
     redis_url: str, tmp_path: Path,
 ) -> None:
     inputs = tmp_path / "in"
@@ -114,12 +89,20 @@ def test_a_killed_job_resumed_has_every_document_exactly_once(
     assert (summary["documents"], summary["succeeded"], summary["failed"]) == (total, total, 0)
     assert summary["kept"] >= len(delivered)
 
-    indexes = [r["index"] for r in read_outputs(out)]  # a source twice raises
-    assert sorted(indexes) == list(range(total))
+    records = sorted(read_outputs(out), key=lambda r: r["index"])  # a source twice raises
+    assert [r["index"] for r in records] == list(range(total))
     rows = rows_of(out)
     assert [(r["id"], r["status"]) for r in rows] == [(i, "ok") for i in range(total)]
+    assert [r["value"] for r in records] == rows  # each record is its document's row
+    assert json.loads((out / SINK_MANIFEST).read_text())["run"] == summary["run_id"]
     documents = sorted(p.name for p in out.iterdir() if DOCUMENT_NAME.match(p.name))
     assert documents == sorted(r["markdown"] for r in rows)  # one .md each, none stale
     assert not [p.name for p in out.iterdir() if p.name.startswith(".rayorch-tmp-")]
-    audit = rayorch("audit", summary["run_id"], "--store", redis_url)
+    audit = rayorch("audit", summary["run_id"], "--store", redis_url)  # finds --output itself
     assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert f"run {summary['run_id']}: OK" in audit.stdout
+
+    part = parts_of(out)[0]  # a changed record fails the audit
+    part.write_text(part.read_text().replace('"status":"ok"', '"status":"OK"', 1))
+    altered = rayorch("audit", summary["run_id"], "--store", redis_url)
+    assert altered.returncode != 0 and f"in part {part.name} was altered" in altered.stdout
