@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayorch.core import compile_errors as ce
+from rayorch.core.ast_lock import signature as locked_signature
 from rayorch.core.ids import ROOT
 from rayorch.core.plan import (
     CallSpec,
@@ -59,7 +60,7 @@ def _module_names(pipeline: PipelineBase) -> tuple[dict[int, str], list[ModuleSp
 
 
 def _input_names(pipeline: PipelineBase, location: SourceLocation | None) -> list[str]:
-    params = list(inspect.signature(pipeline.forward).parameters.values())
+    params = list(locked_signature(pipeline.forward).parameters.values())
     names = []
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):

@@ -46,12 +46,12 @@ import hashlib
 import inspect
 import marshal
 import sys
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from rayorch.core.ast_lock import AST_LOCK
 from rayorch.core.facts import pack_value
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
@@ -128,9 +128,6 @@ def code_digest(target: Any) -> str:
     return _digest(*(_code_of(owner) for owner in owners))
 
 
-_SOURCE_LOCK = threading.Lock()
-
-
 @functools.lru_cache(maxsize=4096)
 def _code_of(owner: Any) -> bytes:
     """The source of ``owner`` (its code objects when there is none), once per object.
@@ -139,7 +136,7 @@ def _code_of(owner: Any) -> bytes:
     cannot do in two threads at once (``SystemError: AST constructor recursion depth
     mismatch``; runs started from several threads hit it): one at a time.
     """
-    with _SOURCE_LOCK:
+    with AST_LOCK:
         try:
             return inspect.getsource(owner).encode()
         except (OSError, TypeError):

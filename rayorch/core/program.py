@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rayorch.core import compile_errors as ce
+from rayorch.core.ast_lock import signature as locked_signature
 from rayorch.core.names import module_name_problem
 from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
 from rayorch.core.recovery import RecoveryError, as_policy
@@ -215,7 +216,7 @@ class RayModule:
         """The constructor arguments must fit the target's signature (checked here, not at
         actor start), and a flat keyword may not be both an option and a parameter."""
         try:
-            signature = inspect.signature(self.target)
+            signature = locked_signature(self.target)
         except (TypeError, ValueError):
             return  # a builtin or extension type: nothing to check against
         params = signature.parameters

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import inspect
 import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from rayorch import RayorchError
+from rayorch.core.ast_lock import signature as locked_signature
 from rayorch.pipelines import vllm_runtime
 
 Page = dict[str, Any]
@@ -392,7 +392,7 @@ class EngineRegistry:
         """The engine called ``name`` built with ``options`` (checked against its signature)."""
         engine_class = self.engine_class(name)
         try:
-            inspect.signature(engine_class).bind(**options)
+            locked_signature(engine_class).bind(**options)
         except TypeError as exc:
             raise self.error(f"bad options for {self.kind} {name!r}: {exc}") from None
         return engine_class(**options)
