@@ -35,12 +35,12 @@ from rayorch.core.errors import KernelError
 from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag
 from rayorch.core.outcome import Item
-from rayorch.core.plan import CallSpec, ModuleSpec, Plan, Policy
+from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.state import Kernel
 from rayorch.core.udf import Row, instantiate
 from rayorch.runtime.delivery import ManifestFeed
 from rayorch.runtime.in_process import NEVER_EXPIRES_S, CollectSink, run_batch
-from rayorch.runtime.ports import Completion
+from rayorch.runtime.ports import Completion, ModulePools
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.store.memory import MemoryStore
 
@@ -114,16 +114,13 @@ class _Pending:
     completion: Completion = field(compare=False)
 
 
-class VirtualPools:
+class VirtualPools(ModulePools):
     """The pools port of the simulator: actors on a virtual clock (see the module doc)."""
 
     def __init__(self, plan: Plan, cost: CostModel, engines: dict[CallId, EngineModel]) -> None:
+        super().__init__(plan)
         self.cost = cost
         self.now = 0.0
-        self._modules: dict[CallId, ModuleSpec] = {}
-        for node in plan.calls:
-            assert node.call is not None
-            self._modules[node.call.id] = plan.module(node.call.module)
         self.actors = {call: module.options.replicas for call, module in self._modules.items()}
         self.engines = {c: EnginePool(m, self.actors[c]) for c, m in engines.items()}
         # One entry per batch an actor may hold (round-robin over the actors).
@@ -137,13 +134,7 @@ class VirtualPools:
         self.batches: list[BatchRecord] = []
         self.retries = 0
 
-    def batch_limit(self, call: CallId) -> int:
-        return self._modules[call].options.batch_size
-
-    def one_parent(self, call: CallId) -> bool:
-        return self._modules[call].options.policy is Policy.PARENT_BOUND
-
-    def reserve(self, call: CallId) -> int | None:
+    def reserve(self, call: CallId) -> int | None:  # (batch_limit, one_parent: ModulePools)
         free = self._idle[call]
         return free.popleft() if free else None
 

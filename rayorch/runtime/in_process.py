@@ -35,7 +35,7 @@ from rayorch.core.state import Kernel
 from rayorch.core.udf import instantiate, one_line_cause, reports_for, run_with_recovery
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.runtime.delivery import ManifestFeed
-from rayorch.runtime.ports import Completion
+from rayorch.runtime.ports import Completion, ModulePools
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.store.memory import MemoryStore
 
@@ -130,23 +130,18 @@ class _Job:
     error: str | None = None
 
 
-class LocalPools:
+class LocalPools(ModulePools):
     """The pools port of :class:`Executor`: simulated actors running the UDFs in process."""
 
     def __init__(self, plan: Plan, options: ExecutorOptions, rng: random.Random,
                  store: MemoryStore, stats: dict[str, int]) -> None:
+        super().__init__(plan)
         self.options, self.rng, self.store, self.stats = options, rng, store, stats
-        self._modules: dict[CallId, ModuleSpec] = {}
-        self._specs: dict[CallId, CallSpec] = {}
         self._attempts: dict[CallId, int] = {}
         tables = Kernel(plan).tables.calls
         self._actors: dict[CallId, list[Callable[..., Any] | None]] = {}
         self._busy: dict[CallId, list[bool]] = {}
-        for node in plan.calls:
-            assert node.call is not None
-            call = node.call.id
-            module = self._modules[call] = plan.module(node.call.module)
-            self._specs[call] = node.call
+        for call, module in self._modules.items():
             self._attempts[call] = tables[call].max_attempts
             count = options.actors or module.options.replicas
             self._actors[call] = [None] * count
@@ -158,13 +153,7 @@ class LocalPools:
         self._handles = 0
         self._replaced = 0
 
-    # -- the port -----------------------------------------------------------------------
-    def batch_limit(self, call: CallId) -> int:
-        return self._modules[call].options.batch_size
-
-    def one_parent(self, call: CallId) -> bool:
-        return self._modules[call].options.policy is Policy.PARENT_BOUND
-
+    # -- the port (batch_limit, one_parent: ModulePools) ---------------------------------
     def reserve(self, call: CallId) -> int | None:
         busy = self._busy[call]
         for actor, is_busy in enumerate(busy):

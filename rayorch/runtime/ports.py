@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from rayorch.core.facts import GrainCommitted
 from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag, OutputDelivered, OutputReady
-from rayorch.core.plan import CallSpec
+from rayorch.core.plan import CallSpec, ModuleSpec, Plan, Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,24 @@ class Pools(Protocol):
         ...
 
 
+class ModulePools:
+    """What the in-process pools ports share: each Call's module, its batch size and policy."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._modules: dict[CallId, ModuleSpec] = {}
+        self._specs: dict[CallId, CallSpec] = {}
+        for node in plan.calls:
+            assert node.call is not None
+            self._modules[node.call.id] = plan.module(node.call.module)
+            self._specs[node.call.id] = node.call
+
+    def batch_limit(self, call: CallId) -> int:
+        return self._modules[call].options.batch_size
+
+    def one_parent(self, call: CallId) -> bool:
+        return self._modules[call].options.policy is Policy.PARENT_BOUND
+
+
 class Sink(Protocol):
     """Where finished sources go when the shell delivers them itself (not the caller)."""
 
@@ -98,4 +116,4 @@ class Sink(Protocol):
         ...
 
 
-__all__ = ["Completion", "Pools", "Sink"]
+__all__ = ["Completion", "ModulePools", "Pools", "Sink"]
