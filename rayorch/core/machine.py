@@ -6,6 +6,8 @@ and owns the protocol every caller used to re-encode by hand (take a batch, fold
 ``GrainRetried``/``GrainFailed``, record a delivery). In the style of dask's worker
 state machine, :meth:`ShardMachine.handle` takes events and returns instructions:
 
+* :class:`WantSources` — room for more sources: answer with :class:`SourcesArrived`
+  (or :class:`InputClosed` when there are none); asked again whenever the room changes;
 * :class:`WriteFacts` — facts to append (fenced) to the shard's log, in this order,
   before any batch returned *after* them is sent;
 * :class:`SendBatch` — a physical batch for an actor of the Call's pool;
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rayorch.core.errors import InvalidTransition
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     BarrierInstalled,
@@ -40,7 +43,7 @@ from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.outcome import FailedResult, Item, Outcome, source_result
 from rayorch.core.plan import Plan
 from rayorch.core.reuse import Reuse
-from rayorch.core.state import Kernel
+from rayorch.core.state import UNBOUNDED, Kernel
 from rayorch.core.vocabulary import CommitVerdict
 
 GrainTag = tuple[Path, int]
@@ -54,7 +57,7 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class SourcesArrived(Event):
-    """Admit these sources (``(index, values)``); the caller checked :meth:`room` first."""
+    """Admit these sources (``(index, values)``): at most what :class:`WantSources` asked."""
 
     rows: tuple[tuple[int, tuple[Any, ...]], ...]
     ts: float = 0.0
@@ -127,6 +130,13 @@ class Instruction:
 
 
 @dataclass(frozen=True, slots=True)
+class WantSources(Instruction):
+    """Up to ``limit`` more sources may be admitted now (replaces any earlier ask)."""
+
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class WriteFacts(Instruction):
     facts: tuple[Fact, ...]
 
@@ -173,7 +183,7 @@ class ShardMachine:
 
     def __init__(self, plan: Plan, *, max_active_sources: int | None = None,
                  total_sources: int | None = None, keep_history: bool = True,
-                 reuse: Reuse | None = None) -> None:
+                 reuse: Reuse | None = None, micro_batch: int | None = None) -> None:
         self.plan = plan
         self.kernel = Kernel(plan, max_active_sources=max_active_sources,
                              total_sources=total_sources, keep_history=keep_history)
@@ -182,6 +192,10 @@ class ShardMachine:
         self.reuse = reuse
         if reuse is not None:
             reuse.attach(self.kernel)
+        # Admission: at most ``micro_batch`` sources per ask, none once the input closed.
+        self.micro_batch = UNBOUNDED if micro_batch is None else max(1, micro_batch)
+        self.input_closed = False
+        self._asked = 0  # the limit of the ask not yet answered (0: none)
         self.disagreements = 0  # store accepted a report after a barrier the kernel folded
         self.rerun = 0  # Grains re-dispatched because their driver died (TakenOver)
         self._outbox: list[Instruction] = []
@@ -202,14 +216,11 @@ class ShardMachine:
                 self._facts.extend(derived)
         self._flush_facts()
         self._ready_outputs()
+        self._ask_for_sources()
         out, self._outbox = self._outbox, []
         return out
 
     # -- queries (no state change) ----------------------------------------------------------
-    def room(self) -> int:
-        """How many more sources may be admitted now (``max_active_sources`` bound)."""
-        return self.kernel.admissible()
-
     def ready_calls(self) -> list[CallId]:
         return self.kernel.ready_calls()
 
@@ -233,11 +244,28 @@ class ShardMachine:
             self._outbox.append(WriteFacts(tuple(self._facts)))
             self._facts = []
 
+    def _ask_for_sources(self) -> None:
+        if self.input_closed:
+            return
+        limit = min(self.kernel.admissible(), self.micro_batch)
+        if limit != self._asked:
+            self._asked = limit
+            if limit > 0:
+                self._outbox.append(WantSources(limit))
+
     def _on_sources(self, event: SourcesArrived) -> None:
+        if len(event.rows) > self._asked:
+            raise InvalidTransition(
+                f"{len(event.rows)} sources arrived for an ask of {self._asked}")
+        self._asked = 0  # answered: asked again (handle's end) while there is room
         for index, values in event.rows:
             self._fold(SourceAdmitted(index, tuple(values), ts=event.ts))
 
     def _on_input_closed(self, event: InputClosed) -> None:
+        if self.input_closed:
+            return
+        self.input_closed = True
+        self._asked = 0
         self._facts.extend(self.kernel.close_input())
 
     def _on_slot_free(self, event: SlotFree) -> None:
@@ -327,5 +355,6 @@ _HANDLERS: dict[type, Any] = {
 __all__ = [
     "BatchCommitted", "BatchFailed", "Event", "FactsStored", "GrainTag", "InputClosed",
     "Instruction", "OutputDelivered", "OutputReady", "Resync", "SendBatch", "ShardMachine",
-    "SlotFree", "SourcesArrived", "TakenOver", "WriteFacts", "barrier_fact", "item_result",
+    "SlotFree", "SourcesArrived", "TakenOver", "WantSources", "WriteFacts", "barrier_fact",
+    "item_result",
 ]

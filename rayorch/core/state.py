@@ -281,6 +281,12 @@ class Kernel(GrainLifecycle):
     def admitted(self) -> int:
         return self._admitted
 
+    def admitted_sources(self) -> set[int]:
+        """The index of every source folded here, delivered and forgotten ones included."""
+        indexes = set(self._sources)
+        indexes.update(self._emitted)
+        return indexes
+
     def check_progress(self) -> None:
         """Raise :class:`NoProgressError` if unfinished work can never progress."""
         if self.finished or self._in_flight or any(self._ready.values()):

@@ -20,11 +20,10 @@ class ShardState:
     shard: int
     epoch: int
     machine: ShardMachine
-    emitted: int = 0
     unsaved: list[Fact] = field(default_factory=list)  # facts to append (fenced), in order
     ready: list[OutputReady] = field(default_factory=list)  # outputs not yet given to the sink
     draining: bool = False
-    input_closed: bool = False
+    wanted: int = 0  # the machine's ask for sources (WantSources), not yet answered
     resync: str | None = None  # the machine asked to be rebuilt from the store (why)
     in_flight: int = 0  # batches of this driver that carry Grains of the shard
     renewed: float = field(default_factory=time.monotonic)  # last successful lease write

@@ -48,11 +48,11 @@ from rayorch.core.machine import (
     SlotFree,
     SourcesArrived,
     TakenOver,
+    WantSources,
     WriteFacts,
 )
 from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.reuse import Reuse
-from rayorch.core.run_view import fold_shard
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
@@ -206,20 +206,19 @@ class ShardDriver(LeaseSide):
         started = time.monotonic()
         machine = ShardMachine(self.plan, max_active_sources=self.config.max_active_sources,
                                total_sources=self.feed.shard_total(k),
-                               keep_history=self.config.keep_history, reuse=self.reuse)
+                               keep_history=self.config.keep_history, reuse=self.reuse,
+                               micro_batch=self.config.micro_batch)
         stored = list(self.store.iter_facts(self.run_id, k))
-        facts = [s.fact for s in stored]
-        view = fold_shard(k, ((s.seq, s.fact) for s in stored))
-        self._seen(k, view.last_seq)
-        st = ShardState(k, epoch, machine, emitted=len(view.emitted), read_seq=view.last_seq)
+        facts = tuple(s.fact for s in stored)
+        last_seq = stored[-1].seq if stored else 0
+        self._seen(k, last_seq)
+        st = ShardState(k, epoch, machine, read_seq=last_seq)
         self.shards[k] = st
-        self.feed.reset(k, set(view.admitted))
         if not isinstance(self.sink, CallerSink):
             self.sink.reset(k)  # parts of a dead holder or of a rolled-back store: read again
-        self._perform(st, machine.handle(FactsStored(tuple(facts))))
-        if self.feed.exhausted(k):
-            self._perform(st, machine.handle(InputClosed()))
-            st.input_closed = True
+        self._perform(st, machine.handle(FactsStored(facts)))
+        self.feed.reset(k, machine.kernel.admitted_sources())
+        self._close_input(st)
         for event in failed:
             self._perform(st, machine.handle(event))
         live = frozenset((call, path, gen) for call, tags, _ in self._batches.values()
@@ -261,6 +260,8 @@ class ShardDriver(LeaseSide):
                 sends.append(ins)
             elif isinstance(ins, OutputReady):
                 st.ready.append(ins)
+            elif isinstance(ins, WantSources):
+                st.wanted = ins.limit
             elif isinstance(ins, Resync):
                 st.resync = ins.reason
         return sends
@@ -299,24 +300,27 @@ class ShardDriver(LeaseSide):
 
     # == admission and dispatch ==================================================================
     def _admit(self) -> None:
-        micro = self.config.micro_batch
+        """Answer the machines' asks for sources from the feed (their shards' next rows)."""
         progress = True
         now = self._now()
         while progress:
             progress = False
             for k in sorted(self.shards):
                 st = self.shards[k]
-                if st.draining or st.input_closed:
+                if st.draining or st.machine.input_closed:
                     continue
-                room = st.machine.room()
-                rows = self.feed.take(k, min(room, micro)) if room >= 1 else []
+                rows = self.feed.take(k, st.wanted) if st.wanted else []
                 if rows:
                     progress = self._moved = True
+                    st.wanted = 0  # the machine asks again while it has room
                     self.stats.sources_admitted += len(rows)
                     self._perform(st, st.machine.handle(SourcesArrived(tuple(rows), now)))
-                if self.feed.exhausted(k):
-                    st.input_closed = True
-                    self._perform(st, st.machine.handle(InputClosed()))
+                self._close_input(st)
+
+    def _close_input(self, st: ShardState) -> None:
+        if not st.machine.input_closed and self.feed.exhausted(st.shard):
+            st.wanted = 0
+            self._perform(st, st.machine.handle(InputClosed()))
 
     def _dispatch(self) -> None:
         """Fill free actor slots with ready Grains of the held shards (batches may mix shards)."""
@@ -464,7 +468,7 @@ class ShardDriver(LeaseSide):
                 except (LeaseLostError, FencedError):
                     self.sink.discard(events)
                     raise
-                self._delivered(st, len(events))
+                self._delivered(len(events))
                 delivered = ready
             for r in delivered:  # for a ReplicaHandle's caller: what this driver delivered
                 yield r.index, r.value
@@ -479,7 +483,7 @@ class ShardDriver(LeaseSide):
                     sink.offer(k, ready)
                 else:  # the caller has it already: only its fact is missing
                     self._perform(st, st.machine.handle(acked))
-                    self._delivered(st, 1)
+                    self._delivered(1)
             st.ready = []
         for k, ready in sink.take():
             if k not in self.shards:
@@ -511,10 +515,9 @@ class ShardDriver(LeaseSide):
         with self._guard(k):
             self._perform(st, st.machine.handle(event))
             self._flush(st)  # at most the one held output is delivered twice after a crash
-            self._delivered(st, 1)
+            self._delivered(1)
 
-    def _delivered(self, st: ShardState, count: int) -> None:
-        st.emitted += count
+    def _delivered(self, count: int) -> None:
         self.counters.outputs_emitted += count
         self.stats.sources_done += count
 

@@ -152,6 +152,7 @@ def check_before_delete(workdir: Path, redis_url: str, run_id: str) -> None:
         workdir / "out" / "pdf-redis"))
 
 
+@pytest.mark.slow  # the default suite checks the ids on a killed job's resume (test_job_sink)
 def test_a_resumed_run_keeps_the_document_ids_in_its_lineage(workdir: Path,
                                                             redis_url: str) -> None:
     """``--resume`` runs only the documents left; each keeps its id as its lineage index."""

@@ -4,7 +4,8 @@ Each run is a real ``rayorch run pdf`` subprocess (its own private Ray) with a r
 redis-server. A run killed (SIGKILL) once its first part file is there and then
 ``--resume``-d has every document exactly once: in the part files (readable with
 ``read_outputs``, each record its ``documents.jsonl`` row), in ``documents.jsonl`` and as
-one ``.md`` each; the resumed run passes ``rayorch audit`` (which finds the directory from
+one ``.md`` each, each document under its id in the lineage (``rayorch show``); the
+resumed run passes ``rayorch audit`` (which finds the directory from
 the run), and a changed record fails it.
 """
 
@@ -98,6 +99,15 @@ def test_a_killed_job_resumed_has_every_document_once_readable_and_audited(
     documents = sorted(p.name for p in out.iterdir() if DOCUMENT_NAME.match(p.name))
     assert documents == sorted(r["markdown"] for r in rows)  # one .md each, none stale
     assert not [p.name for p in out.iterdir() if p.name.startswith(".rayorch-tmp-")]
+    # Each document keeps its id as its lineage index: the resumed run admitted those left
+    # under their ids, and holds no facts of those it kept.
+    left = min(set(range(total)) - delivered)
+    show = rayorch("show", summary["run_id"], str(left), "--store", redis_url)
+    assert show.returncode == 0, show.stderr
+    assert f"source {left}: admitted with [{rows[left]['source']!r}]" in show.stdout
+    kept = min(delivered)
+    not_run = rayorch("show", summary["run_id"], str(kept), "--store", redis_url)
+    assert not_run.returncode == 1 and f"no facts about entity {kept}" in not_run.stdout
     audit = rayorch("audit", summary["run_id"], "--store", redis_url)  # finds --output itself
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert f"run {summary['run_id']}: OK" in audit.stdout
