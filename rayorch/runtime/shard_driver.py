@@ -62,7 +62,7 @@ from rayorch.runtime.shard_leases import (
     DriverConfig,
     LeaseLostStop,
     LeaseMode,
-    LeaseSide,
+    ShardLeases,
     UnstorableValueError,
     log_to_stderr,
 )
@@ -77,7 +77,7 @@ from rayorch.store.errors import (
 IDLE_SLEEP_S = 0.05
 
 
-class ShardDriver(LeaseSide):
+class ShardDriver:
     """Drives the shards of one run through its ports; iterate :meth:`results` to run it.
 
     ``pools`` is the pools port, ``sink`` a :class:`~rayorch.runtime.ports.Sink` or the
@@ -119,17 +119,13 @@ class ShardDriver(LeaseSide):
         # outage hit the write): a shard rebuilt meanwhile records them, never re-delivers.
         self._acked: dict[int, OutputDelivered] = {}
         self._handed = IndexSet()  # every source handed to the caller (a rollback may forget)
-        self._last_balance = -1e9
-        self._seen_free: set[int] = set()
-        self._released_at: dict[int, float] = {}
-        self._outage_since: float | None = None
-        self._backoff = 0.2
+        self.leases = ShardLeases(self, store=store, run_id=run_id, info=info,
+                                  driver_id=driver_id, config=config, counters=self.counters)
+        self._guard = self.leases.guard  # a write to one shard: losing it drops the shard
         self._rr = 0
-        self._run_done = False
         self._closed = False
         self._moved = False
         self._progress = make_progress(config.progress)
-        self._seen_seq: dict[int, int] = {}  # per shard, the last fact seq it knows of
 
     @property
     def disagreements(self) -> int:
@@ -143,12 +139,12 @@ class ShardDriver(LeaseSide):
             self._progress.start()
         try:
             if self.config.mode is LeaseMode.HOLD_ALL:
-                self._take_all()
-            while not self._run_done:
+                self.leases.take_all()
+            while not self.leases.run_done:
                 try:
                     self._moved = False
-                    self._leases()
-                    if self._run_done:
+                    self.leases.tick()
+                    if self.leases.run_done:
                         break
                     self._admit()
                     self._dispatch()
@@ -162,12 +158,12 @@ class ShardDriver(LeaseSide):
                     elif not self._moved:
                         self._stuck()
                     self._flush_all()
-                    self._store_back()
+                    self.leases.store_back()
                     self._show()
                     if self._on_turn is not None:
                         self._on_turn()
                 except StoreUnavailableError as exc:
-                    self._store_outage(exc)
+                    self.leases.outage(exc)
         finally:
             self._stop_progress()
 
@@ -189,14 +185,15 @@ class ShardDriver(LeaseSide):
                 self.store.release_lease(self.run_id, k, self.driver_id, st.epoch)
         self.shards.clear()
         if self._on_close is not None:
-            self._on_close(self._run_done)
+            self._on_close(self.leases.run_done)
 
-    def _forget_outputs(self, k: int) -> None:
+    # == the host side of the leases (runtime/shard_leases.py ShardHost) ====================
+    def forget_outputs(self, k: int) -> None:
         if isinstance(self.sink, CallerSink):
             self.sink.drop_shard(k)
 
     # == take-over and rebuild ================================================================
-    def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
+    def take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         """Rebuild shard ``k`` from the store and hold it with ``epoch``.
 
         The machine sends back to ready the Grains in flight that none of this driver's live
@@ -211,7 +208,7 @@ class ShardDriver(LeaseSide):
         stored = list(self.store.iter_facts(self.run_id, k))
         facts = tuple(s.fact for s in stored)
         last_seq = stored[-1].seq if stored else 0
-        self._seen(k, last_seq)
+        self.leases.seen(k, last_seq)
         st = ShardState(k, epoch, machine, read_seq=last_seq)
         self.shards[k] = st
         if not isinstance(self.sink, CallerSink):
@@ -238,16 +235,16 @@ class ShardDriver(LeaseSide):
         """Throw shard ``k``'s machine away and rebuild it from the store (a restart)."""
         st = self.shards[k]
         with self._guard(k):
-            self._take(k, st.epoch)
+            self.take(k, st.epoch)
 
-    def _resync(self, k: int, reason: str, failed: Sequence[BatchFailed] = ()) -> None:
+    def resync(self, k: int, reason: str, failed: Sequence[BatchFailed] = ()) -> None:
         """The store knows better than shard ``k``'s machine: rebuild it, same lease."""
         st = self.shards.get(k)
         if st is None:
             return
         self.counters.resyncs += 1
         with self._guard(k):
-            self._take_settled(k, st.epoch, failed)
+            self.leases.take_settled(k, st.epoch, failed)
 
     # == performing instructions ================================================================
     def _perform(self, st: ShardState, instructions: list[Instruction]) -> list[SendBatch]:
@@ -281,7 +278,8 @@ class ShardDriver(LeaseSide):
                 "convert sets and custom objects to lists, dicts or tuples") from exc
         self.feed.confirm(st.shard)
         st.appended(seqs)
-        self._seen_seq[st.shard] = max(self._seen_seq.get(st.shard, 0), *seqs)
+        seen = self.leases.seen_seq
+        seen[st.shard] = max(seen.get(st.shard, 0), *seqs)
         if self._acked:
             for fact in facts:
                 if isinstance(fact, OutputEmitted):
@@ -293,10 +291,10 @@ class ShardDriver(LeaseSide):
                 try:
                     self._flush(st)
                 except GrainSealedError as exc:
-                    self._resync(k, str(exc))
+                    self.resync(k, str(exc))
             if st.resync is not None and self.shards.get(k) is st:
                 reason, st.resync = st.resync, None
-                self._resync(k, reason)
+                self.resync(k, reason)
 
     # == admission and dispatch ==================================================================
     def _admit(self) -> None:
@@ -442,7 +440,7 @@ class ShardDriver(LeaseSide):
                     self._flush(st)
                 except GrainSealedError as exc:
                     # An actor committed to the store and died before it could tell us.
-                    self._resync(k, str(exc), failed=[event])
+                    self.resync(k, str(exc), failed=[event])
                     continue
             stats = self.stats.call(call)
             stats.retried += len(shard_tags)
@@ -461,7 +459,7 @@ class ShardDriver(LeaseSide):
             with self._guard(k):
                 self._flush(st)  # fenced: a deposed driver writes no part
                 # (the part's name records what the store acknowledged: audit's rollback check)
-                events = self.sink.deliver(k, ready, acked=self._seen_seq.get(k, 0))
+                events = self.sink.deliver(k, ready, acked=self.leases.seen_seq.get(k, 0))
                 self._perform(st, st.machine.handle(*events))
                 try:
                     self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
@@ -489,18 +487,11 @@ class ShardDriver(LeaseSide):
             if k not in self.shards:
                 continue
             self._moved = True
-            self._ensure_lease(k)  # a driver that was asleep past its TTL never emits
+            self.leases.ensure_fresh(k)  # a driver asleep past its TTL never emits
             self._held = (k, ready)
             self._handed.add(ready.index)
             yield ready.index, ready.value
             self._acknowledge()  # the caller asked for the next item: it has this one
-
-    def _ensure_lease(self, k: int) -> None:
-        st = self.shards[k]
-        if time.monotonic() - st.renewed > self.config.lease_ttl_s / 3:
-            self._renew(k)
-            if k not in self.shards:
-                raise LeaseLostStop(f"lease lost: run {self.run_id} shard {k}")
 
     def _acknowledge(self) -> None:
         held, self._held = self._held, None
@@ -537,12 +528,12 @@ class ShardDriver(LeaseSide):
                     self.counters.shards_finished += 1
                 else:
                     self.counters.shards_released += 1
-                    self._released_at[k] = time.monotonic()
+                    self.leases.released(k)
                 self.store.release_lease(self.run_id, k, self.driver_id, st.epoch)
                 del self.shards[k]
                 if done and self.config.keep_finished:
                     self.finished[k] = st
-                self._last_balance = -1e9  # look for more work (or the end) at once
+                self.leases.look_again()  # look for more work (or the end) at once
 
     def _stuck(self) -> None:
         """Nothing in flight and nothing moved this turn: a stuck run is a bug, said so."""

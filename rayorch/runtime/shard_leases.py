@@ -1,9 +1,10 @@
 """The lease side of the one driver: take, renew, balance, lose shards; ride out store outages.
 
-:class:`LeaseSide` is the half of :class:`~rayorch.runtime.shard_driver.ShardDriver` that
-talks to the store about *who holds which shard* (docs/ARCHITECTURE.md, "One driver",
-"Leases, holder tokens and rollback"); the other half performs the shard machines'
-instructions. They share the driver's state, declared here.
+:class:`ShardLeases` is the component of :class:`~rayorch.runtime.shard_driver.ShardDriver`
+that talks to the store about *who holds which shard* (docs/ARCHITECTURE.md, "One driver",
+"Leases, holder tokens and rollback"). It owns its own state (balance times, released
+shards, outage backoff, the fact seqs seen per shard) and reaches the driver only through
+:class:`ShardHost`: the held shards, and rebuilding or forgetting one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.machine import BatchFailed
@@ -74,50 +75,70 @@ class DriverConfig:
     keep_finished: bool = False  # finished shards stay readable in ``ShardDriver.finished``
 
 
-class LeaseSide:
-    """Leases and store outages of a :class:`ShardDriver` (see the module docstring)."""
+class ShardHost(Protocol):
+    """What :class:`ShardLeases` asks of the driver whose shards it leases."""
 
-    store: LineageStore
-    run_id: str
-    info: RunInfo
-    driver_id: str
-    config: DriverConfig
     shards: dict[int, ShardState]
-    counters: ReplicaStats
-    sink: Any
-    _log: Callable[[str], None]
-    _last_balance: float
-    _seen_free: set[int]
-    _released_at: dict[int, float]
-    _outage_since: float | None
-    _backoff: float
-    _run_done: bool
-    _seen_seq: dict[int, int]
 
-    def _take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
-        raise NotImplementedError  # ShardDriver: rebuild shard k from the store
+    def take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
+        """Rebuild shard ``k`` from the store and hold it with ``epoch``."""
+        ...
 
-    def _take_settled(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
-        """:meth:`_take`, again while the store moves under the rebuild: a late commit lands
+    def resync(self, k: int, reason: str) -> None:
+        """Rebuild shard ``k`` from the store, same lease."""
+        ...
+
+    def forget_outputs(self, k: int) -> None:
+        """Shard ``k`` is lost: drop what the caller sink buffered of it."""
+        ...
+
+
+class ShardLeases:
+    """Who holds which shard, for one driver: take, renew, balance and lose shards, ride out
+    store outages (see the module docstring). The driver's held shards are ``host.shards``;
+    what is rebuilt, and how, is the host's."""
+
+    def __init__(self, host: ShardHost, *, store: LineageStore, run_id: str, info: RunInfo,
+                 driver_id: str, config: DriverConfig, counters: ReplicaStats) -> None:
+        self.host, self.store, self.run_id, self.info = host, store, run_id, info
+        self.driver_id, self.config, self.counters = driver_id, config, counters
+        self._log = config.log
+        self.run_done = False  # every shard of the run is done (or, holding all, finished)
+        self.seen_seq: dict[int, int] = {}  # per shard, the last fact seq this driver knows
+        self._last_balance = -1e9
+        self._seen_free: set[int] = set()
+        self._released_at: dict[int, float] = {}
+        self._outage_since: float | None = None
+        self._backoff = 0.2
+
+    @property
+    def shards(self) -> dict[int, ShardState]:
+        return self.host.shards
+
+    def take_settled(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
+        """``host.take``, again while the store moves under the rebuild: a late commit lands
         between its read and its first append (a Grain it re-dispatches is sealed meanwhile),
         or the store goes back in between. Each try reads the shard afresh."""
         for _ in range(TAKE_TRIES - 1):
             try:
-                self._take(k, epoch, failed)
+                self.host.take(k, epoch, failed)
                 return
             except (GrainSealedError, StoreRolledBackError):
                 self.shards.pop(k, None)
                 failed = ()  # applied to the machine that was dropped; the store decides
-        self._take(k, epoch, failed)
+        self.host.take(k, epoch, failed)
 
-    def _resync(self, k: int, reason: str) -> None:
-        raise NotImplementedError  # ShardDriver: rebuild shard k from the store, same lease
+    def released(self, k: int) -> None:
+        """Shard ``k`` was released (drained or finished): look for work again at once."""
+        self._released_at[k] = time.monotonic()
+        self.look_again()
 
-    def _forget_outputs(self, k: int) -> None:
-        """Shard ``k`` is lost: drop what the caller sink buffered of it."""
+    def look_again(self) -> None:
+        """Renew and balance at the next turn, not a quarter TTL from the last time."""
+        self._last_balance = -1e9
 
     # == leases =============================================================================
-    def _take_all(self) -> None:
+    def take_all(self) -> None:
         for k in range(self.info.shards):
             after: int | None = 0 if self.config.new_run else None
             while k not in self.shards:
@@ -125,7 +146,7 @@ class LeaseSide:
                     epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                      self.config.lease_ttl_s,
                                                      after_epoch=after)
-                    self._take_settled(k, epoch)
+                    self.take_settled(k, epoch)
                 except LeaseHeldError as exc:
                     raise LeaseLostStop(
                         f"run {self.run_id} shard {k} is driven by another driver ({exc}); "
@@ -141,12 +162,12 @@ class LeaseSide:
                 except StoreUnavailableError as exc:
                     # Shards taken so far are re-taken; a lease granted by a call whose
                     # reply was lost is this driver's: the same driver id re-acquires it.
-                    self._store_outage(exc)
+                    self.outage(exc)
 
-    def _leases(self) -> None:
+    def tick(self) -> None:
         """Renew the held leases (every quarter TTL); share shards when replicas do."""
         if self.config.mode is LeaseMode.HOLD_ALL and not self.shards:
-            self._run_done = True  # every shard finished
+            self.run_done = True  # every shard finished
             return
         now = time.monotonic()
         if now - self._last_balance < self.config.lease_ttl_s / 4:
@@ -154,11 +175,11 @@ class LeaseSide:
         self._last_balance = now
         if self.config.mode is LeaseMode.HOLD_ALL:
             for k in list(self.shards):
-                self._renew(k)
+                self.renew(k)
             return
         self._balance(now)
 
-    def _renew(self, k: int) -> None:
+    def renew(self, k: int) -> None:
         st = self.shards[k]
         try:
             self.store.renew_lease(self.run_id, k, self.driver_id, st.epoch,
@@ -179,6 +200,15 @@ class LeaseSide:
                 return
         st.renewed = time.monotonic()
 
+    def ensure_fresh(self, k: int) -> None:
+        """Renew shard ``k``'s lease unless renewed within a third of its TTL; a driver that
+        was asleep past its TTL stops here instead of emitting."""
+        st = self.shards[k]
+        if time.monotonic() - st.renewed > self.config.lease_ttl_s / 3:
+            self.renew(k)
+            if k not in self.shards:
+                raise LeaseLostStop(f"lease lost: run {self.run_id} shard {k}")
+
     def _check_run_kept(self) -> None:
         """Stop with one clear line when the store has no record of the run any more."""
         # Not run_info: a client may keep the run's layout cached. Only on a lease loss.
@@ -189,10 +219,10 @@ class LeaseSide:
                 "or deleted), so nothing more can be delivered safely. Start the run again; "
                 "run Redis with appendonly yes to keep runs across restarts")
 
-    def _seen(self, k: int, last_seq: int) -> None:
+    def seen(self, k: int, last_seq: int) -> None:
         """Shard ``k``'s facts reach ``last_seq``; a store holding fewer lost some (checked)."""
-        known = self._seen_seq.get(k, 0)
-        self._seen_seq[k] = last_seq
+        known = self.seen_seq.get(k, 0)
+        self.seen_seq[k] = last_seq
         if last_seq < known:
             self._check_run_kept()
             self._log(f"driver {self.driver_id}: the lineage store went back on shard {k} "
@@ -206,7 +236,7 @@ class LeaseSide:
         if st is None:
             return
         self.counters.shards_lost += 1
-        self._forget_outputs(k)
+        self.host.forget_outputs(k)
         if self.config.mode is LeaseMode.HOLD_ALL:
             raise LeaseLostStop(f"lease lost: run {self.run_id} shard {k}: {reason}; this "
                                 "driver stopped and emits nothing more (another driver "
@@ -215,7 +245,7 @@ class LeaseSide:
                   "the shard")
 
     @contextlib.contextmanager
-    def _guard(self, k: int) -> Iterator[None]:
+    def guard(self, k: int) -> Iterator[None]:
         """Run a write to shard ``k``; a fenced write drops the shard, an append refused
         by a store that went back rebuilds it from what the store holds."""
         try:
@@ -228,20 +258,20 @@ class LeaseSide:
             self._log(f"driver {self.driver_id}: the lineage store went back on shard {k}: "
                       f"{exc.detail} (a rollback); rebuilt from what it holds, outputs "
                       "already written adopted")
-            self._seen_seq.pop(k, None)  # said once
-            self._forget_outputs(k)  # the rebuilt shard offers again what the store lacks
-            self._resync(k, str(exc))
+            self.seen_seq.pop(k, None)  # said once
+            self.host.forget_outputs(k)  # the rebuilt shard offers again what the store lacks
+            self.host.resync(k, str(exc))
 
     def _balance(self, now: float) -> None:
         store, run, me, ttl = self.store, self.run_id, self.driver_id, self.config.lease_ttl_s
         store.heartbeat(run, me, ttl)
         for k in list(self.shards):
-            self._renew(k)
+            self.renew(k)
         done = store.done_shards(run)
         open_shards = [k for k in range(self.info.shards) if k not in done]
         if not open_shards:
             if not self.shards:
-                self._run_done = True
+                self.run_done = True
             return
         live = store.live_drivers(run)
         if me not in live:
@@ -277,7 +307,7 @@ class LeaseSide:
         except LeaseHeldError:
             return False
         try:
-            self._take_settled(k, epoch)
+            self.take_settled(k, epoch)
         except (LeaseLostError, FencedError, StoreRolledBackError, GrainSealedError) as exc:
             self._log(f"driver {self.driver_id}: lost shard {k} while taking it over ({exc})")
             self.shards.pop(k, None)
@@ -285,7 +315,7 @@ class LeaseSide:
         return True
 
     # == store outages ==========================================================================
-    def _store_outage(self, exc: StoreUnavailableError) -> None:
+    def outage(self, exc: StoreUnavailableError) -> None:
         """Back off until the store answers and the held shards are rebuilt from it."""
         if self._outage_since is None:
             self._outage_since = time.monotonic()
@@ -304,7 +334,7 @@ class LeaseSide:
     def _retake_after_outage(self) -> None:
         lost = dict(self.shards)
         self.shards.clear()
-        self._last_balance = -1e9
+        self.look_again()
         if self.config.mode is LeaseMode.SHARE:
             return  # the next balance tick takes shards again
         # Re-take what this driver held: the same epoch while its lease lives, a new one
@@ -314,7 +344,7 @@ class LeaseSide:
                 st.epoch = self.store.acquire_lease(self.run_id, k, self.driver_id,
                                                     self.config.lease_ttl_s,
                                                     after_epoch=st.epoch)
-                self._take_settled(k, st.epoch)
+                self.take_settled(k, st.epoch)
             except (LeaseLostError, LeaseHeldError, FencedError) as lost_exc:
                 self.shards[k] = st
                 self._lost(k, str(lost_exc))
@@ -324,7 +354,7 @@ class LeaseSide:
                 self.shards.update({j: lost[j] for j in lost if j >= k})
                 raise
 
-    def _store_back(self) -> None:
+    def store_back(self) -> None:
         if self._outage_since is not None:
             down = time.monotonic() - self._outage_since
             self._log(f"driver {self.driver_id}: lineage store reachable again after {down:.1f}s")

@@ -4,7 +4,7 @@ A run's keys and payload files go together (``LineageStore.delete_run``). A payl
 is *orphaned* when no committed fact of its run refers to it: an actor died between
 writing it and committing, or the commit was rejected. Only files older than
 ``min_orphan_age_s`` are collected, so a file written for a commit that is still in
-flight is never taken (docs/ARCHITECTURE.md, "Retention").
+flight is never taken (docs/ARCHITECTURE.md, "Trust model, hostile input and retention").
 """
 
 from __future__ import annotations
