@@ -45,8 +45,9 @@ import functools
 import hashlib
 import inspect
 import marshal
+import struct
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -71,17 +72,26 @@ class Unhashable(Exception):
 
 def _digest(*parts: bytes) -> str:
     h = hashlib.blake2b(digest_size=16)
+    update = h.update
     for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
+        update(len(part).to_bytes(8, "little"))
+        update(part)
     return h.hexdigest()
 
 
 # == canonical encoding ====================================================================
+_PLAIN = frozenset({int, str, float, bytes, bool, type(None)})
+
+
 def canonical(value: Any) -> Any:
     """A msgpack-able structure equal for equal values, whatever dict or set order."""
-    if value is None or isinstance(value, bool | int | float | str | bytes):
+    kind = type(value)
+    if kind in _PLAIN:  # the common case first: one set lookup (a Grain's key per dispatch)
         return value
+    if kind is list or kind is tuple:
+        return ["list" if kind is list else "tuple", [canonical(v) for v in value]]
+    if isinstance(value, bool | int | float | str | bytes):
+        return value  # subclasses of the plain types (an IntEnum too)
     if isinstance(value, enum.Enum):
         return ["enum", _qualname(type(value)), canonical(value.value)]
     if isinstance(value, list | tuple):
@@ -201,16 +211,51 @@ def input_digest(values: Iterable[Any], sources: Iterable[str | None] = ()) -> s
 
     ``sources`` are the digests of the files the source inputs name, in argument order.
     """
+    listed = list(values)
     try:
-        blob = canonical_bytes(list(values))
+        if _PLAIN.issuperset(map(type, listed)):  # what canonical() makes of plain values
+            blob = pack_value(["list", listed])
+        else:
+            blob = canonical_bytes(listed)
     except (Unhashable, TypeError, ValueError):
         return None
-    return _digest(blob, canonical_bytes(list(sources)))
+    files = list(sources)
+    return _digest(blob, canonical_bytes(files) if files else _NO_FILES)
+
+
+_NO_FILES = canonical_bytes([])
 
 
 def reuse_key(fingerprint: str, digest: str) -> str:
     """The key a Grain is reused by: its Call's fingerprint with its input digest."""
     return _digest(fingerprint.encode(), digest.encode())
+
+
+_LENGTH = struct.Struct("<Q").pack  # _digest's length prefix
+_NO_FILES_PART = _LENGTH(len(_NO_FILES)) + _NO_FILES
+
+
+def grain_reuse_key(fingerprint: str, values: Sequence[Any],
+                    sources: Sequence[str | None] = ()) -> str | None:
+    """``reuse_key(fingerprint, input_digest(values, sources))`` in one pass: every dispatch
+    computes one, so this is the driver's per-Grain cost of reuse (bench/RESULTS.md)."""
+    listed = list(values)
+    try:
+        if _PLAIN.issuperset(map(type, listed)):
+            blob = pack_value(["list", listed])
+        else:
+            blob = canonical_bytes(listed)
+    except (Unhashable, TypeError, ValueError):
+        return None
+    if sources:
+        files = canonical_bytes(list(sources))
+        tail = _LENGTH(len(files)) + files
+    else:
+        tail = _NO_FILES_PART
+    digest = hashlib.blake2b(_LENGTH(len(blob)) + blob + tail, digest_size=16).hexdigest()
+    fp, inner = fingerprint.encode(), digest.encode()
+    return hashlib.blake2b(_LENGTH(len(fp)) + fp + _LENGTH(len(inner)) + inner,
+                           digest_size=16).hexdigest()
 
 
 def file_digest(data: bytes) -> str:
@@ -220,4 +265,4 @@ def file_digest(data: bytes) -> str:
 
 __all__ = ["FINGERPRINT_VERSION", "RESULT_OPTIONS", "CallFingerprint", "SourceDigest",
            "Unhashable", "call_fingerprint", "canonical", "canonical_bytes", "code_digest",
-           "file_digest", "input_digest", "plan_fingerprints", "reuse_key"]
+           "file_digest", "grain_reuse_key", "input_digest", "plan_fingerprints", "reuse_key"]

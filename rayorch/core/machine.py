@@ -273,14 +273,16 @@ class ShardMachine:
         if not grains:
             return
         tags: list[GrainTag] = []
-        reuse = self.reuse
-        for (call, path), generation in grains:
-            key = "" if reuse is None else reuse.key_of(self.kernel, (call, path))
-            self._fold(GrainDispatched(call, path, generation, key, ts=event.ts))
-            tags.append((path, generation))
-        rows = tuple(self.kernel.inputs_of(grain) for grain, _ in grains)
+        rows: list[tuple[Any, ...]] = []
+        reuse, kernel = self.reuse, self.kernel
+        for grain, generation in grains:
+            values = kernel.inputs_of(grain)
+            key = "" if reuse is None else reuse.key_of(kernel, grain, values)
+            self._fold(GrainDispatched(grain[0], grain[1], generation, key, ts=event.ts))
+            tags.append((grain[1], generation))
+            rows.append(values)
         self._flush_facts()  # the store must know the dispatches before a worker commits
-        self._outbox.append(SendBatch(event.call, tuple(tags), rows))
+        self._outbox.append(SendBatch(event.call, tuple(tags), tuple(rows)))
 
     def _on_committed(self, event: BatchCommitted) -> None:
         unexplained: list[str] = []

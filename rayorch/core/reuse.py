@@ -22,7 +22,7 @@ from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import GrainReused
-from rayorch.core.fingerprint import SourceDigest, input_digest, plan_fingerprints, reuse_key
+from rayorch.core.fingerprint import SourceDigest, grain_reuse_key, plan_fingerprints
 from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import RunView
@@ -102,20 +102,23 @@ class Reuse:
         return [f"Call {fp.call} is not reused: {fp.reason}"
                 for fp in self.fingerprints.values() if fp.key is None]
 
-    def key_of(self, kernel: Kernel, grain: GrainKey) -> str:
-        """The Grain's reuse key from its current inputs ("" when it has none)."""
+    def key_of(self, kernel: Kernel, grain: GrainKey,
+               values: tuple[Any, ...] | None = None) -> str:
+        """The Grain's reuse key from its current inputs ("" when it has none); ``values``:
+        those inputs, when the caller has them already."""
         fingerprint = self.fingerprints[grain[0]].key
         if fingerprint is None:
             return ""
-        values = kernel.inputs_of(grain)
+        if values is None:
+            values = kernel.inputs_of(grain)
         files: tuple[str | None, ...] = ()
         if self.source_digest is not None:
             flags = self._source_flags(kernel, grain[0])
             if any(flags):
                 files = tuple(self.source_digest(v) if flag else None
                               for v, flag in zip(values, flags))
-        digest = input_digest(values, files)
-        return "" if digest is None else reuse_key(fingerprint, digest)
+        key = grain_reuse_key(fingerprint, values, files)
+        return "" if key is None else key
 
     def _source_flags(self, kernel: Kernel, call: CallId) -> tuple[bool, ...]:
         flags = self._sources.get(call)

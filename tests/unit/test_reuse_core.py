@@ -12,7 +12,13 @@ import rayorch as ro
 from rayorch import F
 from rayorch.core.errors import InvalidTransition
 from rayorch.core.facts import GrainReused, decode_fact, encode_fact
-from rayorch.core.fingerprint import canonical_bytes, input_digest, plan_fingerprints
+from rayorch.core.fingerprint import (
+    canonical_bytes,
+    grain_reuse_key,
+    input_digest,
+    plan_fingerprints,
+    reuse_key,
+)
 from rayorch.core.reuse import Reuse, ReuseError, ReuseIndex
 from rayorch.core.run_view import RunView, fold_shard, numbered
 from rayorch.core.state import Kernel
@@ -61,6 +67,19 @@ def test_canonical_encoding_ignores_dict_and_set_order() -> None:
     assert canonical_bytes({"a": 1, "b": {2, 3}}) == canonical_bytes({"b": {3, 2}, "a": 1})
     assert canonical_bytes((1, 2)) != canonical_bytes([1, 2])
     assert input_digest([{"x": 1}]) != input_digest([{"x": 2}])
+
+
+@pytest.mark.parametrize(("values", "files"), [
+    ((5,), ()), (("a", 2.5, None, True, b"x"), ()), (([1, [2, (3,)]],), ()),
+    (({"k": {1, 2}}, (1, "x")), ()), (("doc.pdf", 3), ("f" * 32, None)), ((True,), ()),
+])
+def test_the_per_dispatch_key_is_the_key_the_rules_define(values: tuple, files: tuple) -> None:
+    """grain_reuse_key (one pass, per dispatch) = reuse_key(fingerprint, input_digest)."""
+    digest = input_digest(values, files)
+    assert digest is not None
+    assert grain_reuse_key("fp", values, files) == reuse_key("fp", digest)
+    assert grain_reuse_key("fp", (object(),)) is None  # state: no key
+    assert grain_reuse_key("fp", (1,)) != grain_reuse_key("fp", (True,))  # not equal values
 
 
 def test_fingerprint_covers_code_and_arguments_not_batch_size() -> None:
