@@ -411,6 +411,8 @@ class RedisClusterNodes:
                 "--cluster-port", "{bus_port}",  # both ports are picked again if taken
                 "--cluster-node-timeout", str(node_timeout_ms),
                 "--cluster-replica-validity-factor", "0",
+                # A replica syncs at once (Redis waits 5 s for more replicas by default).
+                "--repl-diskless-sync-delay", "0",
             ] + (["--masterauth", password] if password else [])
             if tls is not None:  # the node's port speaks TLS only, to clients and peers
                 node.extra_args += [
