@@ -1,4 +1,4 @@
-"""``rayorch run pdf --reuse``: on real PDFs, a re-run renders and OCRs only what changed.
+"""``rayorch run pdf|video --reuse``: on real files, a re-run runs only what changed.
 
 Ten PDFs (two of them scans, so there are OCR Grains), then the same ten and one new file
 (10% more): only the new one is rendered and assembled. Then only an assemble option
@@ -26,6 +26,7 @@ pytest.importorskip("pymupdf")
 pytest.importorskip("rapidocr_onnxruntime")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pdfs"
+VIDEOS = EXAMPLES.parent / "videos"
 
 
 def corpus(tmp_path: Path) -> Path:
@@ -85,3 +86,49 @@ def test_rerun_renders_only_new_pdfs_and_an_assemble_change_runs_no_ocr(
         assert set(unmarked) == set(new) and "<!-- page" not in "".join(unmarked.values())
     finally:
         held.close()
+
+
+def test_video_rerun_decodes_and_annotates_only_new_and_changed_videos(
+        ray_local: None, redis_url: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``rayorch run video --reuse latest``: the shipped samples again, one of them changed
+    under its name, plus one new video: only those two are probed, cut, decoded and
+    annotated (the file's bytes enter the key, not only its name); the unchanged one's clips
+    are the same."""
+    pytest.importorskip("av")
+    pytest.importorskip("scenedetect")
+    from rayorch.pipelines.video_synth import write_scenes_video
+
+    videos = tmp_path / "videos"
+    shutil.copytree(VIDEOS, videos, ignore=shutil.ignore_patterns("*.md"))
+
+    def run_video(out: Path, *extra: str) -> dict[str, Any]:
+        code = main(["run", "video", "--input", str(videos), "--output", str(out),
+                     "--store", redis_url, "--no-progress", "--json", *extra])
+        result: dict[str, Any] = json.loads(capsys.readouterr().out)
+        assert code == 0, result
+        return result
+
+    first = run_video(tmp_path / "a")
+    assert first["clips"] == 4  # scenes.mp4: 3, realshort.mp4: 1
+    counts = ran(redis_url, first["run_id"])
+    assert set(counts.values()) != {0}
+
+    # One new video (2 scenes), and one changed under its old name (1 scene): both run.
+    write_scenes_video(videos / "zz-new.mp4", [1.0, 1.5], fps=10, size=(80, 60),
+                       codec="libx264")
+    write_scenes_video(videos / "realshort.mp4", [2.0], fps=10, size=(80, 60),
+                       codec="libx264")
+    second = run_video(tmp_path / "b", "--reuse", "latest")
+    assert second["clips"] == 6
+    again = ran(redis_url, second["run_id"])
+    assert again["probe"] == 2 and again["assemble"] == 2, again
+    assert again["annotate"] == 3 and again["decode"] == 3, again  # their clips only
+    old = [r for r in jsonl(tmp_path / "a" / "clips.jsonl") if "scenes.mp4" in r["video"]]
+    assert len(old) == 3
+    new = jsonl(tmp_path / "b" / "clips.jsonl")
+    assert [r for r in new if "scenes.mp4" in r["video"]] == old
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
