@@ -232,6 +232,12 @@ class ShardMachine:
     def run_completed(self) -> bool:
         return self.kernel.run_completed
 
+    @property
+    def holds_work(self) -> bool:
+        """A Grain is in flight, or a finished source's output is not yet delivered: the
+        shard may not be released (a barred Grain's report will be refused: not counted)."""
+        return bool(self.kernel.in_flight or self.kernel.outputs_held)
+
     # -- handlers -----------------------------------------------------------------------
     def _fold(self, fact: Fact, *, write: bool = True) -> None:
         derived = self.kernel.apply(fact)

@@ -58,7 +58,9 @@ class IteratorFeed:
         self._peeked: list[Row] = []
         self._ended = False
         self._requeued: dict[int, deque[Row]] = {}
-        self._unconfirmed: dict[int, list[Row]] = {}
+        # Per shard, every row taken and not yet delivered: a store that goes back may
+        # forget an admission it acknowledged, and the iterator cannot give the row again.
+        self._kept: dict[int, dict[int, Row]] = {}
 
     def _peek(self) -> bool:
         if not self._peeked and not self._ended:
@@ -70,9 +72,7 @@ class IteratorFeed:
         """Up to ``limit`` next sources if they belong to ``shard`` (never past a micro-batch)."""
         again = self._requeued.get(shard)
         if again:
-            rows = [again.popleft() for _ in range(min(limit, len(again)))]
-            self._unconfirmed.setdefault(shard, []).extend(rows)  # until the store has them
-            return rows
+            return [again.popleft() for _ in range(min(limit, len(again)))]  # still kept
         taken: list[Row] = []
         micro = self._info.micro_batch
         while (len(taken) < limit and self._peek()
@@ -82,22 +82,29 @@ class IteratorFeed:
             self._taken += 1
             if (index + 1 if self._in_order else self._taken) % micro == 0:
                 break
-        self._unconfirmed.setdefault(shard, []).extend(taken)
+        if taken:
+            self._kept.setdefault(shard, {}).update((row[0], row) for row in taken)
         return taken
 
     def exhausted(self, shard: int) -> bool:
         return not self._requeued.get(shard) and not self._peek()
 
-    def confirm(self, shard: int) -> None:
-        """Every source taken for ``shard`` so far is in the store."""
-        self._unconfirmed.pop(shard, None)
+    def delivered(self, shard: int, indexes: Sequence[int]) -> None:
+        """The store has the ``OutputEmitted`` of these sources: their rows may go."""
+        kept = self._kept.get(shard)
+        if kept:
+            for index in indexes:
+                kept.pop(index, None)
 
     def reset(self, shard: int, admitted: set[int]) -> None:
-        """``shard`` was rebuilt from the store: offer again what the store does not have."""
-        lost = [row for row in self._unconfirmed.pop(shard, []) if row[0] not in admitted]
-        lost.extend(self._requeued.pop(shard, ()))
+        """``shard`` was rebuilt from the store: offer again what the store does not have
+        (never handed to it, or forgotten by a store that went back)."""
+        kept = self._kept.get(shard, {})
+        lost = sorted(row for index, row in kept.items() if index not in admitted)
         if lost:
-            self._requeued[shard] = deque(sorted(lost))
+            self._requeued[shard] = deque(lost)
+        else:
+            self._requeued.pop(shard, None)
 
     def shard_total(self, shard: int) -> int | None:
         return None
@@ -153,7 +160,7 @@ class ManifestFeed:
     def exhausted(self, shard: int) -> bool:
         return self._next.get(shard) is None
 
-    def confirm(self, shard: int) -> None:
+    def delivered(self, shard: int, indexes: Sequence[int]) -> None:
         """Nothing to keep: the manifest holds every source."""
 
 

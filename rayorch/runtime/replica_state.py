@@ -25,7 +25,6 @@ class ShardState:
     draining: bool = False
     wanted: int = 0  # the machine's ask for sources (WantSources), not yet answered
     resync: str | None = None  # the machine asked to be rebuilt from the store (why)
-    in_flight: int = 0  # batches of this driver that carry Grains of the shard
     renewed: float = field(default_factory=time.monotonic)  # last successful lease write
     # What the machine is built on, shown with each append (AppendBasis) so that a store
     # that went back refuses facts computed from what it forgot: the last seq read at the

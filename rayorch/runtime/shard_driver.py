@@ -110,9 +110,9 @@ class ShardDriver:
         self.stats = RunStats(run_id, sources_total=feed.total)
         for call in self.call_specs:
             self.stats.call(call)
-        # Batches in flight: handle -> (Call, tags, the shards whose Grains it carries).
-        self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...],
-                                       list[ShardState]]] = {}
+        # Batches in flight: handle -> (Call, tags). What a shard has in flight is its
+        # machine's (a take-over re-dispatches what none of these carries).
+        self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...]]] = {}
         self._done: deque[Completion] = deque()  # collected from the pools, not yet settled
         self._held: tuple[int, OutputReady] | None = None  # handed to the caller, not acked
         # Outputs the caller has whose OutputEmitted is not known to be written (a store
@@ -218,7 +218,7 @@ class ShardDriver:
         self._close_input(st)
         for event in failed:
             self._perform(st, machine.handle(event))
-        live = frozenset((call, path, gen) for call, tags, _ in self._batches.values()
+        live = frozenset((call, path, gen) for call, tags in self._batches.values()
                          for path, gen in tags)
         self._perform(st, machine.handle(TakenOver(live, FAILOVER_CAUSE, self._now())))
         rerun = machine.rerun
@@ -276,14 +276,14 @@ class ShardDriver:
                 f"a fact could not be written to the lineage store: {exc}. Source items "
                 "(and, with a durable store, module outputs) must be msgpack-able values; "
                 "convert sets and custom objects to lists, dicts or tuples") from exc
-        self.feed.confirm(st.shard)
         st.appended(seqs)
         seen = self.leases.seen_seq
         seen[st.shard] = max(seen.get(st.shard, 0), *seqs)
-        if self._acked:
-            for fact in facts:
-                if isinstance(fact, OutputEmitted):
-                    self._acked.pop(fact.index, None)
+        emitted = [fact.index for fact in facts if isinstance(fact, OutputEmitted)]
+        if emitted:
+            self.feed.delivered(st.shard, emitted)
+            for index in emitted:
+                self._acked.pop(index, None)
 
     def _flush_all(self) -> None:
         for k, st in list(self.shards.items()):
@@ -369,10 +369,7 @@ class ShardDriver:
             tags = tuple(tag for _, send in kept for tag in send.tags)
             rows = tuple(row for _, send in kept for row in send.rows)
             handle = pools.submit(slot, spec, tags, rows)
-            touched = list({id(st): st for st, _ in kept}.values())
-            for st in touched:
-                st.in_flight += 1
-            self._batches[handle] = (spec.id, tags, touched)
+            self._batches[handle] = (spec.id, tags)
             self.stats.batches += 1
             self.counters.batches += 1
             self.stats.call(spec.id).in_flight += len(tags)
@@ -387,11 +384,8 @@ class ShardDriver:
             self._done.extend(self.pools.collect())
         while self._done:
             done = self._done.popleft()
-            entry = self._batches.pop(done.handle, None)
-            if entry is None:
+            if self._batches.pop(done.handle, None) is None:
                 continue  # not sent by this driver (a warm pool's earlier run)
-            for st in entry[2]:
-                st.in_flight -= 1
             self._settle(done)
 
     def _settle(self, done: Completion) -> None:
@@ -515,8 +509,8 @@ class ShardDriver:
     # == finishing ===============================================================================
     def _finish_shards(self) -> None:
         for k, st in list(self.shards.items()):
-            if st.in_flight or st.ready or st.machine.kernel.outputs_held:
-                continue  # an output not yet delivered keeps its shard
+            if st.machine.holds_work or st.ready:
+                continue  # a Grain in flight, or an output not yet delivered, keeps its shard
             done = st.machine.run_completed
             if not (done or st.draining):
                 continue

@@ -33,6 +33,7 @@ from rayorch.core.facts import (
     GrainFailed,
     GrainRetried,
     OutputEmitted,
+    SourceAdmitted,
 )
 from rayorch.core.plan import Plan
 from rayorch.runtime import shard_driver, shard_leases
@@ -408,6 +409,45 @@ def test_an_output_the_caller_has_is_not_handed_again_after_a_rollback(
     assert sorted(received) == SOURCES, f"handed to the caller: {received}"
     emitted = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, OutputEmitted)]
     assert sorted(emitted) == SOURCES
+    assert audit_run(store, run_id).ok
+
+
+class ForgetsTheFirstAdmissions(MemoryStore):
+    """A store that goes back, at the append after it, to the state from before the first
+    append of ``SourceAdmitted`` facts: the caller's iterator has handed those sources over
+    and cannot give them again."""
+
+    before: Any = None
+    forgotten: list[int] | None = None
+
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
+               driver: str, basis: Any = None) -> list[int]:
+        if self.before is not None:
+            self._runs, self.before = self.before, None  # the rollback
+        admitted = [f.index for f in facts if isinstance(f, SourceAdmitted)]
+        if admitted and self.forgotten is None:
+            self.before, self.forgotten = copy.deepcopy(self._runs), admitted
+        return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_sources_whose_admission_the_store_lost_are_admitted_again(
+        clock: Clock, ordered: bool) -> None:
+    """`Pipeline.run` reads its sources from an iterator once: when the store forgets their
+    admission the driver still has them, admits them again and delivers each once; it does
+    not end the run with those sources missing."""
+    store = ForgetsTheFirstAdmissions(f"memory://fault-paths-adm-{ordered}-{id(clock)}",
+                                      clock=clock.time)
+    plan = Doubler().compile()
+    run_id = "forgotten-admissions"
+    store.open_run(run_id, plan, shards=1, micro_batch=2)
+    driver = caller_driver(store, plan, run_id, InOrder(), CallerSink(ordered))
+    received = finish(driver)
+    assert store.forgotten and driver.counters.rollbacks == 1
+    assert sorted(received) == SOURCES, f"handed to the caller: {received}"
+    admitted = [f.fact.index for f in store.read(run_id, 0)
+                if isinstance(f.fact, SourceAdmitted)]
+    assert sorted(admitted) == SOURCES
     assert audit_run(store, run_id).ok
 
 

@@ -21,11 +21,24 @@ def test_rows_offered_again_survive_a_second_rebuild() -> None:
     feed.reset(0, admitted=set())  # and not the second time either
     assert not feed.exhausted(0)
     assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
-    feed.confirm(0)
     assert feed.take(0, 2) == [(2, ("c",))]
     feed.reset(0, admitted={0, 1})  # c never reached the store: offered again
     assert feed.take(0, 2) == [(2, ("c",))]
-    feed.confirm(0)
+    assert feed.exhausted(0)
+
+
+def test_a_row_is_kept_until_its_delivery_is_stored() -> None:
+    """Regression (found by the fault soak): a store that went back forgot admissions it had
+    acknowledged, the feed had let the rows go, and the run completed without them."""
+    feed = IteratorFeed(iter([("a",), ("b",), ("c",)]), info(), 3)
+    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
+    assert feed.take(0, 2) == [(2, ("c",))]
+    assert feed.exhausted(0)
+    feed.delivered(0, [1])  # b's OutputEmitted is stored: b may go
+    feed.reset(0, admitted={2})  # the store went back: it holds c's admission only
+    assert not feed.exhausted(0)
+    assert feed.take(0, 8) == [(0, ("a",))]
+    feed.reset(0, admitted={0, 2})
     assert feed.exhausted(0)
 
 
