@@ -372,82 +372,50 @@ def test_a_commit_the_store_lost_after_acknowledging_it_is_not_built_on(
     assert audit_run(store, run_id).ok
 
 
-class ForgetsAnAcknowledgement(MemoryStore):
-    """A store that goes back to the state from before the driver's second recorded caller
-    delivery (``OutputEmitted``) at its next append: an OS crash right after the store
-    acknowledged it, the caller already holding the output."""
+class GoesBackOnce(MemoryStore):
+    """A store that goes back, at the append after it, to the state from before the
+    ``nth`` append holding a ``kind`` fact: an OS crash right after the store acknowledged
+    it. ``OutputEmitted``: the caller already holds that output; ``SourceAdmitted``: the
+    caller's iterator has handed those sources over and cannot give them again."""
 
-    emitted = 0
-    before: Any = None
-    forgotten: int | None = None
-
-    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
-               driver: str, basis: Any = None) -> list[int]:
-        if self.before is not None:
-            self._runs, self.before = self.before, None  # the rollback
-        outputs = [f.index for f in facts if isinstance(f, OutputEmitted)]
-        if outputs and self.forgotten is None:
-            self.emitted += 1
-            if self.emitted == 2:
-                self.before, self.forgotten = copy.deepcopy(self._runs), outputs[0]
-        return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
-
-
-@pytest.mark.parametrize("ordered", [True, False])
-def test_an_output_the_caller_has_is_not_handed_again_after_a_rollback(
-        clock: Clock, ordered: bool) -> None:
-    """`Pipeline.run`'s driver sees the store forget that the caller has an output: it
-    rebuilds the shard and records that delivery again; it never hands the output twice."""
-    store = ForgetsAnAcknowledgement(f"memory://fault-paths-ack-{ordered}-{id(clock)}",
-                                     clock=clock.time)
-    plan = Doubler().compile()
-    run_id = "forgotten-ack"
-    store.open_run(run_id, plan, shards=1, micro_batch=2)
-    driver = caller_driver(store, plan, run_id, InOrder(), CallerSink(ordered))
-    received = finish(driver)
-    assert store.forgotten is not None and driver.counters.rollbacks == 1
-    assert sorted(received) == SOURCES, f"handed to the caller: {received}"
-    emitted = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, OutputEmitted)]
-    assert sorted(emitted) == SOURCES
-    assert audit_run(store, run_id).ok
-
-
-class ForgetsTheFirstAdmissions(MemoryStore):
-    """A store that goes back, at the append after it, to the state from before the first
-    append of ``SourceAdmitted`` facts: the caller's iterator has handed those sources over
-    and cannot give them again."""
-
-    before: Any = None
-    forgotten: list[int] | None = None
+    def __init__(self, url: str, kind: type, nth: int, clock: Callable[[], float]) -> None:
+        super().__init__(url, clock=clock)
+        self.kind, self.nth, self.seen = kind, nth, 0
+        self.before: Any = None
+        self.forgotten: list[int] = []
 
     def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
                driver: str, basis: Any = None) -> list[int]:
         if self.before is not None:
             self._runs, self.before = self.before, None  # the rollback
-        admitted = [f.index for f in facts if isinstance(f, SourceAdmitted)]
-        if admitted and self.forgotten is None:
-            self.before, self.forgotten = copy.deepcopy(self._runs), admitted
+        indexes = [f.index for f in facts if isinstance(f, self.kind)]
+        if indexes and not self.forgotten:
+            self.seen += 1
+            if self.seen == self.nth:
+                self.before, self.forgotten = copy.deepcopy(self._runs), indexes
         return super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
 
 
 @pytest.mark.parametrize("ordered", [True, False])
-def test_sources_whose_admission_the_store_lost_are_admitted_again(
-        clock: Clock, ordered: bool) -> None:
-    """`Pipeline.run` reads its sources from an iterator once: when the store forgets their
-    admission the driver still has them, admits them again and delivers each once; it does
-    not end the run with those sources missing."""
-    store = ForgetsTheFirstAdmissions(f"memory://fault-paths-adm-{ordered}-{id(clock)}",
-                                      clock=clock.time)
+@pytest.mark.parametrize(("kind", "nth"), [(OutputEmitted, 2), (SourceAdmitted, 1)])
+def test_what_a_rolled_back_store_forgot_of_a_caller_run_is_recorded_again_once(
+        clock: Clock, ordered: bool, kind: type, nth: int) -> None:
+    """`Pipeline.run`'s driver sees the store forget what it had acknowledged:
+    * a delivery (the caller holds the output): it rebuilds the shard and records that
+      delivery again, never handing the output twice;
+    * admissions (its iterator gives a source once): it still has those sources, admits
+      them again and delivers each once, instead of ending the run without them."""
+    store = GoesBackOnce(f"memory://fault-paths-{kind.__name__}-{ordered}-{id(clock)}",
+                         kind, nth, clock.time)
     plan = Doubler().compile()
-    run_id = "forgotten-admissions"
+    run_id = "forgotten"
     store.open_run(run_id, plan, shards=1, micro_batch=2)
     driver = caller_driver(store, plan, run_id, InOrder(), CallerSink(ordered))
     received = finish(driver)
     assert store.forgotten and driver.counters.rollbacks == 1
     assert sorted(received) == SOURCES, f"handed to the caller: {received}"
-    admitted = [f.fact.index for f in store.read(run_id, 0)
-                if isinstance(f.fact, SourceAdmitted)]
-    assert sorted(admitted) == SOURCES
+    recorded = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, kind)]
+    assert sorted(recorded) == SOURCES
     assert audit_run(store, run_id).ok
 
 
