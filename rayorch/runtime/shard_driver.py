@@ -458,12 +458,25 @@ class ShardDriver:
                 try:
                     self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
                 except (LeaseLostError, FencedError):
-                    self.sink.discard(events)
+                    self.sink.discard(self._unrecorded(k, events))
                     raise
                 self._delivered(len(events))
                 delivered = ready
             for r in delivered:  # for a ReplicaHandle's caller: what this driver delivered
                 yield r.index, r.value
+
+    def _unrecorded(self, k: int, events: Sequence[OutputDelivered]) -> list[OutputDelivered]:
+        """Of deliveries whose append was refused, those the store holds no record of.
+
+        A retry after a lost reply is refused once another driver appended, though the
+        first try landed: a part its record names stays. When the store cannot say, every
+        part stays (a part no fact names is adopted by the next holder, never lost)."""
+        try:
+            stored = {(fact.index, fact.sink) for s in self.store.iter_facts(self.run_id, k)
+                      if isinstance(fact := s.fact, OutputEmitted)}
+        except StoreUnavailableError:
+            return []
+        return [e for e in events if (e.index, e.sink) not in stored]
 
     def _deliver_to_caller(self, sink: CallerSink) -> Iterator[tuple[int, Any]]:
         for k, st in self.shards.items():

@@ -39,8 +39,10 @@ from rayorch.core.plan import Plan
 from rayorch.runtime import shard_driver, shard_leases
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.shard_driver import LeaseLostStop, LeaseMode, ShardDriver
+from rayorch.runtime.sink_audit import check_delivery
 from rayorch.runtime.sinks import FileSink, read_outputs
 from rayorch.store.audit import audit_run
+from rayorch.store.errors import FencedError
 from rayorch.store.memory import MemoryStore
 
 SOURCES = list(range(6))
@@ -202,6 +204,53 @@ def test_a_fenced_refusal_after_a_part_is_written_leaves_no_part(
     finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id)))
     assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
     assert audit_run(store, run_id).ok
+
+
+class LandsThenFenced(MemoryStore):
+    """The append recording the first part lands, its reply is lost, and by the client's
+    retry another driver has taken the shard: the retry is refused as fenced."""
+
+    def __init__(self, url: str, clock: Clock, run_id: str) -> None:
+        super().__init__(url, clock=clock.time)
+        self.scenario_clock, self.run_id, self.landed = clock, run_id, False
+
+    def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
+               driver: str, basis: Any = None) -> list[int]:
+        seqs = super().append(run_id, shard, epoch, facts, driver=driver, basis=basis)
+        if not self.landed and any(isinstance(f, OutputEmitted) for f in facts):
+            self.landed = True
+            thief = steal_lease(self, run_id, self.scenario_clock)
+            raise FencedError(run_id, shard, epoch, thief, "thief")
+        return seqs
+
+
+def test_a_part_whose_record_landed_before_a_fenced_retry_is_kept(
+        clock: Clock, tmp_path: Path) -> None:
+    """A deposed driver removes a part only when the store does not hold its record: the
+    part an ``OutputEmitted`` names stays, and the run ends with every source once."""
+    store = LandsThenFenced(f"memory://fault-paths-landed-{id(clock)}", clock, "landed")
+    plan = Doubler().compile()
+    run_id = "landed"
+    store.open_run(run_id, plan, shards=1, micro_batch=2)
+    out = tmp_path / "out"
+
+    def killed_while_idle(seconds: float) -> None:
+        raise Killed  # it lost its only shard and waits for work: look at what it left
+
+    driver = resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id),
+                           driver_id="deposed", sleep=killed_while_idle)
+    with pytest.raises(Killed):
+        finish(driver)
+    assert store.landed and driver.counters.shards_lost == 1
+    named = {f.fact.sink.partition(":")[2] for f in store.read(run_id, 0)
+             if isinstance(f.fact, OutputEmitted)}
+    assert named and named <= {p.name for p in out.glob("part-*")}, "a recorded part is gone"
+    clock.lapse()
+    finish(resume_driver(store, plan, run_id, InOrder(), FileSink(out, "jsonl", run_id=run_id)))
+    assert sorted(int(r["index"]) for r in read_outputs(out)) == SOURCES
+    assert audit_run(store, run_id).ok
+    emitted = [f.fact for f in store.read(run_id, 0) if isinstance(f.fact, OutputEmitted)]
+    assert check_delivery(out, emitted, complete=True) == []
 
 
 class RejectsFirstReport(MemoryStore):
