@@ -206,6 +206,15 @@ def plan_fingerprints(plan: Plan) -> dict[CallId, CallFingerprint]:
 
 
 # == inputs =================================================================================
+_LENGTH = struct.Struct("<Q").pack  # _digest's length prefix
+
+
+def _pair_digest(first: bytes, second: bytes) -> str:
+    """``_digest(first, second)`` in one call (small parts: a reuse key per dispatch)."""
+    return hashlib.blake2b(_LENGTH(len(first)) + first + _LENGTH(len(second)) + second,
+                           digest_size=16).hexdigest()
+
+
 def input_digest(values: Iterable[Any], sources: Iterable[str | None] = ()) -> str | None:
     """The digest of a Grain's input values (None: a value has no canonical encoding).
 
@@ -220,7 +229,7 @@ def input_digest(values: Iterable[Any], sources: Iterable[str | None] = ()) -> s
     except (Unhashable, TypeError, ValueError):
         return None
     files = list(sources)
-    return _digest(blob, canonical_bytes(files) if files else _NO_FILES)
+    return _pair_digest(blob, canonical_bytes(files) if files else _NO_FILES)
 
 
 _NO_FILES = canonical_bytes([])
@@ -228,34 +237,15 @@ _NO_FILES = canonical_bytes([])
 
 def reuse_key(fingerprint: str, digest: str) -> str:
     """The key a Grain is reused by: its Call's fingerprint with its input digest."""
-    return _digest(fingerprint.encode(), digest.encode())
-
-
-_LENGTH = struct.Struct("<Q").pack  # _digest's length prefix
-_NO_FILES_PART = _LENGTH(len(_NO_FILES)) + _NO_FILES
+    return _pair_digest(fingerprint.encode(), digest.encode())
 
 
 def grain_reuse_key(fingerprint: str, values: Sequence[Any],
                     sources: Sequence[str | None] = ()) -> str | None:
-    """``reuse_key(fingerprint, input_digest(values, sources))`` in one pass: every dispatch
-    computes one, so this is the driver's per-Grain cost of reuse (bench/RESULTS.md)."""
-    listed = list(values)
-    try:
-        if _PLAIN.issuperset(map(type, listed)):
-            blob = pack_value(["list", listed])
-        else:
-            blob = canonical_bytes(listed)
-    except (Unhashable, TypeError, ValueError):
-        return None
-    if sources:
-        files = canonical_bytes(list(sources))
-        tail = _LENGTH(len(files)) + files
-    else:
-        tail = _NO_FILES_PART
-    digest = hashlib.blake2b(_LENGTH(len(blob)) + blob + tail, digest_size=16).hexdigest()
-    fp, inner = fingerprint.encode(), digest.encode()
-    return hashlib.blake2b(_LENGTH(len(fp)) + fp + _LENGTH(len(inner)) + inner,
-                           digest_size=16).hexdigest()
+    """``reuse_key(fingerprint, input_digest(values, sources))``, None when the inputs have
+    no canonical encoding: every dispatch computes one (bench/RESULTS.md)."""
+    digest = input_digest(values, sources)
+    return None if digest is None else reuse_key(fingerprint, digest)
 
 
 def file_digest(data: bytes) -> str:

@@ -483,7 +483,7 @@ class ShardDriver:
             for ready in st.ready:
                 acked = self._acked.get(ready.index)
                 if acked is None and ready.index in self._handed:  # its fact was forgotten
-                    acked = OutputDelivered(ready.index, ready.outcome, "caller", "", time.time())
+                    acked = OutputDelivered(ready.index, ready.outcome, "caller", "", self._now())
                 if acked is None:
                     sink.offer(k, ready)
                 else:  # the caller has it already: only its fact is missing

@@ -129,9 +129,8 @@ class ShardLeases:
         self.host.take(k, epoch, failed)
 
     def released(self, k: int) -> None:
-        """Shard ``k`` was released (drained or finished): look for work again at once."""
+        """Shard ``k`` was drained and released: nobody takes it back for two TTLs."""
         self._released_at[k] = time.monotonic()
-        self.look_again()
 
     def look_again(self) -> None:
         """Renew and balance at the next turn, not a quarter TTL from the last time."""
