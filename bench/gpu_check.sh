@@ -3,7 +3,7 @@
 # install vLLM's GPU build into a fresh virtualenv, build the test models, run tests/model on
 # the GPU and a short engine benchmark, then print ONE summary line:
 #
-#   gpu_check: OK gpus=1 vllm=0.32.0 tests=4/4 engine=… pages/s build=… s total=… s
+#   gpu_check: OK gpus=1 vllm=0.32.0 tests=5/5 engine=… pages/s build=… s total=… s
 #   gpu_check: FAILED at STEP (rc=N) … total=… s          (and the step's log tail above it)
 #
 #   bash bench/gpu_check.sh            # from anywhere; logs and JSON under bench/out/gpu_check/
