@@ -398,7 +398,7 @@ class Executor:
                                     config={"max_active_sources": max_active_sources,
                                             **reuse_config(reuser, no_reuse)})
             if sink is not None:  # so `rayorch audit RUN` finds it without --out-dir
-                lineage.record_sink(run_id, str(sink.directory.resolve()), sink.format)
+                lineage.record_sink(run_id, sink.url, sink.format)
             if order is not None and len(order) != total:
                 print(f"rayorch: run {run_id} will not be resumable with rayorch resume: it "
                       f"runs {len(order)} of its {total} inputs", file=sys.stderr)

@@ -77,7 +77,7 @@ def create_run(
     check_storable(rows, args, kwargs)
     run_id = run_id or new_run_id(plan)
     if out_dir is not None:  # refuse a foreign directory now, not in every driver later
-        FileSink(out_dir, out_format, run_id=run_id)
+        out_dir = FileSink(out_dir, out_format, run_id=run_id).url
     manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
                            None if out_dir is None else str(out_dir), max_active_sources, depth,
                            out_format)
@@ -202,7 +202,7 @@ def join_run(
                                  recorded[1] if recorded else "jsonl", out_dir,
                                  out_format)  # the run's own sink wins
         if file_sink is not None and recorded is None:  # so audit finds it without --out-dir
-            lineage.record_sink(run_id, str(file_sink.directory.resolve()), file_sink.format)
+            lineage.record_sink(run_id, file_sink.url, file_sink.format)
         if file_sink is None and require_sink:
             raise DriverError(
                 f"run {run_id} delivered its outputs to the caller of Pipeline.run, so a resume "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rayorch.core.facts import OutputEmitted
 from rayorch.runtime.sinks import FILELESS_SINKS, PartName, SinkError, read_part, sink_parts
+from rayorch.storage import StorageError, open_storage
 
 
 def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted], *,
@@ -37,13 +38,15 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
         return [f"{sum(map(len, by_part.values()))} outputs were delivered to file sink parts "
                 f"(e.g. {example!r}) but the run records no output directory: pass --out-dir "
                 "DIR to check them"]
-    directory = Path(out_dir)
-    if not by_part and not directory.is_dir():
-        return []  # nothing delivered to files, nothing written
     try:
-        meta, names = sink_parts(directory)
-    except SinkError as exc:
+        storage = open_storage(out_dir)
+        if not by_part and not storage.exists_dir():
+            return []  # nothing delivered to files, nothing written
+        _, meta, names = sink_parts(storage)
+    except (SinkError, StorageError) as exc:
         return [f"the output directory cannot be checked: {exc}"]
+    directory = storage.url
+    lookup = set(names)
     problems: list[str] = []
     for sink, digests in sorted(by_part.items()):
         fmt, _, name = sink.partition(":")
@@ -53,13 +56,13 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
             problems.append(f"sources {sources}: delivered to {sink!r}, which is not a "
                             f"{meta['format']} part of {directory}")
             continue
-        if name not in names:
+        if name not in lookup:
             problems.append(f"part {name} is missing from {directory}: sources {sources} were "
                             "delivered to it")
             continue
         try:
-            stored = {rec.index: digest for rec, digest in read_part(directory / name)}
-        except SinkError as exc:
+            stored = {rec.index: digest for rec, digest in read_part(storage, name)}
+        except (SinkError, FileNotFoundError) as exc:
             problems.append(f"part {name} (sources {sources}): {exc}")
             continue
         for index, digest in sorted(digests.items()):
@@ -79,9 +82,9 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
         if name in referenced or not (complete or rolled_back):
             continue
         try:
-            unrecorded = sorted(rec.index for rec, _ in read_part(directory / name)
+            unrecorded = sorted(rec.index for rec, _ in read_part(storage, name)
                                 if rec.index not in recorded)
-        except SinkError as exc:
+        except (SinkError, FileNotFoundError) as exc:
             problems.append(f"part {name}: {exc}")
             continue
         if rolled_back:

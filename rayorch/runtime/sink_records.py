@@ -10,7 +10,6 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -123,26 +122,22 @@ class PartName:
                 f".{fmt}")
 
 
-def read_part(path: Path) -> list[tuple[SinkRecord, str]]:
-    """The records of one part file with their digests (of the bytes as stored)."""
-    where = f"part file {path}"
-    try:
-        if path.suffix == ".jsonl":
-            recs = [_record_of_line(line, where) for line in path.read_bytes().splitlines()
-                    if line]
-        else:
-            recs = _read_parquet(path, where)
-    except OSError as exc:
-        raise SinkError(f"{where} cannot be read: {exc.strerror or exc}") from None
+def parse_part(where: str, fmt: str, data: bytes) -> list[tuple[SinkRecord, str]]:
+    """The records of one part's bytes (``fmt``: jsonl or parquet) with their digests (of
+    the bytes as stored); ``where`` names the part in errors."""
+    if fmt == "jsonl":
+        recs = [_record_of_line(line, where) for line in data.splitlines() if line]
+    else:
+        recs = _read_parquet(data, where)
     return [(rec, rec.digest) for rec in recs]
 
 
-def _read_parquet(path: Path, where: str) -> list[SinkRecord]:
+def _read_parquet(data: bytes, where: str) -> list[SinkRecord]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(pa.BufferReader(data))
     except pa.ArrowException as exc:
         raise SinkError(f"{where} is not a readable Parquet file ({exc})") from None
     if table.column_names != ["index", "outcome", "value_json", "cause", "output"]:
@@ -161,4 +156,4 @@ def _read_parquet(path: Path, where: str) -> list[SinkRecord]:
 
 
 __all__ = ["OUTCOMES", "PART_RE", "PartName", "SinkError", "SinkRecord", "encode_record",
-           "read_part"]
+           "parse_part"]

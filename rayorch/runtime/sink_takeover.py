@@ -10,16 +10,18 @@ run's failed sources run again: :func:`prune_parts` keeps the records the job ac
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rayorch.runtime.sinks import (
+    CLAIM_PREFIX,
+    HIDDEN_PREFIX,
     LEFTOVER_RE,
     SINK_MANIFEST,
     PartName,
+    SinkError,
     SinkRecord,
-    fsync_dir,
+    list_names,
     load_manifest,
     manifest_bytes,
     publish,
@@ -27,6 +29,12 @@ from rayorch.runtime.sinks import (
     sink_parts,
     write_part_file,
 )
+from rayorch.storage import Storage, StorageError, open_storage
+
+
+def _leftovers(storage: Storage) -> list[str]:
+    return [n for n in list_names(storage, HIDDEN_PREFIX)
+            if LEFTOVER_RE.match(n) or n.startswith(CLAIM_PREFIX)]
 
 
 def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool]) -> list[SinkRecord]:
@@ -34,52 +42,62 @@ def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool]) -> list
 
     A part keeping all its records stays as it is; one keeping some is published again
     with just those (byte for byte) and removed; one keeping none is removed. The
-    earlier run's temp and claim files go too.
+    earlier run's temp files, claim markers and discarded parts go too.
     """
-    directory = Path(out_dir)
-    meta, names = sink_parts(directory)
-    for name in os.listdir(directory):
-        if LEFTOVER_RE.match(name):
-            (directory / name).unlink(missing_ok=True)
+    storage, meta, names = sink_parts(out_dir)
     kept: list[SinkRecord] = []
     seen: set[int] = set()
-    for name in names:
-        records = [rec for rec, _ in read_part(directory / name)]
-        mine = [rec for rec in records if rec.index not in seen and keep(rec)]
-        seen.update(rec.index for rec in mine)
-        kept.extend(mine)
-        if len(mine) == len(records):
-            continue
-        part = PartName.parse(name)
-        if mine and part is not None:
-            write_part_file(directory, meta["format"],
-                            PartName.new(part.shard, mine, meta["format"]), mine)
-        (directory / name).unlink()
-    fsync_dir(directory)
+    try:
+        for name in names:
+            records = [rec for rec, _ in read_part(storage, name)]
+            mine = [rec for rec in records if rec.index not in seen and keep(rec)]
+            seen.update(rec.index for rec in mine)
+            kept.extend(mine)
+            if len(mine) == len(records):
+                continue
+            part = PartName.parse(name)
+            if mine and part is not None:
+                write_part_file(storage, meta["format"],
+                                PartName.new(part.shard, mine, meta["format"]), mine)
+            storage.delete(name)
+        live = set(names)
+        for name in _leftovers(storage):  # a discarded part goes with its marker
+            claimed = name[len(CLAIM_PREFIX):]
+            if name.startswith(CLAIM_PREFIX) and claimed not in live \
+                    and PartName.parse(claimed) is not None:
+                storage.delete(claimed)
+            storage.delete(name)
+    except StorageError as exc:
+        raise SinkError(f"cannot prune {storage.url}: {exc}") from None
     return kept
 
 
 def take_over(out_dir: str | Path, run_id: str, beside: Sequence[str] = ()) -> None:
     """Make ``run_id`` the owner of ``out_dir``'s sink (if another run has it): its parts
     become ``kept``, the earlier owners ``earlier``; ``beside`` adds names that may stand
-    beside the parts. Nothing to do in a directory without a sink."""
-    directory = Path(out_dir)
-    meta = load_manifest(directory)
+    beside the parts. Nothing to do in a place without a sink. The manifest is replaced
+    in one atomic write."""
+    storage = open_storage(out_dir)
+    meta = load_manifest(storage)
     if meta is None or meta["run"] == run_id:
         return
-    names = sorted(n for n in os.listdir(directory) if PartName.parse(n) is not None)
+    _, _, names = sink_parts(storage)
     meta = {**meta, "run": run_id, "kept": names,
             "earlier": [meta["run"], *meta.get("earlier", ())],
             "beside": sorted({*meta.get("beside", ()), *beside})}
-    publish(directory, SINK_MANIFEST, manifest_bytes(meta), replace=True)
+    publish(storage, SINK_MANIFEST, manifest_bytes(meta), replace=True)
 
 
 def remove_sink(out_dir: str | Path) -> None:
     """Remove the manifest, part, temp and claim files of ``out_dir``; other files stay."""
-    directory = Path(out_dir)
-    for name in os.listdir(directory):
-        if name == SINK_MANIFEST or PartName.parse(name) or LEFTOVER_RE.match(name):
-            (directory / name).unlink(missing_ok=True)
+    storage = open_storage(out_dir)
+    try:
+        for name in [*list_names(storage, "part-"), *_leftovers(storage)]:
+            if PartName.parse(name) or LEFTOVER_RE.match(name) or name.startswith(CLAIM_PREFIX):
+                storage.delete(name)
+        storage.delete(SINK_MANIFEST)
+    except StorageError as exc:
+        raise SinkError(f"cannot remove the sink at {storage.url}: {exc}") from None
 
 
 __all__ = ["prune_parts", "remove_sink", "take_over"]

@@ -30,9 +30,13 @@ The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
     for record in read_outputs(out_dir): ...           # users
     check_delivery(out_dir, emitted, complete=...)     # ``rayorch audit`` (sink_audit.py)
 
-Several driver processes may write one directory (different shards): nothing is shared
-but the manifest, written once; names are unique per shard (random suffix, no-replace
-publish).
+Several driver processes, on any machines, may write one sink (different shards): nothing
+is shared but the manifest, written once; names are unique per shard (random suffix,
+publish by conditional create). The sink is a directory or an object store prefix
+(``s3://bucket/out``): it uses only :mod:`rayorch.storage`'s create/put/read/list/delete,
+never a rename. A part that a driver must take back (its fenced append was refused) and
+one a shard's next holder adopts are settled by a claim marker ``.rayorch-claim-<part>``,
+created once: ``adopt`` keeps the part for good, ``discard`` removes it.
 
 A job (``rayorch run pdf|video``) delivers through the same sink: its :class:`Beside` writes
 a source's own files (a ``.md``) and gives its record's value just before the part is
@@ -43,7 +47,7 @@ published. Its ``--resume`` is a new run taking the directory over
 from __future__ import annotations
 
 import fnmatch
-import os
+import io
 import re
 import secrets
 import time
@@ -59,15 +63,20 @@ from rayorch.runtime.sink_records import (
     SinkError,
     SinkRecord,
     encode_record,
-    read_part,
+    parse_part,
 )
+from rayorch.storage import Storage, StorageError, open_storage, parse_location
 
 SINK_MANIFEST = "_rayorch_sink.json"
 SINK_VERSION = 1
 FORMATS = ("jsonl", "parquet")
-HIDDEN_PREFIX = ".rayorch-"  # in-progress and claimed files: ignored by readers
-# A part's temp file (being written) or claim (being adopted): "<prefix>tmp-<part>-<8 hex>".
+HIDDEN_PREFIX = ".rayorch-"  # temp files and claim markers: ignored by readers
+# A local temp file (being written), or a claim file of rayorch before object storage:
+# "<prefix>tmp-<part>-<8 hex>" / "<prefix>claim-<part>-<8 hex>".
 LEFTOVER_RE = re.compile(rf"^{re.escape(HIDDEN_PREFIX)}(?:tmp|claim)-(?P<part>.+)-[0-9a-f]{{8}}$")
+# A part's claim marker: "<prefix>claim-<part>", holding ADOPT or DISCARD (see FileSink.adopt).
+CLAIM_PREFIX = f"{HIDDEN_PREFIX}claim-"
+ADOPT, DISCARD = b"adopt", b"discard"
 # Sinks whose OutputEmitted facts need no file: the Pipeline.run caller, older writers.
 FILELESS_SINKS = ("", "caller")
 _RECORD_SCHEMA = {
@@ -80,6 +89,56 @@ _RECORD_SCHEMA = {
 }
 
 
+def sink_url(out_dir: str | Path) -> str:
+    """The canonical form of a sink location, as recorded with a run: an absolute path, or
+    the URL (``s3://bucket/prefix``)."""
+    location = parse_location(out_dir)
+    return str(Path(location.root).resolve()) if location.is_local else location.url
+
+
+def read_part(storage: Storage, name: str) -> list[tuple[SinkRecord, str]]:
+    """The records of part ``name`` with their digests; :class:`FileNotFoundError` when
+    it is gone, :class:`SinkError` when it cannot be read or parsed."""
+    where = f"part file {storage.url}/{name}"
+    part = PartName.parse(name)
+    try:
+        data = storage.read(name)
+    except StorageError as exc:
+        raise SinkError(f"{where} cannot be read: {exc}") from None
+    return parse_part(where, part.fmt if part else name.rpartition(".")[2], data)
+
+
+def list_names(storage: Storage, prefix: str) -> list[str]:
+    """Every name directly in the sink starting with ``prefix`` (sorted)."""
+    try:
+        return [name for page in storage.names(prefix) for name in page]
+    except StorageError as exc:
+        raise SinkError(f"cannot list {storage.url}: {exc}") from None
+
+
+def _claims(storage: Storage, part_prefix: str) -> dict[str, bytes]:
+    """The claim markers of parts named ``part_prefix...``: part name -> ADOPT | DISCARD."""
+    out: dict[str, bytes] = {}
+    for marker in list_names(storage, CLAIM_PREFIX + part_prefix):
+        part = marker[len(CLAIM_PREFIX):]
+        if PartName.parse(part) is None:
+            continue
+        try:
+            out[part] = storage.read(marker).strip()
+        except FileNotFoundError:
+            continue
+        except StorageError as exc:
+            raise SinkError(f"cannot read {storage.url}/{marker}: {exc}") from None
+    return out
+
+
+def live_parts(storage: Storage, part_prefix: str = "part-") -> list[str]:
+    """The part names (sorted) starting with ``part_prefix`` that are not discarded."""
+    discarded = {p for p, body in _claims(storage, part_prefix).items() if body == DISCARD}
+    return [n for n in list_names(storage, part_prefix)
+            if PartName.parse(n) is not None and n not in discarded]
+
+
 class Beside(Protocol):
     """The files a job writes beside the part files (``patterns``: their names, fnmatch)."""
 
@@ -89,62 +148,34 @@ class Beside(Protocol):
         """Write source ``index``'s files; the value its record holds (or a ``FailedResult``)."""
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _new_suffix(name: str) -> str:
+    """``name`` with another random 6-hex suffix (a part name clashed)."""
+    stem, _, ext = name.rpartition("-")
+    return f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
 
 
-def _link_free(tmp: Path, target: Path, rename_on_clash: bool) -> str:
-    """Link ``tmp`` to ``target``'s name, or (on a clash) to one with another random suffix."""
-    name = target.name
-    for _ in range(8):
-        try:
-            os.link(tmp, target.with_name(name))
-            return name
-        except FileExistsError:
-            if not rename_on_clash:
-                raise
-            stem, _, ext = name.rpartition("-")
-            name = f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
-    raise SinkError(f"cannot find a free part name in {target.parent}")  # pragma: no cover
+def publish(storage: Storage, name: str, data: bytes, *, rename_on_clash: bool = True,
+            replace: bool = False) -> str:
+    """Write ``name`` whole or not at all, never over an existing object (a conditional
+    create: ``link`` on a local disk, ``If-None-Match: *`` on S3, ...); the name used.
 
-
-def publish(directory: Path, name: str, data: bytes | None, table: Any = None, *,
-             rename_on_clash: bool = True, replace: bool = False) -> str:
-    """Write ``name`` whole or not at all: hidden temp file, fsync, no-replace link, fsync dir.
-
-    Returns the name used: a clash with an existing part (random suffix) picks another
-    name; without ``rename_on_clash`` it raises :class:`FileExistsError`; ``replace``
-    replaces an existing file instead (a run taking a sink directory over).
+    A clash picks another random suffix; without ``rename_on_clash`` it raises
+    :class:`FileExistsError`. ``replace`` replaces an existing object instead, in one
+    atomic write (the manifest of a run taking a sink over).
     """
-    tmp = directory / f"{HIDDEN_PREFIX}tmp-{name}-{secrets.token_hex(4)}"
     try:
-        with open(tmp, "xb") as f:
-            if table is not None:
-                import pyarrow.parquet as pq
-
-                pq.write_table(table, f)
-            else:
-                assert data is not None
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         if replace:
-            os.replace(tmp, directory / name)
-        else:
-            name = _link_free(tmp, directory / name, rename_on_clash)
-    except FileExistsError:
-        raise
-    except OSError as exc:
-        raise SinkError(f"cannot write part file {name} in {directory}: "
-                        f"{exc.strerror or exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(directory)
-    return name
+            storage.put(name, data)
+            return name
+        for _ in range(8):
+            if storage.create(name, data):
+                return name
+            if not rename_on_clash:
+                raise FileExistsError(name)
+            name = _new_suffix(name)
+    except StorageError as exc:
+        raise SinkError(f"cannot write part file {name}: {exc}") from None
+    raise SinkError(f"cannot find a free part name in {storage.url}")  # pragma: no cover
 
 
 def _parquet_table(records: Sequence[SinkRecord]) -> Any:
@@ -160,29 +191,37 @@ def _parquet_table(records: Sequence[SinkRecord]) -> Any:
     })
 
 
-def write_part_file(directory: Path, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
+def part_bytes(fmt: str, records: Sequence[SinkRecord]) -> bytes:
+    """A part file's bytes: JSON lines, or one Parquet file."""
     if fmt == "parquet":
-        return publish(directory, name, None, _parquet_table(records))
-    return publish(directory, name, b"".join(r.line + b"\n" for r in records))
+        import pyarrow.parquet as pq
+
+        buffer = io.BytesIO()
+        pq.write_table(_parquet_table(records), buffer)
+        return buffer.getvalue()
+    return b"".join(r.line + b"\n" for r in records)
+
+
+def write_part_file(storage: Storage, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
+    return publish(storage, name, part_bytes(fmt, records))
 
 
 # -- the sink -------------------------------------------------------------------------------
-def load_manifest(directory: Path) -> dict[str, Any] | None:
-    path = directory / SINK_MANIFEST
+def load_manifest(storage: Storage) -> dict[str, Any] | None:
     try:
-        blob = path.read_bytes()
+        blob = storage.read(SINK_MANIFEST)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise SinkError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except StorageError as exc:
+        raise SinkError(f"{storage.url}/{SINK_MANIFEST} cannot be read: {exc}") from None
     try:
         meta = orjson.loads(blob)
     except orjson.JSONDecodeError:
         meta = None
     if not (isinstance(meta, dict) and meta.get("rayorch_sink") == SINK_VERSION
             and isinstance(meta.get("run"), str) and meta.get("format") in FORMATS):
-        raise SinkError(f"{path} is not a rayorch sink manifest (version {SINK_VERSION}); "
-                        "use another directory")
+        raise SinkError(f"{storage.url}/{SINK_MANIFEST} is not a rayorch sink manifest "
+                        f"(version {SINK_VERSION}); use another directory")
     return meta
 
 
@@ -190,20 +229,31 @@ def manifest_bytes(meta: dict[str, Any]) -> bytes:
     return orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
 
 
-def _foreign_files(directory: Path, fmt: str | None, beside: Sequence[str] = ()) -> list[str]:
+def _foreign_files(storage: Storage, fmt: str | None, beside: Sequence[str] = ()) -> list[str]:
+    """Names in the sink's first listing page (up to 1,000: the check costs one request)
+    that are neither its parts, its manifest, hidden, nor allowed ``beside`` them."""
     odd = []
-    for entry in os.scandir(directory):
-        if entry.name == SINK_MANIFEST or entry.name.startswith(HIDDEN_PREFIX) or any(
-                fnmatch.fnmatchcase(entry.name, pattern) for pattern in beside):
+    try:
+        first: list[str] = next(iter(storage.names("")), [])
+    except StorageError as exc:
+        raise SinkError(f"cannot list {storage.url}: {exc}") from None
+    for name in first:
+        if name == SINK_MANIFEST or name.startswith(HIDDEN_PREFIX) or any(
+                fnmatch.fnmatchcase(name, pattern) for pattern in beside):
             continue
-        part = PartName.parse(entry.name)
-        if part is None or not entry.is_file() or (fmt is not None and part.fmt != fmt):
-            odd.append(entry.name)
+        part = PartName.parse(name)
+        if part is None or (fmt is not None and part.fmt != fmt):
+            odd.append(name)
     return sorted(odd)
 
 
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 class FileSink:
-    """A run's outputs as JSONL or Parquet part files in ``out_dir``; see the module doc."""
+    """A run's outputs as JSONL or Parquet part files at ``out_dir`` (a directory or an
+    object store URL); see the module doc."""
 
     def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
                  beside: Beside | None = None) -> None:
@@ -217,54 +267,54 @@ class FileSink:
             except ImportError:
                 raise SinkError("Parquet output needs pyarrow: pip install 'rayorch[parquet]' "
                                 "(or use --format jsonl)") from None
-        self.directory = Path(out_dir)
+        try:
+            self.storage = open_storage(out_dir)
+            self.storage.make_dir()
+        except StorageError as exc:
+            raise SinkError(f"cannot use the output location: {exc}") from None
+        self.url = sink_url(out_dir)
         self.format = fmt
         # Per shard, which parts hold each source (read at its first delivery; see deliver).
         self._on_disk: dict[int, dict[int, set[str]]] = {}
         self.run_id = run_id
         self.beside = beside
+        self._adopt_claim = ADOPT + b" " + secrets.token_hex(8).encode()
         patterns = list(beside.patterns) if beside is not None else []
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SinkError(f"cannot create the output directory {self.directory}: "
-                            f"{exc.strerror or exc}") from None
-        meta = load_manifest(self.directory)
+        meta = load_manifest(self.storage)
         if meta is None:
-            odd = _foreign_files(self.directory, None, patterns)
+            odd = _foreign_files(self.storage, None, patterns)
             if odd:
                 raise SinkError(
-                    f"the output directory {self.directory} holds files that are not rayorch "
-                    f"part files ({', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''}); "
-                    "use an empty or new directory")
+                    f"the output directory {self.url} holds files that are not rayorch "
+                    f"part files ({_listing(odd)}); use an empty or new directory")
             meta = {"rayorch_sink": SINK_VERSION, "run": run_id, "format": fmt,
                     "record": _RECORD_SCHEMA}
             if patterns:
                 meta["beside"] = patterns
             try:
-                publish(self.directory, SINK_MANIFEST, manifest_bytes(meta),
-                         rename_on_clash=False)
+                publish(self.storage, SINK_MANIFEST, manifest_bytes(meta),
+                        rename_on_clash=False)
             except FileExistsError:  # another driver wrote it first: check theirs
-                meta = load_manifest(self.directory) or meta
+                meta = load_manifest(self.storage) or meta
         if meta["run"] != run_id:
-            raise SinkError(f"the output directory {self.directory} holds the outputs of run "
+            raise SinkError(f"the output directory {self.url} holds the outputs of run "
                             f"{meta['run']!r}, not {run_id!r}; use another directory")
         if meta["format"] != fmt:
-            raise SinkError(f"the output directory {self.directory} is the {meta['format']} "
+            raise SinkError(f"the output directory {self.url} is the {meta['format']} "
                             f"sink of run {run_id}; pass --format {meta['format']} (or another "
                             "directory)")
-        odd = _foreign_files(self.directory, fmt, [*meta.get("beside", ()), *patterns])
+        odd = _foreign_files(self.storage, fmt, [*meta.get("beside", ()), *patterns])
         if odd:
-            raise SinkError(f"the output directory {self.directory} holds files that are not "
-                            f"{fmt} part files of run {run_id} ({', '.join(odd[:3])}"
-                            f"{', ...' if len(odd) > 3 else ''}); move them away")
+            raise SinkError(f"the output directory {self.url} holds files that are not "
+                            f"{fmt} part files of run {run_id} ({_listing(odd)}); move them "
+                            "away")
 
     def sink_of(self, name: str) -> str:
         """The ``OutputEmitted.sink`` of a part of this sink."""
         return f"{self.format}:{name}"
 
     def _write(self, name: str, records: Sequence[SinkRecord]) -> str:
-        return write_part_file(self.directory, self.format, name, records)
+        return write_part_file(self.storage, self.format, name, records)
 
     def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]
                ) -> list[OutputDelivered]:
@@ -314,34 +364,51 @@ class FileSink:
         name = self._write(PartName.new(shard, encoded, self.format, acked), encoded)
         return self._facts(name, [(r, r.digest) for r in encoded])
 
+    def _claim(self, name: str, body: bytes) -> bytes:
+        """Claim part ``name`` for ``body`` (ADOPT or DISCARD) by creating its marker; the
+        claim that stands (this one, or the one another driver made first)."""
+        marker = CLAIM_PREFIX + name
+        try:
+            for _ in range(3):
+                if self.storage.create(marker, body):
+                    return body
+                try:
+                    return self.storage.read(marker).strip()
+                except FileNotFoundError:
+                    continue  # its discarder finished and removed it: claim again
+        except StorageError as exc:
+            raise SinkError(f"cannot claim part {name} in {self.url}: {exc}") from None
+        return DISCARD  # pragma: no cover - a marker created and removed three times
+
     def discard(self, facts: Sequence[OutputDelivered]) -> None:
-        """The fenced append of ``facts`` was refused: remove the part files they name."""
+        """The fenced append of ``facts`` was refused: remove the part files they name,
+        unless another driver adopted one first (its claim marker says so)."""
         names = {f.sink.partition(":")[2] for f in facts if f.sink.startswith(f"{self.format}:")}
-        removed = False
-        for name in names:
-            if PartName.parse(name) is not None:
-                (self.directory / name).unlink(missing_ok=True)  # adopted meanwhile: gone
-                removed = True
-        if removed:
-            fsync_dir(self.directory)
+        for name in sorted(names):
+            if PartName.parse(name) is None or self._claim(name, DISCARD) != DISCARD:
+                continue  # claimed for adoption by the shard's new holder: it stays
+            try:
+                self.storage.delete(name)
+                self.storage.delete(CLAIM_PREFIX + name)
+            except StorageError as exc:
+                raise SinkError(f"cannot remove part {name} from {self.url}: {exc}") from None
 
     def parts_by_index(self, shard: int) -> dict[int, set[str]]:
         """Which part files of ``shard`` hold each source's record (read once when a driver
         takes the shard: the sources it finds ready again are :meth:`adopt`-ed from just
-        those parts); the temp and claim files its killed writers left are removed first."""
+        those parts); the temp files and discarded parts its deposed writers left are
+        removed first."""
         self._remove_leftovers(shard)
         found: dict[int, set[str]] = {}
-        for name in os.listdir(self.directory):
+        for name in live_parts(self.storage, f"part-s{shard:05d}-"):
             part = PartName.parse(name)
             if part is None or part.shard != shard or part.fmt != self.format:
                 continue
             try:
-                for rec, _ in read_part(self.directory / name):
+                for rec, _ in read_part(self.storage, name):
                     found.setdefault(rec.index, set()).add(name)
-            except SinkError:
-                if (self.directory / name).exists():
-                    raise
-                # discarded by its writer meanwhile
+            except FileNotFoundError:
+                continue  # discarded by its writer meanwhile
         return found
 
     def adopt(self, shard: int, indexes: Collection[int],
@@ -349,53 +416,67 @@ class FileSink:
         """Facts for sources of ``shard`` a previous holder wrote but never recorded.
 
         Each part holding some of ``indexes`` (looked for ``among`` these part names when
-        given, else in every part of the shard) is claimed by an atomic rename (so a deposed
-        holder's :meth:`discard` and this adoption cannot both win) and published again
-        under a new name with just those records, byte for byte: same digests, no second
-        copy. Sources found in no part are not returned.
+        given, else in every part of the shard) is claimed by creating its marker
+        ``adopt <this sink's token>``, so a deposed writer's :meth:`discard` (which creates
+        it with ``discard``) and this adoption cannot both win; a part claimed for adoption
+        is never discarded. A part this sink claimed whose every record is wanted is
+        delivered as it is: the facts name the part itself (no copy, no rename). Otherwise
+        (some records are not wanted, or a deposed driver's adoption claimed it and was
+        never recorded, since this driver holds the lease) the wanted records are published
+        again under a new name, byte for byte (same digests), and the old part is removed.
+        Sources found in no part are not returned.
         """
         wanted = set(indexes)
         found: list[OutputDelivered] = []
-        names = sorted(os.listdir(self.directory) if among is None else among)
+        names = sorted(live_parts(self.storage, f"part-s{shard:05d}-")
+                       if among is None else among)
         for name in names:
             part = PartName.parse(name)
             if not wanted or part is None or part.shard != shard or part.fmt != self.format:
                 continue
             try:
-                records = read_part(self.directory / name)
-            except SinkError:
-                if (self.directory / name).exists():
-                    raise
+                records = read_part(self.storage, name)
+            except FileNotFoundError:
                 continue  # discarded by its writer meanwhile
             hits = [(rec, digest) for rec, digest in records if rec.index in wanted]
-            if not hits:
-                continue
-            claim = self.directory / f"{HIDDEN_PREFIX}claim-{name}-{secrets.token_hex(4)}"
-            try:
-                os.rename(self.directory / name, claim)
-            except FileNotFoundError:
+            claim = self._claim(name, self._adopt_claim) if hits else DISCARD
+            if not claim.startswith(ADOPT):
                 continue  # its writer discarded it first: those sources get written anew
-            kept = [rec for rec, _ in hits]
-            name = PartName.new(shard, kept, self.format, part.acked)
-            if len(hits) == len(records) and self.format == "jsonl":
-                new = publish(self.directory, name, claim.read_bytes())
-            else:
-                new = self._write(name, kept)
-            claim.unlink()
-            found.extend(self._facts(new, hits))
-            wanted -= {rec.index for rec in kept}
+            try:
+                if self.storage.head(name) is None:  # discarded before this claim
+                    self.storage.delete(CLAIM_PREFIX + name)
+                    continue
+                if claim == self._adopt_claim and len(hits) == len(records):
+                    found.extend(self._facts(name, hits))
+                else:
+                    kept = [rec for rec, _ in hits]
+                    new = self._write(PartName.new(shard, kept, self.format, part.acked), kept)
+                    found.extend(self._facts(new, hits))
+                    self.storage.delete(name)
+                    self.storage.delete(CLAIM_PREFIX + name)
+            except StorageError as exc:
+                raise SinkError(f"cannot adopt part {name} in {self.url}: {exc}") from None
+            wanted -= {rec.index for rec, _ in hits}
         return found
 
-
     def _remove_leftovers(self, shard: int) -> None:
-        """Temp and claim files of ``shard``'s parts that a killed writer left: this driver
-        holds the shard's lease, so their writer was deposed (a deposed writer still going
-        finds its temp file gone and stops with a SinkError; its facts were fenced anyway)."""
-        for name in os.listdir(self.directory):
-            leftover = LEFTOVER_RE.match(name)
-            part = PartName.parse(leftover["part"]) if leftover else None
-            if part is not None and part.shard == shard:
-                (self.directory / name).unlink(missing_ok=True)
+        """Temp files of ``shard``'s parts that a killed writer left, and parts claimed for
+        discarding whose writer died before removing them: this driver holds the shard's
+        lease, so their writer was deposed (a deposed writer still going finds its temp
+        file gone and stops with a SinkError; its facts were fenced anyway)."""
+        prefix = f"part-s{shard:05d}-"
+        try:
+            for name in list_names(self.storage, HIDDEN_PREFIX):
+                leftover = LEFTOVER_RE.match(name)
+                part = PartName.parse(leftover["part"]) if leftover else None
+                if part is not None and part.shard == shard:
+                    self.storage.delete(name)
+            for name, body in _claims(self.storage, prefix).items():
+                if body == DISCARD:
+                    self.storage.delete(name)
+                    self.storage.delete(CLAIM_PREFIX + name)
+        except StorageError as exc:
+            raise SinkError(f"cannot clean up {self.url}: {exc}") from None
 
 
 def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
@@ -406,7 +487,7 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
     (the outputs of one run stay in one place).
     """
     if recorded_dir is not None:
-        if out_dir is not None and Path(out_dir).resolve() != Path(recorded_dir).resolve():
+        if out_dir is not None and sink_url(out_dir) != sink_url(recorded_dir):
             raise SinkError(f"run {run_id} writes its outputs to {recorded_dir} (recorded with "
                             f"the run), not {out_dir}; drop --out-dir")
         if out_format is not None and out_format != recorded_format:
@@ -421,36 +502,42 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
 
 
 # -- readers -----------------------------------------------------------------------------------
-def sink_parts(directory: Path) -> tuple[dict[str, Any], list[str]]:
-    if not directory.is_dir():
-        raise SinkError(f"{directory} is not a directory")
-    meta = load_manifest(directory)
+def sink_parts(out_dir: str | Path | Storage) -> tuple[Storage, dict[str, Any], list[str]]:
+    """A sink's storage, manifest and live part names (sorted)."""
+    try:
+        storage = out_dir if not isinstance(out_dir, str | Path) else open_storage(out_dir)
+        exists = storage.exists_dir()
+    except StorageError as exc:
+        raise SinkError(str(exc)) from None
+    if not exists:
+        raise SinkError(f"{storage.url} is not a directory")
+    meta = load_manifest(storage)
     if meta is None:
-        raise SinkError(f"{directory} is not a rayorch output directory (no {SINK_MANIFEST})")
-    odd = _foreign_files(directory, meta["format"], meta.get("beside", ()))
+        raise SinkError(f"{storage.url} is not a rayorch output directory (no {SINK_MANIFEST})")
+    odd = _foreign_files(storage, meta["format"], meta.get("beside", ()))
     if odd:
-        raise SinkError(f"{directory} holds files that are not {meta['format']} part files "
+        raise SinkError(f"{storage.url} holds files that are not {meta['format']} part files "
                         f"({', '.join(odd[:3])})")
-    names = sorted(n for n in os.listdir(directory) if PartName.parse(n) is not None)
-    return meta, names
+    return storage, meta, live_parts(storage)
 
 
 def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
-    """Every record of a sink directory, part by part; :class:`SinkError` on a source twice.
+    """Every record of a sink (a directory or an object store URL), part by part;
+    :class:`SinkError` on a source twice.
 
     >>> for record in read_outputs("out/"):                # doctest: +SKIP
     ...     print(record["index"], record["outcome"], record.get("value"))
     """
-    directory = Path(out_dir)
-    _, names = sink_parts(directory)
+    storage, _, names = sink_parts(out_dir)
     seen: dict[int, str] = {}
     for name in names:
-        for rec, _ in read_part(directory / name):
+        for rec, _ in read_part(storage, name):
             if rec.index in seen:
                 raise SinkError(
-                    f"source {rec.index} is in two part files of {directory} ({seen[rec.index]}"
-                    f", {name}): one was left by a driver that died while deposed; "
-                    "`rayorch audit RUN --out-dir DIR` names the part no fact references")
+                    f"source {rec.index} is in two part files of {storage.url} "
+                    f"({seen[rec.index]}, {name}): one was left by a driver that died while "
+                    "deposed; `rayorch audit RUN --out-dir DIR` names the part no fact "
+                    "references")
             seen[rec.index] = name
             yield rec.as_dict()
 
@@ -458,13 +545,14 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
 def delivered_count(out_dir: str | Path) -> int:
     """How many records the part files of ``out_dir`` hold (from their names; no reads)."""
     try:
-        names = os.listdir(out_dir)
-    except FileNotFoundError:
+        names = list_names(open_storage(out_dir), "part-")
+    except (SinkError, StorageError):
         return 0
     return sum(p.count for n in names if (p := PartName.parse(n)) is not None)
 
 
-__all__ = ["FILELESS_SINKS", "FORMATS", "SINK_MANIFEST", "Beside", "FileSink", "PartName",
-           "SinkError", "SinkRecord", "delivered_count", "encode_record", "fsync_dir",
-           "load_manifest", "manifest_bytes", "publish", "read_outputs", "read_part",
-           "sink_for_run", "sink_parts", "write_part_file"]
+__all__ = ["ADOPT", "CLAIM_PREFIX", "DISCARD", "FILELESS_SINKS", "FORMATS", "SINK_MANIFEST",
+           "Beside", "FileSink", "PartName", "SinkError", "SinkRecord", "delivered_count",
+           "encode_record", "list_names", "live_parts", "load_manifest", "manifest_bytes",
+           "publish", "read_outputs", "read_part", "sink_for_run", "sink_parts", "sink_url",
+           "write_part_file"]

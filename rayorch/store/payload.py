@@ -9,17 +9,16 @@ content against the name. The store deletes a file only when the commit gate
 definitely rejected it (docs/ARCHITECTURE.md, "Payload files and uncertain commits");
 ``rayorch gc`` (:mod:`rayorch.store.retention`) removes files no committed fact refers
 to (an actor that died between writing and committing, a commit whose reply was lost).
-A reference is a path relative to the payload directory, so every process of a run
-must use the same directory.
+A reference is a key relative to the payload location, so every process of a run must
+use the same location: a directory they all see, or an object store prefix
+(``payload_dir=s3://bucket/payloads`` in the store URL), which needs no shared disk.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +29,7 @@ from rayorch.core.facts import GrainCommitted, GrainReused, pack_value, unpack_v
 from rayorch.core.ids import format_path
 from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
+from rayorch.storage import Storage, StorageError, check_key, open_storage
 from rayorch.store.errors import PayloadError
 
 Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a payload_ref
@@ -61,7 +61,8 @@ def store_identity(url: str) -> str:
 
 
 class PayloadStore:
-    """A directory of durable payload files, one per externalized report.
+    """A directory or object store prefix of durable payload files, one per externalized
+    report (docs/ARCHITECTURE.md, "Storage is a URL").
 
     ``owner`` (:func:`store_identity` of the store's URL) is written into each run folder
     it creates, so retention touches only its own store's folders of a shared root.
@@ -69,51 +70,49 @@ class PayloadStore:
 
     def __init__(self, root: Path | str | None = None, threshold: int = DEFAULT_THRESHOLD,
                  owner: str = "") -> None:
-        self.root = Path(root) if root is not None else default_payload_dir()
+        try:
+            self.storage: Storage = open_storage(root if root is not None
+                                                 else default_payload_dir())
+        except StorageError as exc:
+            raise PayloadError(str(root), f"cannot use it as the payload directory ({exc})"
+                               ) from None
+        self.root = self.storage.url
+        """Where the payloads are, as printed: a path or ``s3://bucket/prefix``."""
         self.threshold = threshold
         self.owner = owner
-        self._claimed: set[Path] = set()  # run folders whose owner mark is known written
+        self._claimed: set[str] = set()  # run folders whose owner mark is known written
 
     def owner_of(self, run_dir: str) -> str | None:
         """Which store wrote the payload folder ``run_dir`` (None: unknown, an older one)."""
         try:
-            return (self.root / run_dir / OWNER_FILE).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
+            return self.storage.read(f"{self._run_dir(run_dir)}/{OWNER_FILE}").decode().strip()
+        except (OSError, StorageError, UnicodeDecodeError, PayloadError):
             return None
 
-    def _claim(self, run_folder: Path) -> None:
-        """Write the owner mark into ``run_folder`` once (not a stat per payload file)."""
-        if not self.owner or run_folder in self._claimed:
+    def _claim(self, run_dir: str) -> None:
+        """Write the owner mark of ``run_dir`` once (a conditional create: the first
+        writer's mark stands), not a request per payload file."""
+        if not self.owner or run_dir in self._claimed:
             return
-        marker = run_folder / OWNER_FILE
-        if not marker.exists():
-            fd, tmp = tempfile.mkstemp(dir=run_folder, prefix=".tmp-")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(self.owner)
-            os.replace(tmp, marker)
-        self._claimed.add(run_folder)
+        self.storage.create(f"{run_dir}/{OWNER_FILE}", self.owner.encode())
+        self._claimed.add(run_dir)
 
     def externalize(self, run_id: str, report: GrainCommitted) -> tuple[GrainCommitted, str]:
         """Write the report's outputs to a file; return the report holding only the ref.
 
-        The same report always goes to the same file (rewritten whole, atomically).
+        The same report always goes to the same name (named by its content), written whole
+        by a conditional create: a retry finds it there, byte for byte the same.
         """
         blob = pack_value(report.outputs)
         name = check_component(
             "payload file",
             f"{format_path(report.path)}.g{report.generation}.{content_digest(blob)}{SUFFIX}")
-        ref = f"{self._run_dir(run_id)}/{check_component('Call id', report.call)}/{name}"
-        path = self._path(ref)
+        run_dir = self._run_dir(run_id)
+        ref = f"{run_dir}/{check_component('Call id', report.call)}/{name}"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._claim(path.parent.parent)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
+            self._claim(run_dir)
+            self.storage.create(self._key(ref), blob)
+        except StorageError as exc:
             raise PayloadError(ref, f"cannot write it under {self.root} ({exc})") from exc
         return replace(report, outputs=None, payload_ref=ref), ref
 
@@ -124,19 +123,28 @@ class PayloadStore:
             raise PayloadError(run_id, "not a valid run id, so it cannot name a payload directory")
         return run_id
 
-    def _path(self, ref: str) -> Path:
-        """The file of ``ref``, resolved; refused unless it lies strictly inside the root."""
-        root = self.root.resolve()
-        path = (root / ref).resolve()
-        if path == root or not path.is_relative_to(root):
+    def _key(self, ref: str) -> str:
+        """``ref`` as a key; refused unless it lies strictly inside the root (a reference
+        read from the store is untrusted)."""
+        try:
+            key = check_key(ref)
+        except StorageError:
+            key = ""
+        local = self.storage.local_path(key) if key else None
+        if local is not None:
+            root = Path(self.root).resolve()
+            path = local.resolve()
+            if path == root or not path.is_relative_to(root):
+                key = ""
+        if not key:
             raise PayloadError(ref, "the reference points outside the payload directory")
-        return path
+        return key
 
     def load(self, ref: str) -> tuple[Any, ...]:
         """The outputs stored under ``ref``; :class:`PayloadError` if missing or corrupt."""
         try:
-            data = self._path(ref).read_bytes()
-        except OSError as exc:
+            data = self.storage.read(self._key(ref))
+        except (OSError, StorageError) as exc:
             raise PayloadError(ref, f"cannot read it under {self.root} ({exc})") from exc
         named = _DIGESTED.search(ref)
         if named is not None and content_digest(data) != named[1]:
@@ -159,40 +167,52 @@ class PayloadStore:
     def delete(self, ref: str) -> None:
         """Remove a payload file (a rejected attempt's); missing files are fine."""
         try:
-            self._path(ref).unlink(missing_ok=True)
-        except OSError as exc:
+            self.storage.delete(self._key(ref))
+        except StorageError as exc:
             raise PayloadError(ref, f"cannot delete it ({exc})") from exc
 
+    def ref_times(self, run_id: str) -> dict[str, float | None]:
+        """Every payload reference stored for a run, with its modification time."""
+        folder = self._run_dir(run_id)
+        try:
+            return {info.key: info.mtime for page in self.storage.walk(folder) for info in page
+                    if info.key.endswith(SUFFIX) and not info.key.rpartition("/")[2]
+                    .startswith(".")}
+        except StorageError as exc:
+            raise PayloadError(folder, f"cannot list it under {self.root} ({exc})") from exc
+
     def refs(self, run_id: str) -> set[str]:
-        """Every payload reference on disk for a run."""
-        base = self._path(self._run_dir(run_id))
-        if not base.is_dir() or base.is_symlink():
-            return set()
-        root = self.root.resolve()
-        return {
-            p.relative_to(root).as_posix()
-            for p in base.rglob(f"*{SUFFIX}")
-            if not p.name.startswith(".tmp-") and not p.is_symlink()
-        }
+        """Every payload reference stored for a run."""
+        return set(self.ref_times(run_id))
+
+    def run_dirs(self) -> dict[str, bool]:
+        """The run folders under the root: name -> whether it holds a payload file."""
+        found: dict[str, bool] = {}
+        try:
+            for page in self.storage.walk(""):
+                for info in page:
+                    folder, sep, rest = info.key.partition("/")
+                    if sep and valid_run_id(folder):
+                        found[folder] = found.get(folder, False) or rest.endswith(SUFFIX)
+        except StorageError as exc:
+            raise PayloadError(self.root, f"cannot list it ({exc})") from exc
+        return found
 
     def delete_run(self, run_id: str, keep: set[str] | frozenset[str] = frozenset()) -> None:
         """Remove the run's payload files but ``keep`` (files later runs reuse), then its
         folders once empty (and its owner mark, unless a kept file remains)."""
-        for ref in self.refs(run_id) - set(keep):
+        held = self.refs(run_id)
+        for ref in held - set(keep):
             self.delete(ref)
-        if keep & self.refs(run_id):
+        if keep & held:
             return
-        base = self._path(self._run_dir(run_id))
+        base = self._run_dir(run_id)
         self._claimed.discard(base)
-        if not base.is_dir() or base.is_symlink():
-            return
-        (base / OWNER_FILE).unlink(missing_ok=True)
-        for folder in sorted((p for p in base.rglob("*") if p.is_dir() and not p.is_symlink()),
-                             key=lambda p: len(p.parts), reverse=True):
-            with contextlib.suppress(OSError):  # not empty: a file someone else put there
-                folder.rmdir()
-        with contextlib.suppress(OSError):
-            base.rmdir()
+        try:
+            self.storage.delete(f"{base}/{OWNER_FILE}")
+            self.storage.remove_empty_dirs(base)
+        except StorageError as exc:
+            raise PayloadError(base, f"cannot delete it ({exc})") from exc
 
 
 def deletable_refs(

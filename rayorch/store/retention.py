@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import GrainCommitted, GrainReused
 from rayorch.core.names import valid_run_id
 from rayorch.store.base import LineageStore
-from rayorch.store.payload import SUFFIX, PayloadStore
+from rayorch.store.payload import PayloadStore
 from rayorch.store.reuse_audit import refs_held_elsewhere
 
 MIN_ORPHAN_AGE_S = 3600.0
@@ -88,13 +87,6 @@ def is_running(store: LineageStore, run_id: str) -> bool:
     return any(store.lease_holder(run_id, k) is not None for k in range(shards))
 
 
-def _old_enough(path: Path, now: float, min_age_s: float) -> bool:
-    try:
-        return now - path.stat().st_mtime >= min_age_s
-    except OSError:
-        return False
-
-
 def plan_gc(store: LineageStore, *, older_than_s: float | None = None,
             min_orphan_age_s: float = MIN_ORPHAN_AGE_S, now: float | None = None) -> GcPlan:
     """Runs created more than ``older_than_s`` ago (not running), and orphaned payloads."""
@@ -116,19 +108,17 @@ def plan_gc(store: LineageStore, *, older_than_s: float | None = None,
     for info in infos:
         if info.run_id in plan.runs:
             continue  # deleting the run removes all its files
-        on_disk = payloads.refs(info.run_id)
+        on_disk = payloads.ref_times(info.run_id)
         if not on_disk:
             continue
-        for ref in sorted(on_disk - referenced_payloads(store, info.run_id)):
-            if _old_enough(payloads.root / ref, now, min_orphan_age_s):
+        for ref in sorted(set(on_disk) - referenced_payloads(store, info.run_id)):
+            mtime = on_disk[ref]
+            if mtime is not None and now - mtime >= min_orphan_age_s:
                 plan.orphans.append(ref)
-    root = payloads.root
-    if root.is_dir():
-        for child in sorted(root.iterdir()):
-            # Only this store's folders: a shared root also holds other stores' runs.
-            if child.is_dir() and child.name not in known and any(child.rglob(f"*{SUFFIX}")) \
-                    and payloads.owner_of(child.name) == payloads.owner:
-                plan.unknown_dirs.append(child.name)
+    for name, holds_payloads in sorted(payloads.run_dirs().items()):
+        # Only this store's folders: a shared root also holds other stores' runs.
+        if name not in known and holds_payloads and payloads.owner_of(name) == payloads.owner:
+            plan.unknown_dirs.append(name)
     return plan
 
 

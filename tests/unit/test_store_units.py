@@ -88,7 +88,7 @@ def test_each_store_interface_is_small(interface: type) -> None:
 
 def test_redis_store_options_stay_out_of_the_redis_url(tmp_path: Path) -> None:
     store = RedisStore(f"redis://u:pw@h:1/2?payload_dir={tmp_path}&payload_threshold=10&retries=3")
-    assert store.payloads.root == tmp_path and store.payloads.threshold == 10
+    assert store.payloads.root == str(tmp_path) and store.payloads.threshold == 10
     assert store.retries == 3 and store.safe_url.startswith("redis://u:***@h:1/2")
     clone = pickle.loads(pickle.dumps(store))
     assert isinstance(clone, RedisStore) and clone.url == store.url
