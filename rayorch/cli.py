@@ -35,6 +35,7 @@ from rayorch.core.sanitize import json_safe, sanitize
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, REPORT_PRESENT
 from rayorch.core.words import plural
 from rayorch.runtime.sinks import FORMATS
+from rayorch.storage import parse_storage_options, set_storage_options
 from rayorch.store import open_store
 from rayorch.store.audit import audit_run, entity_story
 from rayorch.store.base import LineageStore
@@ -65,6 +66,17 @@ def _store(args: argparse.Namespace) -> LineageStore:
 def _add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help="lineage store URL (default: $RAYORCH_STORE)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_storage_option(parser)
+
+
+def add_storage_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--storage-option KEY=VALUE``: object store settings beyond the cloud's own
+    configuration (kept in memory: never printed, never recorded with the run)."""
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                        dest="storage_options",
+                        help="an object store setting for s3://, gs://, az:// paths, e.g. "
+                        "endpoint=http://host:9000 or region=eu-west-1 (repeatable; "
+                        "credentials come from the cloud's standard environment)")
 
 
 # -- runs ---------------------------------------------------------------------------
@@ -399,6 +411,7 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default=None, dest="out_format",
                         help="format of the part files in --out-dir (default: the run's, "
                         "else jsonl)")
+    add_storage_option(parser)
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
@@ -497,6 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         try:
+            if getattr(args, "storage_options", None):
+                set_storage_options(parse_storage_options(args.storage_options))
             code: int = args.func(args)
         except (RayorchError, ValueError) as exc:
             print(sanitize(f"rayorch {args.command}: {exc}", newlines=True), file=sys.stderr)

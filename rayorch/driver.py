@@ -16,7 +16,7 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
@@ -35,6 +35,7 @@ from rayorch.runtime.session import (
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.runtime.sinks import FileSink
+from rayorch.storage import set_storage_options
 from rayorch.store.registry import is_shared_store
 
 __all__ = ["DriverError", "Executor", "RunHandle", "new_run_id", "run_pipeline"]
@@ -263,6 +264,7 @@ def run_pipeline(
     ray_init_kwargs: dict[str, Any] | None = None,
     admission_order: Sequence[int] | None = None,
     sink: FileSink | None = None,
+    storage_options: Mapping[str, str] | None = None,
     reuse: str | None = None,
     no_reuse: Sequence[str] = (),
 ) -> RunHandle:
@@ -290,6 +292,9 @@ def run_pipeline(
       run of a plan of the same name) whose Grains this run reuses where the Call
       fingerprint and the input digest are the same (docs/ARCHITECTURE.md, "Reuse");
       ``no_reuse``: Call ids that always run.
+    * ``storage_options``: object store settings (``endpoint``, ``region``, ...) for
+      ``s3://``/``gs://``/``az://`` paths beyond the cloud's environment, this process's
+      and its actors' (kept in memory: never printed or recorded).
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -304,6 +309,8 @@ def run_pipeline(
     one batch, so the number of active sources is not bounded). ``ray_init_kwargs`` go to
     ``ray.init`` when this call starts Ray (as upstream's).
     """
+    if storage_options is not None:
+        set_storage_options(storage_options)
     executor = Executor(pipeline, address=address, store=store, depth=depth,
                         ray_init_kwargs=ray_init_kwargs)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rayorch.core.plan import Plan
@@ -26,6 +26,7 @@ from rayorch.runtime.session import (
     with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver, log_to_stderr
+from rayorch.storage import set_storage_options
 
 __all__ = ["ReplicaHandle", "create_run", "join_run"]
 
@@ -44,6 +45,7 @@ def create_run(
     shards: int = 4,
     max_active_sources: int | None = 256,
     depth: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> str:
     """Create a run that any number of drivers can run (:func:`join_run`, ``rayorch driver``).
 
@@ -51,9 +53,12 @@ def create_run(
     with ``args``/``kwargs`` by every driver; ``inputs`` (one iterable per ``forward``
     argument) are recorded in full with the run; finished sources are written to
     ``out_dir`` as ``out_format`` (``"jsonl"`` or ``"parquet"``) part files, read back with
-    :func:`rayorch.runtime.sinks.read_outputs`. Returns the run id. Nothing runs until a
-    driver joins.
+    :func:`rayorch.runtime.sinks.read_outputs`; ``out_dir`` may be an object store URL
+    (``s3://bucket/out``), reached with ``storage_options`` beyond the cloud's environment
+    (this process's: never recorded). Returns the run id. Nothing runs until a driver joins.
     """
+    if storage_options is not None:
+        set_storage_options(storage_options)
     from rayorch.runtime.manifest import (
         RunManifest,
         check_storable,
@@ -168,6 +173,7 @@ def join_run(
     out_format: str | None = None,
     require_sink: bool = False,
     trust: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> ReplicaHandle:
     """Join ``run_id`` as one more driver (starting one on a run whose drivers died resumes it).
 
@@ -177,7 +183,10 @@ def join_run(
     ``require_sink=True`` (the CLI) refuses a run with no place for its outputs.
     ``trust`` lists the modules the run's pipeline may be imported from (with
     ``$RAYORCH_TRUSTED_MODULES``; docs/ARCHITECTURE.md, "Trust model").
+    ``storage_options``: object store settings for the sink and payloads (kept in memory).
     """
+    if storage_options is not None:
+        set_storage_options(storage_options)
     from rayorch.runtime.manifest import ManifestError, RunManifest
     from rayorch.runtime.sinks import sink_for_run
     from rayorch.runtime.trust import trusted_modules

@@ -28,6 +28,7 @@ from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBin
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import ModuleSpec
 from rayorch.core.sanitize import strip_ansi
+from rayorch.storage import storage_options
 
 RemoteWorker = ray.remote(ModuleWorker)
 
@@ -248,7 +249,9 @@ class ActorPool:
                 binding = replace(binding, orphan_grace_s=orphan_grace_s())
         elif self.name_prefix is not None:
             options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
-        return RemoteWorker.options(**options).remote(self.module, binding)
+        # The --storage-option settings go to the actor in memory (never in the store).
+        return RemoteWorker.options(**options).remote(self.module, binding,
+                                                      storage_options() or None)
 
     def _fetch(self, batch: InFlightBatch) -> BatchResult:
         """The batch's result (raises ``ray.exceptions.RayError`` when its actor died)."""

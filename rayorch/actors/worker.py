@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +99,14 @@ class ModuleWorker:
     that it can be exercised (and type-checked) without Ray.
     """
 
-    def __init__(self, module: ModuleSpec, binding: StoreBinding | None) -> None:
+    def __init__(self, module: ModuleSpec, binding: StoreBinding | None,
+                 storage: Mapping[str, str] | None = None) -> None:
         from rayorch.core.udf import instantiate
+
+        if storage:  # the driver's --storage-option settings, for inputs and payloads
+            from rayorch.storage import set_storage_options
+
+            set_storage_options(storage)
 
         self._module = module
         self._fn = instantiate(module)

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TextIO
@@ -51,6 +51,7 @@ from rayorch.pipelines.job_output import (
     slug,
 )
 from rayorch.pipelines.sources import failure_kind
+from rayorch.store.registry import is_shared_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_NAMED_FAILURES = 10
@@ -159,7 +160,7 @@ def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
         "failed_files": [{"source": s, "cause": c} for s, c in summary.failures],
         "warnings": list(summary.warnings),
         f"{part}_engines": dict(sorted(summary.engines.items())),
-        "out_dir": str(out.path),
+        "out_dir": out.url,
     }
 
 
@@ -316,7 +317,8 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
     group = parser.add_argument_group("every job")
     group.add_argument("--input", required=True, help=input_help)
     group.add_argument("--output", required=True,
-                       help=f"directory for the outputs ({job.rows} and the rest)")
+                       help=f"directory or object store URL (s3://bucket/prefix) for the "
+                       f"outputs ({job.rows} and the rest)")
     group.add_argument("--store", default="memory://",
                        help="lineage store URL (default: memory://)")
     group.add_argument("--overwrite", action="store_true",
@@ -340,6 +342,11 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        "arguments and inputs are unchanged (a run id, or 'latest')")
     group.add_argument("--no-reuse", action="append", default=[], metavar="CALL",
                        help="with --reuse: run this Call again anyway (e.g. ocr; repeatable)")
+    group.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                       dest="storage_options",
+                       help="an object store setting for s3://, gs://, az:// --input and "
+                       "--output, e.g. endpoint=http://host:9000 (repeatable; credentials "
+                       "come from the cloud's standard environment)")
 
 
 def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
@@ -361,7 +368,8 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
-def largest_first(ids: list[int], sources: list[str]) -> list[int]:
+def largest_first(ids: list[int], sources: list[str],
+                  sizes: Mapping[str, int] | None = None) -> list[int]:
     """``ids`` with the largest source files first (ties keep their order).
 
     Longest job first: a big document dispatched last keeps one actor busy after the
@@ -369,6 +377,8 @@ def largest_first(ids: list[int], sources: list[str]) -> list[int]:
     read counts as empty; the run itself reports it.
     """
     def size(i: int) -> int:
+        if sizes is not None:
+            return sizes.get(sources[i], 0)
         try:
             return os.stat(sources[i]).st_size
         except (OSError, ValueError):
@@ -388,6 +398,7 @@ def run_job(
     engine: tuple[str, str],
     outputs: Callable[[OutputDir, JobSummary], str],
     big_first: bool = False,
+    sizes: Mapping[str, int] | None = None,
 ) -> int:
     """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
 
@@ -395,11 +406,12 @@ def run_job(
     each finished source's files beside its part file and counts it; ``engine`` is
     ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
     says what the run left in ``--output``. ``big_first`` dispatches the largest files
-    first (outputs keep their ids and order). Returns the exit code.
+    first (outputs keep their ids and order; ``sizes``: the sizes the input listing gave).
+    Returns the exit code.
     """
     plan = pipeline.compile()
     check_store(args.store)
-    if (args.reuse or args.no_reuse) and args.store == "memory://":
+    if (args.reuse or args.no_reuse) and not is_shared_store(args.store):
         raise UsageError("--reuse needs the store of the earlier run: pass --store redis://... "
                          "(a memory:// store ends with its process)")
     if args.no_reuse and not args.reuse:
@@ -408,7 +420,7 @@ def run_job(
                             overwrite=args.overwrite, resume=args.resume)
     ids = out.remaining(sources)
     if big_first:
-        ids = largest_first(ids, sources)
+        ids = largest_first(ids, sources, sizes)
     tty = sys.stdout.isatty()
     clock = StartupClock(quiet=args.no_progress and not tty)
     summary = JobSummary(job, total=len(sources), kept=len(out.kept))

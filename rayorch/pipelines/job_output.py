@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
+from rayorch.storage import Storage, StorageError, check_key, open_storage
 
 if TYPE_CHECKING:
     from rayorch.pipelines.job_cli import JobSummary
@@ -129,9 +129,13 @@ def _digest(sources: list[str]) -> str:
 class OutputDir:
     """A job's output directory: the marker, the run's sink, and what each source wrote."""
 
-    def __init__(self, path: Path, layout: JobLayout, marker: dict[str, Any],
+    def __init__(self, storage: Storage, layout: JobLayout, marker: dict[str, Any],
                  kept: dict[int, dict[str, Any]], sources: list[str]) -> None:
-        self.path = path
+        self.storage = storage
+        self.url = storage.url
+        """Where the outputs are, as printed: a directory or ``s3://bucket/prefix``."""
+        self.path = storage.local_path("")
+        """The local directory (None on an object store)."""
         self.layout = layout
         self.marker = marker
         self.sources = sources
@@ -154,32 +158,37 @@ class OutputDir:
         layout = job_layout(job)
         if overwrite and resume:
             raise UsageError("--overwrite and --resume exclude each other: choose one")
-        path = Path(out)
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"--output {path} is a file; give a directory")
-        path.mkdir(parents=True, exist_ok=True)
-        marker_path = path / MARKER
-        earlier: dict[str, Any] | None = None
-        if marker_path.exists():
+        try:
+            storage = open_storage(out)
+            path = storage.local_path("")
+            if path is not None and path.exists() and not path.is_dir():
+                raise UsageError(f"--output {path} is a file; give a directory")
+            storage.make_dir()
+            earlier: dict[str, Any] | None = None
             try:
-                earlier = json.loads(marker_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                earlier = json.loads(storage.read(MARKER).decode("utf-8"))
+            except FileNotFoundError:
+                if storage.head(layout.rows) or storage.head(SINK_MANIFEST):
+                    earlier = {}  # its marker is gone: still an earlier run
+            except ValueError:
                 earlier = {}
-        elif (path / layout.rows).exists() or (path / SINK_MANIFEST).exists():
-            earlier = {}  # its marker is gone: still an earlier run
-        entries = [p.name for p in path.iterdir()]
+            entries = next(iter(storage.names("")), []) if path is None \
+                else [p.name for p in path.iterdir()]
+        except StorageError as exc:
+            raise UsageError(f"--output {out}: {exc}") from None
+        path_text = storage.url
         marker = {"job": layout.job, "sources": len(sources), "digest": _digest(sources),
                   "options": options, "status": "running", "runs": []}
         kept: dict[int, dict[str, Any]] = {}
         if earlier is None and entries:
             raise UsageError(
-                f"--output {path} is not empty and holds no earlier rayorch run; "
+                f"--output {path_text} is not empty and holds no earlier rayorch run; "
                 "choose an empty or new directory")
         if earlier is not None:
             if not (overwrite or resume):
                 status = earlier.get("status", "unknown")
                 raise UsageError(
-                    f"--output {path} holds an earlier run ({status}); pass --overwrite to "
+                    f"--output {path_text} holds an earlier run ({status}); pass --overwrite to "
                     "replace it or --resume to continue it")
             if resume:
                 what = {"job": "the job", "digest": "the --input files",
@@ -188,17 +197,23 @@ class OutputDir:
                 if mismatch:
                     raise UsageError(
                         f"--resume needs the same job, --input files and options as the "
-                        f"earlier run in {path} ({' and '.join(mismatch)} changed); "
+                        f"earlier run in {path_text} ({' and '.join(mismatch)} changed); "
                         "use --overwrite to start afresh")
-                kept = _finished(path, layout, len(sources))
+                kept = _finished(storage, layout, len(sources))
                 marker["runs"] = list(earlier.get("runs", []))
             else:
-                remove_sink(path)
-            _remove_outputs(path, layout, keep=_owned_files(layout, kept))
-        _write_json(marker_path, marker)
-        result = cls(path, layout, marker, kept, sources)
+                remove_sink(storage.url)
+            _remove_outputs(storage, layout, keep=_owned_files(layout, kept))
+        _write_json(storage, MARKER, marker)
+        result = cls(storage, layout, marker, kept, sources)
         result._write_views(kept)
         return result
+
+    def local_dir(self) -> Path:
+        """The output directory of a job that writes local files only (the video job)."""
+        if self.path is None:
+            raise UsageError(f"--output {self.url}: this job writes to a local directory only")
+        return self.path
 
     def remaining(self, sources: list[str]) -> list[int]:
         """Ids of the sources this run must (re)do."""
@@ -209,8 +224,8 @@ class OutputDir:
         files beside its part; an earlier run's directory (``--resume``) is taken over
         (its kept parts stay)."""
         self._writer = writer
-        take_over(self.path, run_id, self.patterns)
-        self.sink = FileSink(self.path, "jsonl", run_id=run_id, beside=self)
+        take_over(self.url, run_id, self.patterns)
+        self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self)
         return self.sink
 
     patterns: tuple[str, ...] = ("*",)
@@ -232,14 +247,12 @@ class OutputDir:
     def note_run(self, run_id: str) -> None:
         self.started = True
         self.marker["runs"].append(run_id)
-        _write_json(self.path / MARKER, self.marker)
+        _write_json(self.storage, MARKER, self.marker)
 
     def write_document(self, index: int, stem: str, suffix: str, content: str) -> str:
-        """Write one source's file atomically; returns its name."""
+        """Write one source's file whole (one atomic write); returns its name."""
         name = f"{index:05d}-{slug(stem)}{suffix}"
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(content, encoding="utf-8")
-        os.replace(tmp, self.path / name)
+        _put(self.storage, name, content.encode("utf-8"))
         return name
 
     def finish(self, complete: bool) -> None:
@@ -250,22 +263,25 @@ class OutputDir:
         no marker: a retry is not refused as if an earlier run were there.
         """
         if not complete and not self.started and not self.kept:
-            for name in (MARKER, self.layout.rows, self.layout.lines):
-                if name:
-                    (self.path / name).unlink(missing_ok=True)
-            remove_sink(self.path)
+            try:
+                for name in (MARKER, self.layout.rows, self.layout.lines):
+                    if name:
+                        self.storage.delete(name)
+            except StorageError as exc:
+                raise UsageError(f"--output {self.url}: {exc}") from None
+            remove_sink(self.url)
             return
         self._write_views(self.delivered())
         self.marker["status"] = "complete" if complete else "incomplete"
-        _write_json(self.path / MARKER, self.marker)
+        _write_json(self.storage, MARKER, self.marker)
 
     def delivered(self) -> dict[int, dict[str, Any]]:
         """The row of every source the part files hold (a failed one's from its record;
         a value that is not a row, written by ``rayorch resume RUN``, has none)."""
-        if not (self.path / SINK_MANIFEST).exists():
+        if not _exists(self.storage, SINK_MANIFEST):
             return dict(self.kept)
         rows: dict[int, dict[str, Any]] = {}
-        for record in read_outputs(self.path):
+        for record in read_outputs(self.url):
             index, value = record["index"], record.get("value")
             if record["outcome"] == Outcome.PRESENT.value:
                 if isinstance(value, dict) and value.get("id") == index:
@@ -279,35 +295,45 @@ class OutputDir:
     def _write_views(self, rows: dict[int, dict[str, Any]]) -> None:
         ordered = [row for _, row in sorted(rows.items())]
         lines = [line for row in ordered for line in row.get(LINES_KEY, ())]
-        _write_lines(self.path / self.layout.rows,
+        _write_lines(self.storage, self.layout.rows,
                      [{k: v for k, v in row.items() if k != LINES_KEY} for row in ordered])
         if self.layout.lines:
-            _write_lines(self.path / self.layout.lines, lines)
+            _write_lines(self.storage, self.layout.lines, lines)
         self.lines_written = len(lines)
         self.files_written = sum(1 for row in ordered if _own_file(self.layout, row))
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def _put(storage: Storage, name: str, data: bytes) -> None:
+    try:
+        storage.put(name, data)
+    except StorageError as exc:
+        raise UsageError(f"--output {storage.url}: {exc}") from None
 
 
-def _write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                   encoding="utf-8")
-    os.replace(tmp, path)
+def _exists(storage: Storage, name: str) -> bool:
+    try:
+        return storage.head(name) is not None
+    except StorageError as exc:
+        raise UsageError(f"--output {storage.url}: {exc}") from None
+
+
+def _write_json(storage: Storage, name: str, data: dict[str, Any]) -> None:
+    _put(storage, name, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+
+
+def _write_lines(storage: Storage, name: str, rows: list[dict[str, Any]]) -> None:
+    _put(storage, name, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                for r in rows).encode("utf-8"))
 
 
 def _own_file(layout: JobLayout, row: dict[str, Any]) -> bool:
     return layout.file_field is not None and isinstance(row.get(layout.file_field), str)
 
 
-def _finished(path: Path, layout: JobLayout, count: int) -> dict[int, dict[str, Any]]:
+def _finished(storage: Storage, layout: JobLayout, count: int) -> dict[int, dict[str, Any]]:
     """Rows of the sources the part files hold ok whose files are all still there; the part
     files keep only those records (everything else runs again)."""
-    if not (path / SINK_MANIFEST).exists():
+    if not _exists(storage, SINK_MANIFEST):
         return {}
 
     def whole(record: SinkRecord) -> bool:
@@ -320,21 +346,27 @@ def _finished(path: Path, layout: JobLayout, count: int) -> dict[int, dict[str, 
         if layout.file_field is not None:
             name = row.get(layout.file_field)
             if not (isinstance(name, str) and DOCUMENT_NAME.match(name)
-                    and (path / name).is_file()):
+                    and _exists(storage, name)):
                 return False
         mine = row.get(LINES_KEY, [])
         return isinstance(mine, list) and len(mine) == row.get(layout.line_count, len(mine)) \
-            and all(_inside(path, line["file"]) for line in mine
+            and all(_inside(storage, line["file"]) for line in mine
                     if isinstance(line, dict) and "file" in line)
 
     return {record.index: orjson.loads(record.value_json or b"null")
-            for record in prune_parts(path, whole)}
+            for record in prune_parts(storage.url, whole)}
 
 
-def _inside(root: Path, name: Any) -> bool:
-    """Whether ``name`` is a file under ``root`` (names read back are untrusted)."""
+def _inside(storage: Storage, name: Any) -> bool:
+    """Whether ``name`` is a file under the output (names read back are untrusted)."""
     if not isinstance(name, str):
         return False
+    root = storage.local_path("")
+    if root is None:
+        try:
+            return _exists(storage, check_key(name))
+        except StorageError:
+            return False
     target = (root / name).resolve()
     return target.is_relative_to(root.resolve()) and target.is_file()
 
@@ -347,19 +379,23 @@ def _owned_files(layout: JobLayout, kept: dict[int, dict[str, Any]]) -> set[str]
     return names
 
 
-def _remove_outputs(path: Path, layout: JobLayout, keep: set[str]) -> None:
+def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None:
     """Remove what an earlier run wrote (files, rows, lines, temp files), except ``keep``."""
-    for entry in path.iterdir():
-        name = entry.name
-        ours = (layout.file_field and DOCUMENT_NAME.match(name)) or (
-            name.startswith(".") and name.endswith(".tmp"))
-        if ours and name not in keep and entry.is_file():
-            entry.unlink()
-    for shared in (layout.rows, layout.lines):
-        if shared:
-            (path / shared).unlink(missing_ok=True)
-    folder = path / layout.folder if layout.folder else None
-    if folder is None or not folder.is_dir() or folder.is_symlink():
+    try:
+        for page in storage.names(""):
+            for name in page:
+                ours = (layout.file_field and DOCUMENT_NAME.match(name)) or (
+                    name.startswith(".") and name.endswith(".tmp"))
+                if ours and name not in keep:
+                    storage.delete(name)
+        for shared in (layout.rows, layout.lines):
+            if shared:
+                storage.delete(shared)
+    except StorageError as exc:
+        raise UsageError(f"--output {storage.url}: {exc}") from None
+    path = storage.local_path("")
+    folder = path / layout.folder if layout.folder and path is not None else None
+    if path is None or folder is None or not folder.is_dir() or folder.is_symlink():
         return
     kept = {(path / name).resolve() for name in keep}
     for entry in sorted(folder.rglob("*"), reverse=True):  # files before their folders

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import rayorch as ro
@@ -55,7 +55,13 @@ from rayorch.pipelines.pdf_markdown import (
 from rayorch.pipelines.pdf_ocr import AsyncOcrPage, OcrPage, PageText
 from rayorch.pipelines.pdf_structure import byline_lines, title_lines
 from rayorch.pipelines.pdf_tables import Table, page_tables
-from rayorch.pipelines.sources import check_file, failure_kind, find_files
+from rayorch.pipelines.sources import (
+    InputFile,
+    check_file,
+    failure_kind,
+    find_files,
+    list_inputs,
+)
 from rayorch.pipelines.sources import refuse as _refuse
 from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
 
@@ -141,7 +147,7 @@ def _page_title(doc: Any, lines: list[Line], body: float, width: float
     return title[:200], chosen, byline
 
 
-def _document_title(doc: Any, path: Path, page_title: str | None) -> str:
+def _document_title(doc: Any, path: str, page_title: str | None) -> str:
     """The metadata title when it looks like one, else page 1's title, else the stem."""
     title = _metadata_title(doc)
     if title:
@@ -149,7 +155,7 @@ def _document_title(doc: Any, path: Path, page_title: str | None) -> str:
     if page_title is None and doc.page_count > 0:  # page 1 went to OCR: read its text layer
         lines = page_lines(doc[0].get_text("dict", flags=TEXT_FLAGS))
         page_title, _, _ = _page_title(doc, lines, font_scale([lines]).body, 612.0)
-    return page_title or path.stem
+    return page_title or PurePosixPath(path).stem
 
 
 class RenderPdf:
@@ -208,13 +214,17 @@ class RenderPdf:
 
     def render(self, source: Any) -> RenderedDocument:
         """One document's pages and metadata; raises ``RecordFailure`` for bad input."""
-        path = self._check_file(source)
+        file = self._check_file(source)
+        path = file.name
         pymupdf = self._pymupdf
         pymupdf.TOOLS.reset_mupdf_warnings()
-        try:
-            doc = pymupdf.open(path, filetype="pdf")
+        try:  # a local file is mapped; an object is read whole (MuPDF takes no ranged reader)
+            doc = (pymupdf.open(file.path, filetype="pdf") if file.path is not None
+                   else pymupdf.open(stream=file.read(), filetype="pdf"))
+        except RecordFailure:
+            raise
         except Exception as exc:
-            raise self._damaged(path, f"MuPDF cannot open it ({exc})") from None
+            raise self._damaged(file, f"MuPDF cannot open it ({exc})") from None
         with doc:
             if doc.needs_pass:
                 raise _refuse(
@@ -223,7 +233,7 @@ class RenderPdf:
                     "(e.g. qpdf --decrypt --password=... in.pdf out.pdf)",
                 )
             if doc.is_repaired and not self.allow_damaged:
-                raise self._damaged(path, "MuPDF had to repair its cross-reference table")
+                raise self._damaged(file, "MuPDF had to repair its cross-reference table")
             if doc.page_count == 0:
                 raise _refuse("no pages", f"{path} is a valid PDF with zero pages")
             if self.max_pages is not None and doc.page_count > self.max_pages:
@@ -238,33 +248,31 @@ class RenderPdf:
                 raise
             except Exception as exc:
                 if doc.is_repaired or _damage_warning(pymupdf.TOOLS.mupdf_warnings()):
-                    raise self._damaged(path, f"reading its pages failed ({exc})") from None
+                    raise self._damaged(file, f"reading its pages failed ({exc})") from None
                 raise
             if not self.allow_damaged:
                 damage = _damage_warning(pymupdf.TOOLS.mupdf_warnings())
                 if doc.is_repaired or damage:
-                    raise self._damaged(path, f"MuPDF reported {damage or 'a repair'} on reading")
-            meta = {"path": str(path), "title": _document_title(doc, path, first_page),
+                    raise self._damaged(file, f"MuPDF reported {damage or 'a repair'} on reading")
+            meta = {"path": path, "title": _document_title(doc, path, first_page),
                     "page_count": doc.page_count, "pages": records}
         return pages, meta
 
     @staticmethod
-    def _check_file(source: Any) -> Path:
-        path, head = check_file(source, "PDF", 1024)
-        if b"%PDF-" not in head:
-            raise _refuse("not a PDF", f"{path} has no %PDF- header in its first 1024 bytes")
-        return path
+    def _check_file(source: Any) -> InputFile:
+        file = check_file(source, "PDF", 1024)
+        if b"%PDF-" not in file.head:
+            raise _refuse("not a PDF", f"{file.name} has no %PDF- header in its first 1024 "
+                          "bytes")
+        return file
 
     @staticmethod
-    def _damaged(path: Path, why: str) -> RecordFailure:
-        with path.open("rb") as fh:
-            fh.seek(max(0, path.stat().st_size - 2048))
-            tail = fh.read()
-        if b"%%EOF" not in tail:
-            return _refuse("truncated", f"{path} ends before its %%EOF marker; {why}")
-        return _refuse("damaged", f"{path} is corrupt; {why}")
+    def _damaged(file: InputFile, why: str) -> RecordFailure:
+        if b"%%EOF" not in file.tail(2048):
+            return _refuse("truncated", f"{file.name} ends before its %%EOF marker; {why}")
+        return _refuse("damaged", f"{file.name} is corrupt; {why}")
 
-    def _pages(self, doc: Any, path: Path
+    def _pages(self, doc: Any, path: str
                ) -> tuple[list[Page], list[dict[str, Any]], str | None]:
         """The pages to OCR, one record per page, and page 1's title (``None``: not read)."""
         to_ocr: list[Page] = []
@@ -530,8 +538,14 @@ class PdfPipeline(ro.Pipeline):
 
 
 def find_pdfs(source: str | Path) -> list[str]:
-    """The PDF paths under a directory (recursive, sorted), or the file itself."""
+    """The PDF paths under a directory or an object store prefix (recursive, sorted), or
+    the file itself."""
     return find_files(source, {".pdf"}, "PDF")
+
+
+def list_pdfs(source: str | Path) -> list[tuple[str, int]]:
+    """:func:`find_pdfs` with each file's size (from the listing: no request per file)."""
+    return [item for page in list_inputs(source, {".pdf"}, "PDF") for item in page]
 
 
 from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's public API)
@@ -543,5 +557,5 @@ from rayorch.pipelines.pdf_outputs import (  # noqa: E402  (re-exported: pdf's p
 __all__ = [
     "OCR_MODES", "PDF_WRITER", "AssembleDocument", "AsyncOcrPage", "OcrPage", "PdfPipeline",
     "RenderPages", "RenderPdf", "assemble_markdown", "document_pages", "document_warnings",
-    "failure_kind", "find_pdfs", "summary_dict",
+    "failure_kind", "find_pdfs", "list_pdfs", "summary_dict",
 ]

@@ -69,7 +69,7 @@ def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     files = out.files_written
     what = f"documents.jsonl and {plural(files, '.md file')}" if files else (
         "documents.jsonl (no .md written)")
-    return f"{out.path}/{what}"
+    return f"{out.url}/{what}"
 
 
 __all__ = ["PDF_WRITER", "document_warnings", "outputs_text", "summary_dict"]

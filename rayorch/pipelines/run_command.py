@@ -99,13 +99,15 @@ def _pipeline(args: argparse.Namespace) -> Any:
 
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
-    from rayorch.pipelines.pdf import find_pdfs
+    from rayorch.pipelines.pdf import list_pdfs
     from rayorch.pipelines.pdf_outputs import PDF_WRITER, outputs_text
 
-    sources = find_pdfs(args.input)
+    sizes = dict(list_pdfs(args.input))
+    sources = sorted(sizes)
     if not sources:
         raise UsageError(f"no PDF files under {args.input}")
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=_pipeline(args),
                    options={"ocr": args.ocr, "tables": args.tables,
                             "page_markers": not args.no_page_markers}, writer=PDF_WRITER,
-                   engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True)
+                   engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
+                   sizes=sizes)

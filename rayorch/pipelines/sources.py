@@ -8,12 +8,14 @@ counts causes by kind (docs/ARCHITECTURE.md, "PDF pipeline" and "Video pipeline"
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
+from rayorch.storage import Location, StorageError, open_storage, parse_location
 
 
 def refuse(kind: str, detail: str) -> RecordFailure:
@@ -40,14 +42,57 @@ def failure_kind(cause: str | None) -> str:
     return cause.split(":", 1)[0].strip()[:60]
 
 
-def check_file(source: Any, what: str, head_bytes: int) -> tuple[Path, bytes]:
-    """``source`` as a path to a non-empty regular file, and its first ``head_bytes``.
+@dataclass(frozen=True)
+class InputFile:
+    """One input, checked: a local file (``path``) or an object (``url``), its first bytes.
 
-    Raises ``RecordFailure`` (kinds: bad input, missing, not a file, empty); ``what``
-    names the expected file in the message (``"PDF"``, ``"video"``).
+    ``name`` is what messages print (the path or the URL). :meth:`read` gives all its
+    bytes; a worker reads its own input from the object store (no shared disk).
+    """
+
+    name: str
+    head: bytes
+    size: int
+    path: Path | None = None
+    url: str | None = None
+
+    def read(self) -> bytes:
+        if self.path is not None:
+            return self.path.read_bytes()
+        location = parse_location(str(self.url))
+        try:
+            return open_storage(location.parent()).read(location.name())
+        except FileNotFoundError:
+            raise refuse("missing", f"{self.name} does not exist") from None
+        except StorageError as exc:
+            raise refuse("unreadable", f"{self.name}: {exc}") from None
+
+    def tail(self, count: int) -> bytes:
+        """Its last ``count`` bytes (one ranged read on an object store)."""
+        start = max(0, self.size - count)
+        if self.path is not None:
+            with self.path.open("rb") as fh:
+                fh.seek(start)
+                return fh.read()
+        location = parse_location(str(self.url))
+        return open_storage(location.parent()).read_range(location.name(), start, self.size)
+
+
+def check_file(source: Any, what: str, head_bytes: int) -> InputFile:
+    """``source`` (a path or an object store URL) as a non-empty file and its first
+    ``head_bytes``.
+
+    Raises ``RecordFailure`` (kinds: bad input, missing, not a file, empty, unreadable);
+    ``what`` names the expected file in the message (``"PDF"``, ``"video"``).
     """
     if not isinstance(source, (str, Path)):
         raise refuse("bad input", f"expected a {what} path (str), got {type(source).__name__}")
+    try:
+        location = parse_location(source)
+    except StorageError as exc:
+        raise refuse("bad input", str(exc)) from None
+    if not location.is_local:
+        return _check_object(location, what, head_bytes)
     path = Path(source)
     if not path.exists():
         raise refuse("missing", f"{path} does not exist")
@@ -57,20 +102,65 @@ def check_file(source: Any, what: str, head_bytes: int) -> tuple[Path, bytes]:
         head = fh.read(head_bytes)
     if not head:
         raise refuse("empty", f"{path} is an empty file (0 bytes)")
-    return path, head
+    return InputFile(str(path), head, path.stat().st_size, path=path)
+
+
+def _check_object(location: Location, what: str, head_bytes: int) -> InputFile:
+    name = location.url
+    try:
+        storage = open_storage(location.parent())
+        info = storage.head(location.name())
+        if info is None:
+            raise refuse("missing", f"{name} does not exist")
+        if info.size == 0:
+            raise refuse("empty", f"{name} is an empty object (0 bytes)")
+        head = storage.read_range(location.name(), 0, min(head_bytes, info.size))
+    except StorageError as exc:
+        raise refuse("unreadable", f"{name}: {exc}") from None
+    return InputFile(name, head, info.size, url=name)
+
+
+def list_inputs(source: str | Path, suffixes: Collection[str], what: str
+                ) -> Iterator[list[tuple[str, int]]]:
+    """The files under ``source`` (a directory or an object store prefix) whose suffix is
+    one of ``suffixes``, with their sizes, a listing page at a time (sorted by key within
+    a page; an object store lists in key order), or ``source`` itself when it names one
+    file; ``what`` names them in the error."""
+    location = parse_location(source)
+    if location.is_local:
+        root = Path(location.root)
+        if root.is_dir():
+            yield [(str(p), p.stat().st_size) for p in sorted(root.rglob("*"))
+                   if p.suffix.lower() in suffixes and p.is_file()]
+            return
+        if root.exists():
+            yield [(str(root), root.stat().st_size)]
+            return
+        raise RayorchError(f"input {root} does not exist: pass a {what} file or a directory "
+                           f"of {what}s")
+    try:
+        storage = open_storage(location)
+        listed = False
+        for page in storage.walk(""):
+            listed = True
+            found = [(location.join(info.key).url, info.size) for info in page
+                     if Path(info.key).suffix.lower() in suffixes]
+            if found:
+                yield found
+        if listed or not location.prefix:
+            return
+        one = open_storage(location.parent()).head(location.name())
+    except StorageError as exc:
+        raise RayorchError(f"cannot list the input {location.url}: {exc}") from None
+    if one is None:
+        raise RayorchError(f"input {location.url} does not exist: pass a {what} object or a "
+                           f"prefix holding {what}s")
+    yield [(location.url, one.size)]
 
 
 def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list[str]:
-    """The files under a directory whose suffix is one of ``suffixes`` (recursive, sorted),
-    or ``source`` itself when it is a file; ``what`` names them in the error."""
-    root = Path(source)
-    if root.is_dir():
-        return [str(p) for p in sorted(root.rglob("*"))
-                if p.suffix.lower() in suffixes and not p.is_dir()]
-    if root.exists():
-        return [str(root)]
-    raise RayorchError(f"input {root} does not exist: pass a {what} file or a directory "
-                       f"of {what}s")
+    """The files :func:`list_inputs` finds, as one sorted list."""
+    return sorted(name for page in list_inputs(source, suffixes, what) for name, _ in page)
 
 
-__all__ = ["check_file", "failure_kind", "find_files", "refuse"]
+__all__ = ["InputFile", "check_file", "failure_kind", "find_files", "list_inputs", "refuse"]

@@ -285,7 +285,7 @@ def _finished(value: Any) -> bool:
 
 def _write_clips(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
     """A video's row and its clip lines (a clip file under ``--output`` named relative to it)."""
-    root = out.path.resolve()
+    root = out.local_dir().resolve()
     lines = []
     for clip in value["clips"]:
         line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}

@@ -40,6 +40,7 @@ from rayorch.pipelines.job_cli import (
     require_positive,
     run_job,
 )
+from rayorch.storage import is_url
 
 
 def add_video_parser(jobs: Any) -> None:
@@ -79,7 +80,7 @@ def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     written = [f"{out.path}/videos.jsonl (one line per video)",
                f"{out.path}/clips.jsonl " + (f"({plural(clips, 'line')}, one per clip)" if clips
                                              else "(empty: no clip was made)")]
-    folder = out.path / str(VIDEO_JOB.folder)
+    folder = out.local_dir() / str(VIDEO_JOB.folder)
     if folder.is_dir():
         files = sum(1 for p in folder.rglob("*") if p.is_file())
         written.append(f"{folder}/ ({plural(files, 'clip file')})")
@@ -90,6 +91,9 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
     from rayorch.pipelines.video import VIDEO_WRITER, VideoPipeline, find_videos
 
+    if is_url(args.input) or is_url(args.output):
+        raise UsageError("rayorch run video reads and writes local paths only; the pdf job "
+                         "and rayorch driver take object store URLs")
     sources = find_videos(args.input)
     if not sources:
         raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "

@@ -87,7 +87,11 @@ def _open(path: Path, head: bytes) -> Any:
 
 def probe_video(source: Any, *, max_frame_pixels: int = MAX_FRAME_PIXELS) -> VideoInfo:
     """Duration, fps, size and streams of one video; ``RecordFailure`` for a bad file."""
-    path, head = check_file(source, "video", 64)
+    file = check_file(source, "video", 64)
+    if file.path is None:
+        raise refuse("bad input", f"{file.name}: the video job reads local files only; copy "
+                     "the videos to a local directory first")
+    path, head = file.path, file.head
     with _open(path, head) as container:
         streams = [{"index": s.index, "type": s.type,
                     "codec": s.codec_context.name if s.codec_context is not None else None}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from rayorch.core.fingerprint import file_digest
 from rayorch.core.plan import Plan
 from rayorch.core.reuse import Reuse, ReuseError, ReuseIndex
 from rayorch.runtime.status import run_status
+from rayorch.storage import Location, StorageError, open_storage, parse_location
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import RunNotFoundError
 from rayorch.store.retention import payload_store
@@ -27,16 +28,23 @@ LATEST = "latest"
 class FileDigests:
     """The digest of the file a source value names (a str or path of a regular file).
 
-    Cached per ``(path, size, mtime)``: a driver asks once when the Grain becomes ready
-    and once when it is dispatched.
+    Cached per ``(path, size, mtime)`` (an object: ``(URL, size, version or ETag)``): a
+    driver asks once when the Grain becomes ready and once when it is dispatched. An
+    object's digest is of its bytes, so the same input in another bucket reuses too.
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int], str] = {}
+        self._cache: dict[tuple[str, int, str], str] = {}
 
     def __call__(self, value: Any) -> str | None:
         if not isinstance(value, str | os.PathLike) or not value:
             return None
+        try:
+            location = parse_location(os.fspath(value))
+        except (StorageError, TypeError):
+            return None
+        if not location.is_local:
+            return self._object(location)
         try:
             path = Path(value)
             stat = path.stat()
@@ -44,12 +52,26 @@ class FileDigests:
             return None
         if not path.is_file():
             return None
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        return self._cached((str(path), stat.st_size, str(stat.st_mtime_ns)), path.read_bytes)
+
+    def _object(self, location: Location) -> str | None:
+        """An object's digest, from its bytes; cached per (URL, size, version or ETag)."""
+        try:
+            storage = open_storage(location.parent())
+            info = storage.head(location.name())
+        except StorageError:
+            return None
+        if info is None:
+            return None
+        return self._cached((location.url, info.size, str(info.version)),
+                            lambda: storage.read(location.name()))
+
+    def _cached(self, key: tuple[str, int, str], read: Callable[[], bytes]) -> str | None:
         digest = self._cache.get(key)
         if digest is None:
             try:
-                digest = file_digest(path.read_bytes())
-            except OSError:
+                digest = file_digest(read())
+            except (OSError, StorageError):
                 return None
             if len(self._cache) > 100_000:
                 self._cache.clear()

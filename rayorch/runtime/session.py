@@ -51,8 +51,11 @@ def new_driver_id() -> str:
 
 
 def commits_in_actor(store_url: str) -> bool:
-    """True for a shared store (actors commit themselves); False for ``memory://``."""
-    return not store_url.lower().startswith("memory://")
+    """True for a shared store (actors commit themselves); False for ``memory://``: the
+    store registry says which backends several processes share."""
+    from rayorch.store.registry import is_shared_store
+
+    return is_shared_store(store_url)
 
 
 def build_pools(

@@ -101,7 +101,7 @@ def open_object_store(location: Location, options: Mapping[str, str]) -> Any:
     from obstore.store import from_url
 
     kwargs: dict[str, Any] = {
-        "retry_config": {"max_retries": 4, "retry_timeout": timedelta(seconds=20),
+        "retry_config": {"max_retries": 4, "retry_timeout": timedelta(seconds=10),
                          "backoff": {"init_backoff": timedelta(milliseconds=100),
                                      "max_backoff": timedelta(seconds=2), "base": 2}},
         "client_options": {"connect_timeout": timedelta(seconds=5),

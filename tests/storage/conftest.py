@@ -1,0 +1,79 @@
+"""A real S3-API server on loopback (moto's server mode) for the object-store suite.
+
+``bash scripts/test_storage.sh`` runs these tests (marker ``s3``); ``$RAYORCH_TEST_S3``
+points them at a server that is already running (CI starts one), else each session starts
+its own ``moto_server`` on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from rayorch.testing import free_port
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+          "AWS_REGION": "us-east-1"}
+
+
+def _wait_up(endpoint: str, proc: subprocess.Popen[bytes] | None) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"moto_server exited: {proc.stdout.read().decode()[-2000:]}"  # type: ignore[union-attr]
+                        )
+        try:
+            urllib.request.urlopen(endpoint, timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail(f"no S3 server answered at {endpoint}")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The S3 endpoint URL; ``AWS_ENDPOINT_URL`` and test credentials are set for the
+    session (for rayorch in this process and the subprocesses it starts)."""
+    given = os.environ.get("RAYORCH_TEST_S3")
+    proc = None
+    if given:
+        endpoint = given
+    else:
+        exe = shutil.which("moto_server")
+        if exe is None:
+            pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _wait_up(endpoint, proc)
+    saved = {k: os.environ.get(k) for k in [*S3_ENV, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+    try:
+        yield endpoint
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    """A new empty bucket's name."""
+    import boto3
+
+    name = f"rayorch-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
+    return name
