@@ -260,7 +260,7 @@ class RenderPdf:
 
     @staticmethod
     def _check_file(source: Any) -> InputFile:
-        file = check_file(source, "PDF", 1024)
+        file = check_file(source, "PDF", 1024, whole=True)
         if b"%PDF-" not in file.head:
             raise _refuse("not a PDF", f"{file.name} has no %PDF- header in its first 1024 "
                           "bytes")

@@ -55,8 +55,11 @@ class InputFile:
     size: int
     path: Path | None = None
     url: str | None = None
+    data: bytes | None = None  # an object read whole at the check (``whole=True``)
 
     def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
         if self.path is not None:
             return self.path.read_bytes()
         location = parse_location(str(self.url))
@@ -70,6 +73,8 @@ class InputFile:
     def tail(self, count: int) -> bytes:
         """Its last ``count`` bytes (one ranged read on an object store)."""
         start = max(0, self.size - count)
+        if self.data is not None:
+            return self.data[start:]
         if self.path is not None:
             with self.path.open("rb") as fh:
                 fh.seek(start)
@@ -78,9 +83,10 @@ class InputFile:
         return open_storage(location.parent()).read_range(location.name(), start, self.size)
 
 
-def check_file(source: Any, what: str, head_bytes: int) -> InputFile:
+def check_file(source: Any, what: str, head_bytes: int, *, whole: bool = False) -> InputFile:
     """``source`` (a path or an object store URL) as a non-empty file and its first
-    ``head_bytes``.
+    ``head_bytes``; ``whole``: an object is read whole at once (one GET, no HEAD: for a
+    caller that reads all of it anyway).
 
     Raises ``RecordFailure`` (kinds: bad input, missing, not a file, empty, unreadable);
     ``what`` names the expected file in the message (``"PDF"``, ``"video"``).
@@ -92,7 +98,7 @@ def check_file(source: Any, what: str, head_bytes: int) -> InputFile:
     except StorageError as exc:
         raise refuse("bad input", str(exc)) from None
     if not location.is_local:
-        return _check_object(location, what, head_bytes)
+        return _check_object(location, head_bytes, whole)
     path = Path(source)
     if not path.exists():
         raise refuse("missing", f"{path} does not exist")
@@ -105,10 +111,18 @@ def check_file(source: Any, what: str, head_bytes: int) -> InputFile:
     return InputFile(str(path), head, path.stat().st_size, path=path)
 
 
-def _check_object(location: Location, what: str, head_bytes: int) -> InputFile:
+def _check_object(location: Location, head_bytes: int, whole: bool) -> InputFile:
     name = location.url
     try:
         storage = open_storage(location.parent())
+        if whole:
+            try:
+                data = storage.read(location.name())
+            except FileNotFoundError:
+                raise refuse("missing", f"{name} does not exist") from None
+            if not data:
+                raise refuse("empty", f"{name} is an empty object (0 bytes)")
+            return InputFile(name, data[:head_bytes], len(data), url=name, data=data)
         info = storage.head(location.name())
         if info is None:
             raise refuse("missing", f"{name} does not exist")
