@@ -230,10 +230,9 @@ def test_replica_drivers_with_sink_and_payloads_in_the_bucket_one_killed(
 
 def test_an_outage_and_throttling_stall_the_run_then_it_completes(
         s3_endpoint: str, bucket: str, redis_url: str, tmp_path: Path) -> None:
-    from s3_tools import FaultyProxy
-
     from bench.faults import FaultPipeline, make_docs
     from rayorch.replicas import create_run
+    from rayorch.testing_s3 import FaultyProxy
 
     cwd, home = tmp_path / "cwd", tmp_path / "home"
     cwd.mkdir()

@@ -116,3 +116,14 @@ def test_the_circle_finder_sees_circles_through_packages_and_functions(tmp_path:
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg.c"] == set()  # type-only imports never run
     assert import_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+
+
+def test_storage_sits_between_core_and_the_store() -> None:
+    """``rayorch.storage`` imports only the core (and its client library); the store, the
+    runtime and the jobs reach bytes through it, never the other way round."""
+    root = Path(rayorch.core.__file__).parent.parent.parent
+    graph = import_graph(root, "rayorch")
+    upward = sorted(f"{module} imports {dep}" for module, deps in graph.items()
+                    if module.startswith("rayorch.storage") for dep in deps
+                    if not dep.startswith(("rayorch.core", "rayorch.storage")))
+    assert not upward, upward
