@@ -160,13 +160,20 @@ def test_a_killed_job_resumed_on_s3_has_every_document_once(
 
 
 # -- replica drivers: store in Redis, sink and payloads in the bucket ---------------------------
+def _address() -> str:
+    """The session's Ray (conftest ``ray_local``: GPUs declared for the fault pipeline)."""
+    import ray
+
+    return str(ray.get_runtime_context().gcs_address)
+
+
 def _driver(run_id: str, url: str, driver_id: str, cwd: Path, home: Path, log: Path
             ) -> subprocess.Popen[bytes]:
     with open(log, "wb") as sink:
         return subprocess.Popen(
             [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
-             "--driver-id", driver_id, "--lease-ttl", "2"], cwd=cwd, env=cli_env(home),
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+             "--driver-id", driver_id, "--lease-ttl", "2", "--address", _address()], cwd=cwd,
+            env=cli_env(home), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def emitted(url: str, run_id: str) -> Counter[int]:
@@ -193,7 +200,7 @@ def check_outputs(out: str, docs: list[str]) -> None:
 
 
 def test_replica_drivers_with_sink_and_payloads_in_the_bucket_one_killed(
-        s3_endpoint: str, bucket: str, redis_url: str, tmp_path: Path) -> None:
+        s3_endpoint: str, ray_local: None, bucket: str, redis_url: str, tmp_path: Path) -> None:
     from bench.faults import FaultPipeline, make_docs
     from rayorch.replicas import create_run
 
@@ -229,7 +236,7 @@ def test_replica_drivers_with_sink_and_payloads_in_the_bucket_one_killed(
 
 
 def test_an_outage_and_throttling_stall_the_run_then_it_completes(
-        s3_endpoint: str, bucket: str, redis_url: str, tmp_path: Path) -> None:
+        s3_endpoint: str, ray_local: None, bucket: str, redis_url: str, tmp_path: Path) -> None:
     from bench.faults import FaultPipeline, make_docs
     from rayorch.replicas import create_run
     from rayorch.testing_s3 import FaultyProxy
@@ -247,7 +254,8 @@ def test_an_outage_and_throttling_stall_the_run_then_it_completes(
         with open(log, "wb") as sink:
             driver = subprocess.Popen(
                 [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", redis_url,
-                 "--lease-ttl", "5"], cwd=cwd, env={**cli_env(home), **env}, stdout=sink,
+                 "--lease-ttl", "5", "--address", _address()], cwd=cwd,
+                env={**cli_env(home), **env}, stdout=sink,
                 stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 120
