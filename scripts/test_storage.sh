@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The object-store suite: rayorch's inputs, sinks and payloads on a real S3-API server on
-# loopback (moto's server mode, from the dev extra), with real Ray and redis-server. Installs
-# the s3 and dev extras into the CURRENT python environment; run it after scripts/test.sh.
+# loopback (moto's server mode, from the dev extra) and on Azurite (Microsoft's Azure Storage
+# emulator, npm; installed here when missing), with real Ray and redis-server. Installs the
+# s3, azure and dev extras into the CURRENT python environment; run it after scripts/test.sh.
 #
 #   bash scripts/test_storage.sh [pytest args]
 #
@@ -16,9 +17,13 @@ command -v redis-server >/dev/null 2>&1 || {
   exit 2
 }
 
-echo "== installing rayorch[s3] (pip: obstore, boto3)"
-python3 -m pip install -q --disable-pip-version-check -e ".[s3,dev,pdf,video]"
+echo "== installing rayorch[s3,azure] (pip: obstore, boto3)"
+python3 -m pip install -q --disable-pip-version-check -e ".[s3,azure,dev,pdf,video]"
+if ! command -v azurite-blob >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  echo "== installing Azurite (npm)"
+  npm install -g --silent azurite >/dev/null 2>&1 || echo "warning: Azurite not installed; the az:// tests skip"
+fi
 
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-echo "== pytest -m s3 tests/storage"
-python3 -m pytest -m s3 tests/storage "$@"
+echo "== pytest -m 's3 or azure' tests/storage"
+python3 -m pytest -m "s3 or azure" tests/storage "$@"

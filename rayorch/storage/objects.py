@@ -92,6 +92,10 @@ def _obstore() -> Any:
     return obstore
 
 
+_ENDPOINT_ENV = {"azure": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
+                 "gcs": ("GOOGLE_SERVICE_ENDPOINT",)}
+
+
 def open_object_store(location: Location, options: Mapping[str, str]) -> Any:
     """The obstore store for a bucket (``location.root``), with rayorch's retry settings."""
     if _obstore() is None:
@@ -112,7 +116,10 @@ def open_object_store(location: Location, options: Mapping[str, str]) -> Any:
     if location.kind == "s3" and endpoint and "endpoint" not in config \
             and "aws_endpoint" not in config:
         config["endpoint"] = endpoint
-    if location.kind == "s3" and str(config.get("endpoint", "")).startswith("http://"):
+    # An emulator or an in-cluster server speaks plain HTTP: allowed when its endpoint says so.
+    named = [str(v) for k, v in config.items() if "endpoint" in k.lower()]
+    named += [os.environ.get(k, "") for k in _ENDPOINT_ENV.get(location.kind, ())]
+    if any(e.startswith("http://") for e in named):
         kwargs["client_options"]["allow_http"] = True
     if location.kind == "s3" and os.environ.get("AWS_PROFILE") and not any(
             k in config for k in ("access_key_id", "aws_access_key_id")):

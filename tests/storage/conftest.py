@@ -11,11 +11,13 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from s3_tools import AZURITE_ACCOUNT, AZURITE_KEY, azure_connection
 
 from rayorch.testing import free_port
 
@@ -76,4 +78,56 @@ def bucket(s3_endpoint: str) -> str:
 
     name = f"rayorch-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Azurite (Microsoft's Azure Storage emulator, ``npm install -g azurite``) on a free
+    port; ``AZURE_STORAGE_*`` set for the session. Yields its blob endpoint."""
+    exe = shutil.which("azurite-blob")
+    if exe is None:
+        pytest.skip("Azurite is not installed (npm install -g azurite)")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    proc = subprocess.Popen([exe, "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                             "--location", str(tmp_path_factory.mktemp("azurite")),
+                             "--skipApiVersionCheck", "--loose"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+           "AZURE_STORAGE_ENDPOINT": endpoint}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()
+                break
+            except urllib.error.HTTPError:
+                break  # it answers (400 for a bare GET)
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("Azurite did not start")
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def container(azurite: str) -> str:
+    """A new empty Azure container's name (made with Microsoft's own SDK)."""
+    from azure.storage.blob import BlobServiceClient
+
+    name = f"rayorch-{uuid.uuid4().hex[:12]}"
+    BlobServiceClient.from_connection_string(azure_connection()).create_container(name)
     return name

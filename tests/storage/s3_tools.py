@@ -1,6 +1,20 @@
-"""Tools of the object-store tests: a bucket's keys by boto3 (independent of rayorch)."""
+"""Tools of the object-store tests: a bucket's keys by boto3 (independent of rayorch), and
+Azurite's account."""
 
 from __future__ import annotations
+
+import os
+
+# Azurite's well-known development account (public, in Microsoft's documentation).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+               "KBHBeksoGMGw==")
+
+
+def azure_connection() -> str:
+    """The connection string of the session's Azurite (for Microsoft's SDK)."""
+    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={os.environ['AZURE_STORAGE_ENDPOINT']};")
 
 
 def keys(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
