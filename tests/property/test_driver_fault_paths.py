@@ -125,7 +125,20 @@ def resume_driver(store: MemoryStore, plan: Plan, run_id: str, harness: InOrder,
     rows = [(x,) for x in SOURCES]
     return make_driver(store, plan, run_id, harness, mode=LeaseMode.SHARE,
                        feed=ManifestFeed(rows, store.run_info(run_id)), sink=sink,
-                       driver_id=driver_id, sleep=sleep or (lambda _: None))
+                       driver_id=driver_id, sleep=sleep or idle_at_most(100))
+
+
+def idle_at_most(turns: int) -> Callable[[float], None]:
+    """A driver's idle wait that fails once it idled ``turns`` times: a run whose shard
+    never moves (a Grain in flight nobody re-sends) fails here, not at pytest's timeout."""
+    idled = 0
+
+    def idle(seconds: float) -> None:
+        nonlocal idled
+        idled += 1
+        assert idled < turns, f"the driver idled {idled} times: its held shards never move"
+
+    return idle
 
 
 def finish(driver: ShardDriver) -> list[int]:
