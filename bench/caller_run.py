@@ -2,12 +2,13 @@
 
     python -m bench.caller_run --store URL --run-id R [--address A] [--items 20]
         [--unordered] [--slow-first] [--slow-s 4] [--each-s 0] [--lease-ttl 2] [--shards 1]
-        [--micro-batch 16] [--values]
+        [--micro-batch 16] [--depth N] [--values]
 
-Item 0 is slow with ``--slow-first``. With ``--values`` each line is ``index<TAB>value``
-(the value as JSON), so a harness can check what the caller received against the
-reference interpreter. Exits 3 with the driver's one-line message on stderr when the
-driver stops (e.g. "lease lost: ..."), 0 when the run completes.
+Item 0 is slow with ``--slow-first`` (``--depth 1``: no batch queued behind it). With
+``--values`` each line is ``index<TAB>value`` (the value as JSON), so a harness can check
+what the caller received against the reference interpreter. Exits 3 with the driver's
+one-line message on stderr when the driver stops (e.g. "lease lost: ..."), 0 when the run
+completes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-ttl", type=float, default=2.0)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--depth", type=int, default=None, help="batches queued per actor")
     parser.add_argument("--values", action="store_true",
                         help="print 'index<TAB>value as JSON' instead of the index alone")
     args = parser.parse_args(argv)
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     handle = pipeline.run(items(args.items, args.slow_first), store=args.store,
                           address=args.address, run_id=args.run_id,
                           ordered=not args.unordered, lease_ttl_s=args.lease_ttl,
-                          shards=args.shards, micro_batch=args.micro_batch,
+                          shards=args.shards, micro_batch=args.micro_batch, depth=args.depth,
                           progress=False, quiet=True)
     try:
         with handle:

@@ -154,6 +154,8 @@ class ReplyDroppingProxy:
     After :meth:`drop_next_reply`, the next request containing ``match`` is forwarded
     to the server, its reply is read and thrown away, and the client's connection is
     closed: the server acted, the client cannot know. Other traffic passes unchanged.
+    After :meth:`hold_next_reply` that reply is kept until :meth:`release_reply`: the
+    client waits right after the server acted (``reply_held`` is set meanwhile).
 
     Example::
 
@@ -175,6 +177,9 @@ class ReplyDroppingProxy:
         self._refuse_s = 0.0
         self._refuse_until = 0.0
         self.swallowed = 0
+        self._hold: bytes | None = None
+        self.reply_held = threading.Event()  # a held reply arrived from the server
+        self._released = threading.Event()
         self._sockets: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, name="reply-dropping-proxy", daemon=True).start()
@@ -191,6 +196,18 @@ class ReplyDroppingProxy:
         with self._lock:
             self._swallow = match
             self._refuse_s = refuse_s
+
+    def hold_next_reply(self, match: bytes) -> None:
+        """Arm: keep the reply to the next request containing ``match`` until
+        :meth:`release_reply` (the server has acted; its client waits for the answer)."""
+        with self._lock:
+            self._hold = match
+            self._released.clear()
+            self.reply_held.clear()
+
+    def release_reply(self) -> None:
+        """Send the held reply on (and any held later) to its client."""
+        self._released.set()
 
     @property
     def armed(self) -> bool:
@@ -216,13 +233,14 @@ class ReplyDroppingProxy:
             with self._lock:
                 self._sockets += [client, server]
             doomed: list[bytes] = []  # set: the reply to a forwarded request is to be lost
-            threading.Thread(target=self._requests, args=(client, server, doomed),
+            held = threading.Event()  # set: the reply to a forwarded request is to be held
+            threading.Thread(target=self._requests, args=(client, server, doomed, held),
                              daemon=True).start()
-            threading.Thread(target=self._replies, args=(server, client, doomed),
+            threading.Thread(target=self._replies, args=(server, client, doomed, held),
                              daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket,
-                  doomed: list[bytes]) -> None:
+                  doomed: list[bytes], held: threading.Event) -> None:
         try:
             while chunk := client.recv(65536):
                 with self._lock:
@@ -234,13 +252,16 @@ class ReplyDroppingProxy:
                     if self._match is not None and self._match in chunk:
                         doomed.append(self._match)
                         self._match = None
+                    if self._hold is not None and self._hold in chunk:
+                        held.set()
+                        self._hold = None
                 server.sendall(chunk)
         except OSError:
             pass
         _close(client, server)
 
     def _replies(self, server: socket.socket, client: socket.socket,
-                 doomed: list[bytes]) -> None:
+                 doomed: list[bytes], held: threading.Event) -> None:
         try:
             while chunk := server.recv(65536):
                 if doomed:
@@ -248,6 +269,10 @@ class ReplyDroppingProxy:
                         self.dropped += 1
                         self.dropped_by_match[doomed[0]] += 1
                     break
+                if held.is_set():
+                    held.clear()
+                    self.reply_held.set()
+                    self._released.wait()
                 client.sendall(chunk)
         except OSError:
             pass
@@ -255,6 +280,7 @@ class ReplyDroppingProxy:
 
     def close(self) -> None:
         self._closed = True
+        self._released.set()
         self._listener.close()
         with self._lock:
             sockets, self._sockets = self._sockets, []

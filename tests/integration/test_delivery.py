@@ -49,7 +49,8 @@ class Caller:
                                      stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.received: list[int] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -70,6 +71,17 @@ class Caller:
             assert time.monotonic() < deadline, f"caller received only {self.received}"
             time.sleep(0.05)
 
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+    def ended(self, timeout: float = 60) -> str:
+        """Wait for the process to exit and read all it printed; its stderr."""
+        self.proc.wait(timeout)
+        self._reader.join(timeout)
+        self.drain()
+        return self.stderr()
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
@@ -84,6 +96,16 @@ def committed(redis_url: str, run_id: str) -> int:
                    if isinstance(s.fact, GrainCommitted))
     except Exception:  # the run is not created yet
         return 0
+    finally:
+        store.close()
+
+
+def commit_seq(redis_url: str, run_id: str, index: int) -> int:
+    """The seq of the commit of source ``index``'s Grain (the pipeline has one Call)."""
+    store = open_store(redis_url)
+    try:
+        return next(s.seq for facts in store.read_run(run_id).values() for s in facts
+                    if isinstance(s.fact, GrainCommitted) and s.fact.path[0] == index)
     finally:
         store.close()
 
@@ -185,28 +207,39 @@ def test_resume_of_a_caller_run_without_out_dir_refuses(
 
 
 @pytest.mark.timeout(180)
-def test_deposed_caller_driver_wakes_up_and_emits_nothing(
-    ray_local: None, redis_url: str, tmp_path: Path
+def test_deposed_caller_driver_wakes_up_and_hands_nothing_over(
+    ray_local: None, redis_url: str, redis_server: Any, tmp_path: Path
 ) -> None:
-    """SIGSTOP the caller's driver past its lease TTL, resume the run to the end, SIGCONT:
-    the woken driver hands nothing more to its caller and stops with 'lease lost'."""
+    """The ordered caller's driver is SIGSTOPped just after the acknowledgement of item 0
+    lands (a proxy holds its reply until the stop), with items 1-19 finished and due to be
+    handed over in that same turn; past its lease TTL a resume takes the shard over and runs
+    the run to the end; SIGCONT: the woken driver hands nothing more to its caller (its
+    lease is checked before each hand-over, issue 32) and stops with 'lease lost'."""
+    from rayorch.testing import ReplyDroppingProxy
+
     run_id = f"deposed-{uuid.uuid4().hex[:6]}"
-    caller = Caller(redis_url, run_id, "--unordered", "--each-s", "0.25")
-    caller.wait_received(4)
-    caller.proc.send_signal(signal.SIGSTOP)
-    before = list(caller.drain())
-    try:
-        time.sleep(2.5)  # past the caller's 2 s lease TTL
-        written = resume(redis_url, run_id, tmp_path / "out")
-    finally:
-        caller.proc.send_signal(signal.SIGCONT)
-    _, err = caller.proc.communicate(timeout=60)
-    time.sleep(0.2)
-    after = caller.drain()[len(before):]
-    # What the caller printed after waking was already on its pipe before the stop.
-    assert len(after) <= 1, f"the deposed driver emitted {after} after waking"
+    with ReplyDroppingProxy(redis_server.port) as proxy:
+        # The msgpack string "caller" (a Lua script's text has the bare word): the sink of
+        # a caller's OutputEmitted, here item 0's, the first.
+        proxy.hold_next_reply(b"\xa6caller")
+        caller = Caller(f"redis://127.0.0.1:{proxy.port}/0", run_id, "--slow-first",
+                        "--slow-s", "4", "--depth", "1")
+        if not proxy.reply_held.wait(90):
+            caller.proc.kill()
+            raise AssertionError(f"item 0 was never acknowledged: {caller.stderr()[-2000:]}")
+        caller.proc.send_signal(signal.SIGSTOP)
+        proxy.release_reply()  # it waits in the stopped process's socket
+        try:  # the resume takes the shard over once the stopped caller's lease lapses
+            written = resume(redis_url, run_id, tmp_path / "out")
+        finally:
+            caller.proc.send_signal(signal.SIGCONT)
+        err = caller.ended()
+    assert commit_seq(redis_url, run_id, 1) < commit_seq(redis_url, run_id, 0), \
+        "item 1 was not waiting when item 0 was handed over: the scenario did not happen"
+    assert caller.received == [0], f"the deposed driver handed {caller.received[1:]} over " \
+        "after its shard was taken over"
     assert caller.proc.returncode == 3 and "lease lost" in err, err
-    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=1)
+    check_exactly_once(redis_url, run_id, caller.received, written, redelivered=0)
 
 
 @pytest.mark.timeout(180)

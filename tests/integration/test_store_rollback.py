@@ -34,7 +34,14 @@ from rayorch.core.facts import (
 )
 from rayorch.replicas import create_run
 from rayorch.runtime.sinks import delivered_count, read_outputs
-from rayorch.store import FencedError, LeaseRolledBackError, LineageStore, open_store
+from rayorch.store import (
+    AppendBasis,
+    FencedError,
+    LeaseRolledBackError,
+    LineageStore,
+    StoreRolledBackError,
+    open_store,
+)
 from rayorch.store.audit import audit_run
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.testing import RedisServer
@@ -233,6 +240,44 @@ def _cut_before_fact(server: RedisServer, seq: int) -> None:
     with open(path, "r+b") as f:
         f.truncate(cut)
     server.start()
+
+
+def test_an_append_after_the_store_lost_only_the_drivers_latest_append_is_refused(
+    redis_aof_server: RedisServer,
+) -> None:
+    """Redis loses the driver's latest append and nothing else (the AOF cut back to just
+    before it, a restart; the lease survives): the driver's next append, built on what it
+    appended, is refused with nothing written; rebuilt from what the store holds, it
+    appends again. Only the latest-append check of ``append-fenced-6.lua`` sees this loss:
+    the store still holds every fact the driver read and the driver folded no commit since
+    (issue 32)."""
+    store = open_store(redis_aof_server.url + "?retries=20")
+    try:
+        store.open_run(RUN, scripted_plan())
+        epoch = store.acquire_lease(RUN, 0, "driver-a", ttl_s=600)
+        read_seq = store.read(RUN, 0)[-1].seq  # the rebuild
+        first = store.append(RUN, 0, epoch, [SourceAdmitted(0, ("a",))], driver="driver-a",
+                             basis=AppendBasis(read_seq))
+        latest = store.append(RUN, 0, epoch, [SourceAdmitted(1, ("b",)),
+                                              GrainDispatched("render", (0,), 0)],
+                              driver="driver-a", basis=AppendBasis(read_seq, first[0]))
+        _cut_before_fact(redis_aof_server, latest[0])  # only the latest append is lost
+        before = store.read(RUN, 0)
+        assert [s.seq for s in before][-1] == first[-1] and admitted(store) == [
+            SourceAdmitted(0, ("a",))]
+        with pytest.raises(StoreRolledBackError) as err:
+            store.append(RUN, 0, epoch, [GrainDispatched("render", (1,), 0)],
+                         driver="driver-a", basis=AppendBasis(read_seq, latest[0]))
+        assert err.value.detail == (f"the driver's latest append, from seq {latest[0]}, is "
+                                    f"gone (the store's latest starts at seq {first[0]})")
+        assert store.read(RUN, 0) == before  # nothing written
+        assert store.grain_phase(RUN, 0, "render", (1,)) is None
+        rebuilt = AppendBasis(before[-1].seq)
+        store.append(RUN, 0, epoch, [SourceAdmitted(1, ("b",))], driver="driver-a",
+                     basis=rebuilt)
+        assert admitted(store) == [SourceAdmitted(0, ("a",)), SourceAdmitted(1, ("b",))]
+    finally:
+        store.close()
 
 
 @pytest.mark.timeout(240)

@@ -2,13 +2,49 @@
 
 from __future__ import annotations
 
+import os
+import reprlib
+from collections.abc import Iterable
 from typing import Any
+
+from hypothesis import Phase
 
 from rayorch.core.facts import BarrierInstalled, ExpansionClosed, GrainCommitted, GrainFailed
 from rayorch.core.outcome import Item, Outcome
 from rayorch.core.reference import ReferenceResult
 from rayorch.core.state import rebuild
 from rayorch.runtime.in_process import ExecutionResult
+
+# One failing example of a property that runs whole programs costs up to a second: shrinking
+# it takes Hypothesis minutes (past pytest's timeout), explaining it more. Such properties
+# report the first failing example at once (saved in the example database, so the next run
+# replays it first); RAYORCH_SHRINK=1 shrinks it, for a smaller one to read.
+REPORT_AT_ONCE: dict[str, Any] = {} if os.environ.get("RAYORCH_SHRINK") else {
+    "phases": (Phase.explicit, Phase.reuse, Phase.generate), "report_multiple_bugs": False}
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxset = 4, 6, 6, 6, 6
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to a few lines, however large the value: a failure's message."""
+    return _SHORT.repr(value)
+
+
+def differences(got: dict[Any, Any], want: dict[Any, Any]) -> str:
+    """The keys whose values differ, each with both values, shortened (at most 5 keys)."""
+    keys = sorted((k for k in got.keys() | want.keys() if got.get(k) != want.get(k)), key=repr)
+    lines = [f" {k!r}: got {short(got.get(k))}, want {short(want.get(k))}" for k in keys[:5]]
+    more = [f" ... and {len(keys) - 5} more"] if len(keys) > 5 else []
+    return "\n".join([*lines, *more])
+
+
+def set_differences(got: Iterable[Any], want: Iterable[Any]) -> str:
+    """What only ``got`` and only ``want`` hold, shortened."""
+    got, want = set(got), set(want)
+    return (f"only got: {short(sorted(got - want, key=repr))}; "
+            f"only want: {short(sorted(want - got, key=repr))}")
 
 
 def comparable(item: Item) -> tuple[Any, ...]:
@@ -29,7 +65,7 @@ def assert_same_as_reference(run: ExecutionResult, ref: ReferenceResult) -> None
     """Final outputs and lineage (expansions, ordinals) equal; one terminal fact per Grain."""
     got = {i: tuple(comparable(x) for x in items) for i, items in run.outputs.items()}
     want = {i: tuple(comparable(x) for x in items) for i, items in ref.outputs.items()}
-    assert got == want, f"outputs differ:\n kernel    {got}\n reference {want}"
+    assert got == want, f"outputs differ (kernel vs reference):\n{differences(got, want)}"
     barrier_parents = {f.parent for f in run.log if isinstance(f, BarrierInstalled)}
     barrier_parents |= {p for _, p in ref.barriers}
     kernel_x = {

@@ -125,7 +125,20 @@ def resume_driver(store: MemoryStore, plan: Plan, run_id: str, harness: InOrder,
     rows = [(x,) for x in SOURCES]
     return make_driver(store, plan, run_id, harness, mode=LeaseMode.SHARE,
                        feed=ManifestFeed(rows, store.run_info(run_id)), sink=sink,
-                       driver_id=driver_id, sleep=sleep or (lambda _: None))
+                       driver_id=driver_id, sleep=sleep or idle_at_most(100))
+
+
+def idle_at_most(turns: int) -> Callable[[float], None]:
+    """A driver's idle wait that fails once it idled ``turns`` times: a run whose shard
+    never moves (a Grain in flight nobody re-sends) fails here, not at pytest's timeout."""
+    idled = 0
+
+    def idle(seconds: float) -> None:
+        nonlocal idled
+        idled += 1
+        assert idled < turns, f"the driver idled {idled} times: its held shards never move"
+
+    return idle
 
 
 def finish(driver: ShardDriver) -> list[int]:
@@ -422,20 +435,23 @@ def test_a_commit_the_store_lost_after_acknowledging_it_is_not_built_on(
 
 
 class GoesBackOnce(MemoryStore):
-    """A store that goes back, at the append after it, to the state from before the
-    ``nth`` append holding a ``kind`` fact: an OS crash right after the store acknowledged
-    it. ``OutputEmitted``: the caller already holds that output; ``SourceAdmitted``: the
-    caller's iterator has handed those sources over and cannot give them again."""
+    """A store that goes back, at the append after it (or at the first append holding an
+    ``at`` fact), to the state from before the ``nth`` append holding a ``kind`` fact: an
+    OS crash right after the store acknowledged it. ``OutputEmitted``: the caller already
+    holds that output; ``SourceAdmitted``: the caller's iterator has handed those sources
+    over and cannot give them again."""
 
-    def __init__(self, url: str, kind: type, nth: int, clock: Callable[[], float]) -> None:
+    def __init__(self, url: str, kind: type, nth: int, clock: Callable[[], float],
+                 at: type | None = None) -> None:
         super().__init__(url, clock=clock)
-        self.kind, self.nth, self.seen = kind, nth, 0
+        self.kind, self.nth, self.seen, self.at = kind, nth, 0, at
         self.before: Any = None
         self.forgotten: list[int] = []
 
     def append(self, run_id: str, shard: int, epoch: int, facts: Sequence[Any], *,
                driver: str, basis: Any = None) -> list[int]:
-        if self.before is not None:
+        if self.before is not None and (
+                self.at is None or any(isinstance(f, self.at) for f in facts)):
             self._runs, self.before = self.before, None  # the rollback
         indexes = [f.index for f in facts if isinstance(f, self.kind)]
         if indexes and not self.forgotten:
@@ -446,16 +462,22 @@ class GoesBackOnce(MemoryStore):
 
 
 @pytest.mark.parametrize("ordered", [True, False])
-@pytest.mark.parametrize(("kind", "nth"), [(OutputEmitted, 2), (SourceAdmitted, 1)])
+@pytest.mark.parametrize(("kind", "nth", "at"), [
+    (OutputEmitted, 2, None), (SourceAdmitted, 1, None), (SourceAdmitted, 1, OutputEmitted)])
 def test_what_a_rolled_back_store_forgot_of_a_caller_run_is_recorded_again_once(
-        clock: Clock, ordered: bool, kind: type, nth: int) -> None:
+        clock: Clock, ordered: bool, kind: type, nth: int, at: type | None) -> None:
     """`Pipeline.run`'s driver sees the store forget what it had acknowledged:
     * a delivery (the caller holds the output): it rebuilds the shard and records that
       delivery again, never handing the output twice;
     * admissions (its iterator gives a source once): it still has those sources, admits
-      them again and delivers each once, instead of ending the run without them."""
-    store = GoesBackOnce(f"memory://fault-paths-{kind.__name__}-{ordered}-{id(clock)}",
-                         kind, nth, clock.time)
+      them again and delivers each once, instead of ending the run without them;
+    * admissions, forgotten at the append of the first delivery (issue 32): the refused
+      append does not release that source's row from the feed, so it is admitted again and
+      its delivery recorded (the feed lets a row go only once its ``OutputEmitted`` is
+      stored, not before the append)."""
+    store = GoesBackOnce(
+        f"memory://fault-paths-{kind.__name__}-{at and at.__name__}-{ordered}-{id(clock)}",
+        kind, nth, clock.time, at)
     plan = Doubler().compile()
     run_id = "forgotten"
     store.open_run(run_id, plan, shards=1, micro_batch=2)
@@ -465,6 +487,8 @@ def test_what_a_rolled_back_store_forgot_of_a_caller_run_is_recorded_again_once(
     assert sorted(received) == SOURCES, f"handed to the caller: {received}"
     recorded = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, kind)]
     assert sorted(recorded) == SOURCES
+    emitted = [f.fact.index for f in store.read(run_id, 0) if isinstance(f.fact, OutputEmitted)]
+    assert sorted(emitted) == SOURCES, "a source handed over has no stored OutputEmitted"
     assert audit_run(store, run_id).ok
 
 

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inline_driver import TTL, Killed, make_driver
+from invariance import REPORT_AT_ONCE, differences, short
 from programs import ProgramSpec, programs
 from test_driver_machine import FlakyStore, Harness, expected_record
 from test_reuse_invariance import PurePipeline, edited, edits, no_group_failures
@@ -59,7 +60,8 @@ def drive(store: FlakyStore, plan: Any, run_id: str, rows: list[tuple[int]], har
     return got
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck),
+          **REPORT_AT_ONCE)
 @given(spec=programs, values=st.lists(st.integers(0, 10_000), min_size=1, max_size=6,
                                       unique=True),
        edit=edits, shards=st.integers(1, 3), kills=st.integers(0, 2), data=st.data())
@@ -87,11 +89,13 @@ def test_reuse_survives_kills_and_resumes_by_other_drivers(
     reference = evaluate(after, rows_b).outputs
     want = {i: expected_record(item_result(i, reference[i], after.output_names))
             for i in range(len(rows_b))}
-    assert {i: list(v) if isinstance(v, tuple) else v for i, v in got.items()} == {
-        i: list(v) if isinstance(v, tuple) else v for i, v in want.items()}
+    got = {i: list(v) if isinstance(v, tuple) else v for i, v in got.items()}
+    want = {i: list(v) if isinstance(v, tuple) else v for i, v in want.items()}
+    assert got == want, f"delivered vs the reference's, by source:\n{differences(got, want)}"
     dispatched = [s.fact for k in range(shards) for s in store.iter_facts("second", k)
                   if isinstance(s.fact, GrainDispatched)]
     assert all(f.reuse_key for f in dispatched), "a dispatch without its reuse key"
-    assert not [f for f in dispatched if f.reuse_key in index.hits], "ran a reusable Grain"
+    rerun = [(f.call, f.path) for f in dispatched if f.reuse_key in index.hits]
+    assert not rerun, f"ran reusable Grains: {short(rerun)}"
     report = audit_run(store, "second")
     assert report.ok, report.violations

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from invariance import assert_same_as_reference
+from invariance import REPORT_AT_ONCE, assert_same_as_reference, set_differences
 from programs import MAX_ATTEMPTS, Behaviour, ProgramSpec, RandomPipeline, Step, mix, programs
 
 import rayorch as ro
@@ -110,6 +110,7 @@ def present(log: list[Any]) -> set[tuple[str, tuple[int, ...]]]:
             if isinstance(f, GrainCommitted) and f.outcome == REPORT_PRESENT}
 
 
+@settings(**REPORT_AT_ONCE)
 @given(spec=programs, values=st.lists(st.integers(0, 10_000), min_size=1, max_size=4,
                                       unique=True),
        edit=edits, batch=st.sampled_from([None, 1, 3]), seed=st.integers(0, 2**16),
@@ -139,7 +140,8 @@ def test_a_reusing_run_equals_a_fresh_one_and_runs_only_what_an_edit_touched(
             if call_config(before, call) == call_config(after, call)}
     touched = {grain for grain, inputs in inputs_at_dispatch(after, fresh.log).items()
                if (grain[0], inputs) not in kept}
-    assert executed(reusing.log) == touched
+    ran = executed(reusing.log)
+    assert ran == touched, f"Grains run vs those an edit touched: {set_differences(ran, touched)}"
 
 
 def call_config(plan: Plan, call: str) -> Any:
