@@ -32,10 +32,10 @@ from rayorch.core.facts import (
     OutputEmitted,
     SourceAdmitted,
 )
+from rayorch.inspect.audit import audit_run
 from rayorch.replicas import create_run
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store import FencedError, LeaseRolledBackError, LineageStore, open_store
-from rayorch.store.audit import audit_run
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.testing import RedisServer
 
