@@ -9,6 +9,7 @@
     rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
     rayorch delete RUN --store URL            remove a run's keys and payload files
     rayorch gc --store URL [--older-than 7d] [--dry-run]   orphaned payloads, old runs
+    rayorch ui --store URL [--host H --port P]   a web view of the runs (live, lineage)
 
 Each subcommand is one ``add_<name>_parser`` function that registers its parser
 and one ``cmd_<name>`` function that runs it; add new ones to ``SUBCOMMANDS``.
@@ -32,7 +33,7 @@ from rayorch.core.facts import fact_as_dict
 from rayorch.core.ids import format_path, parse_path
 from rayorch.core.run_view import fold_shard
 from rayorch.core.sanitize import json_safe, sanitize
-from rayorch.core.words import plural
+from rayorch.core.words import format_age, plural
 from rayorch.inspect.audit import audit_with_delivery, entity_story
 from rayorch.inspect.show import lineage, lineage_lines
 from rayorch.runtime.sinks import FORMATS
@@ -97,15 +98,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for row in clean:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return EXIT_OK
-
-
-def format_age(seconds: float) -> str:
-    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, to the largest whole unit."""
-    seconds = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
 
 
 # -- delete / gc (retention) ----------------------------------------------------------
@@ -337,10 +329,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def add_ui_parser(sub: Any) -> None:
+    """``rayorch ui`` (the web view, ``rayorch/ui/command.py``)."""
+    from rayorch.ui.command import add_ui_parser as add
+
+    add(sub)
+
+
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
     add_timeline_parser, add_driver_parser, add_resume_parser, add_status_parser,
-    add_delete_parser, add_gc_parser,
+    add_delete_parser, add_gc_parser, add_ui_parser,
 ]
 
 
