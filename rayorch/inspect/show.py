@@ -31,7 +31,8 @@ PRESENT, REUSED, FAILED, IN_FLIGHT, SUPPRESSED, NOT_RUN = (
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One dispatch of a Grain and how it ended: ``committed``, ``lost`` (a physical
-    failure, retried), ``failed`` (the last physical failure) or ``open``."""
+    failure, retried), ``failed`` (the last physical failure), ``barred`` (a sibling's
+    GroupFailure barrier refuses its report) or ``open``."""
 
     generation: int
     sent_ts: float
@@ -160,8 +161,11 @@ def grain_story(grain: GrainView, barrier_cause: str | None) -> GrainStory:
         state = IN_FLIGHT if steps else NOT_RUN
         end, cause = ("in flight" if steps else "not run (decided by its inputs)"), None
     text = f"{format_grain(grain.key)}: " + "; ".join([*(t for _, t in steps), end])
-    return GrainStory(grain.call, grain.path, state, _attempts(grain), cause, grain.reuse,
-                      text)
+    attempts = _attempts(grain)
+    if state == SUPPRESSED:  # its report meets the barrier: the attempt never commits
+        attempts = tuple(Attempt(a.generation, a.sent_ts, "barred", None, barrier_cause)
+                         if a.end == "open" else a for a in attempts)
+    return GrainStory(grain.call, grain.path, state, attempts, cause, grain.reuse, text)
 
 
 def lineage(view: ShardView, path: Path) -> Lineage:
