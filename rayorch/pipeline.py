@@ -18,7 +18,8 @@ class Pipeline(PipelineBase):
         """Run on Ray; see :func:`rayorch.driver.run_pipeline` for the options.
 
         ``ui=True`` also serves the web view of the run's store on 127.0.0.1 while the run
-        lasts, and says its address on stderr (``rayorch[ui]``, :mod:`rayorch.ui`).
+        lasts, and says its address on stderr (``rayorch[ui]``, :mod:`rayorch.ui`); the
+        handle's ``ui`` is that :class:`~rayorch.ui.UiServer` (``handle.ui.url``).
         """
         return run(self, *inputs, ui=ui, **options)
 
@@ -33,5 +34,5 @@ def run(pipeline: PipelineBase, *inputs: Any, ui: bool = False, **options: Any) 
 
     require_ui_extra()  # before anything starts
     handle = run_pipeline(pipeline, inputs, **options)
-    serve_run(handle)
+    handle.ui = serve_run(handle)
     return handle

@@ -93,7 +93,8 @@ class EntityStory:
 
     @property
     def failed(self) -> bool:
-        return any(g.failed for g in self.grains)
+        """A Grain of it or of a descendant was sealed by a failure (or suppressed)."""
+        return any(g.failed for g in self.grains) or any(c.failed for c in self.children)
 
     def find(self, path: Path) -> EntityStory | None:
         """The entity at ``path`` in this subtree (None: not in it)."""
