@@ -33,6 +33,6 @@ def run(pipeline: PipelineBase, *inputs: Any, ui: bool = False, **options: Any) 
     from rayorch.ui.server import require_ui_extra, serve_run
 
     require_ui_extra()  # before anything starts
-    handle = run_pipeline(pipeline, inputs, **options)
+    handle: Any = run_pipeline(pipeline, inputs, **options)
     handle.ui = serve_run(handle)
     return handle

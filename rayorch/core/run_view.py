@@ -136,26 +136,28 @@ class CallTally:
 
     ``counts``: ``dispatched``, ``retried``, ``failed``, ``reused`` and one key per commit
     outcome (``present``, ``record_failure``, ``group_failure``), each fact once.
-    ``busy_s`` sums the attempts' dispatch-to-commit seconds; ``sealed_ts`` holds the writer
-    time of each commit or reuse (the throughput bins of a live chart).
+    ``first_ts``/``last_ts``: its first dispatch or reuse and its latest seal or failure
+    (writer times > 0); ``busy_s`` sums the attempts' dispatch-to-commit seconds;
+    ``commit_ts``/``reused_ts``: the writer time of each commit and reuse (the timeline's
+    throughput bins, a live chart); ``dispatch_span``: the earliest and latest dispatch time.
     """
 
     counts: Counter[str] = field(default_factory=Counter)
-    first_ts: float | None = None  # its first dispatch (or reuse)
-    last_ts: float | None = None  # its latest commit, failure or reuse
+    first_ts: float | None = None
+    last_ts: float | None = None
     busy_s: float = 0.0
-    sealed_ts: list[float] = field(default_factory=list)
+    commit_ts: list[float] = field(default_factory=list)
+    reused_ts: list[float] = field(default_factory=list)
+    dispatch_span: tuple[float, float] | None = None
     failovers: int = 0  # retries a driver's take-over wrote (``FAILOVER_CAUSE``)
 
     def started(self, ts: float) -> None:
         if ts > 0 and (self.first_ts is None or ts < self.first_ts):
             self.first_ts = ts
 
-    def sealed(self, ts: float) -> None:
-        if ts > 0:
-            self.sealed_ts.append(ts)
-            if self.last_ts is None or ts > self.last_ts:
-                self.last_ts = ts
+    def ended(self, ts: float) -> None:
+        if ts > 0 and (self.last_ts is None or ts > self.last_ts):
+            self.last_ts = ts
 
 
 @dataclass
@@ -185,6 +187,12 @@ class ShardView:
     """Each source's Grains (its own and its descendants'), in first-fact order."""
     expansions_of: dict[int, list[tuple[DomainId, Path]]] = field(default_factory=dict)
     """Each source's Expansions (``expansions`` keys), in first-close order."""
+    admissions: int = 0  # SourceAdmitted facts (a source admitted twice counts twice)
+    open: dict[GrainKey, None] = field(default_factory=dict)
+    """Grains with an attempt open (``GrainView.attempt_open``), in dispatch order."""
+    physical: list[tuple[Seq, GrainRetried | GrainFailed]] = field(default_factory=list)
+    """Every ``GrainRetried`` and ``GrainFailed``, in seq order."""
+    outputs: Counter[str] = field(default_factory=Counter)  # OutputEmitted facts by outcome
 
     def grain(self, call: CallId, path: Path) -> GrainView:
         key = (call, path)
@@ -235,15 +243,20 @@ def _on_dispatched(view: ShardView, seq: Seq, fact: GrainDispatched) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.dispatched.append((seq, fact))
     grain.last = grain.last_dispatch = seq
+    view.open[grain.key] = None
     tally = view.tally(fact.call)
     tally.counts["dispatched"] += 1
     tally.started(fact.ts)
+    span = tally.dispatch_span
+    ts = fact.ts
+    tally.dispatch_span = (ts, ts) if span is None else (min(span[0], ts), max(span[1], ts))
 
 
 def _on_retried(view: ShardView, seq: Seq, fact: GrainRetried) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.retried.append((seq, fact))
     grain.last = seq
+    view.physical.append((seq, fact))
     tally = view.tally(fact.call)
     tally.counts["retried"] += 1
     tally.failovers += fact.cause == FAILOVER_CAUSE
@@ -253,20 +266,23 @@ def _on_failed(view: ShardView, seq: Seq, fact: GrainFailed) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.failed.append((seq, fact))
     grain.last = seq
+    view.open.pop(grain.key, None)
+    view.physical.append((seq, fact))
+    view.failures.append(grain.key)
     tally = view.tally(fact.call)
     tally.counts["failed"] += 1
-    if fact.ts > 0 and (tally.last_ts is None or fact.ts > tally.last_ts):
-        tally.last_ts = fact.ts
-    view.failures.append(grain.key)
+    tally.ended(fact.ts)
 
 
 def _on_committed(view: ShardView, seq: Seq, fact: GrainCommitted) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.committed.append((seq, fact))
     grain.last = seq
+    view.open.pop(grain.key, None)
     tally = view.tally(fact.call)
     tally.counts[fact.outcome] += 1
-    tally.sealed(fact.ts)
+    tally.commit_ts.append(fact.ts)
+    tally.ended(fact.ts)
     for _, sent in reversed(grain.dispatched):
         if sent.generation == fact.generation:
             if sent.ts > 0 and fact.ts >= sent.ts:
@@ -282,8 +298,9 @@ def _on_reused(view: ShardView, seq: Seq, fact: GrainReused) -> None:
     grain.last = seq
     tally = view.tally(fact.call)
     tally.counts["reused"] += 1
+    tally.reused_ts.append(fact.ts)
     tally.started(fact.ts)
-    tally.sealed(fact.ts)
+    tally.ended(fact.ts)
 
 
 def _on_barrier(view: ShardView, seq: Seq, fact: BarrierInstalled) -> None:
@@ -306,10 +323,12 @@ def _on_expansion(view: ShardView, seq: Seq, fact: ExpansionClosed) -> None:
 
 def _on_admitted(view: ShardView, seq: Seq, fact: SourceAdmitted) -> None:
     view.admitted.setdefault(fact.index, []).append((seq, fact))
+    view.admissions += 1
 
 
 def _on_emitted(view: ShardView, seq: Seq, fact: OutputEmitted) -> None:
     view.emitted.setdefault(fact.index, []).append((seq, fact))
+    view.outputs[fact.outcome] += 1
 
 
 def _on_lease(view: ShardView, seq: Seq, fact: LeaseAcquired) -> None:

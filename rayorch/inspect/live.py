@@ -197,7 +197,9 @@ def progress_series(view: RunView, *, most: int = 240) -> ProgressSeries:
     sealed: dict[CallId, list[float]] = {}
     for sv in view.shards.values():
         for call, tally in sv.calls.items():
-            sealed.setdefault(call, []).extend(tally.sealed_ts)
+            stamps = sealed.setdefault(call, [])
+            stamps.extend(t for t in tally.commit_ts if t > 0)
+            stamps.extend(t for t in tally.reused_ts if t > 0)
     order = {c: i for i, c in enumerate(view.call_order)}
     calls = tuple(_cumulative(call, sealed[call], start, most)
                   for call in sorted(sealed, key=lambda c: (order.get(c, len(order)), c)))

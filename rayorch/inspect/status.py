@@ -166,11 +166,10 @@ def status_of(view: RunView, *, total: int | None, drivers: list[str],
     order = {call: i for i, call in enumerate(view.call_order)}
     calls: dict[CallId, CallStatus] = {}
     for shard, sv in sorted(view.shards.items()):
-        status.admitted += sum(len(a) for a in sv.admitted.values())
-        for emits in sv.emitted.values():
-            present = sum(e.outcome == Outcome.PRESENT for _, e in emits)
-            status.emitted_present += present
-            status.emitted_not_present += len(emits) - present
+        status.admitted += sv.admissions
+        present = sv.outputs.get(Outcome.PRESENT.value, 0)
+        status.emitted_present += present
+        status.emitted_not_present += sum(sv.outputs.values()) - present
         for call, tally in sv.calls.items():
             merged = calls.get(call)
             if merged is None:

@@ -133,3 +133,15 @@ def test_a_live_page_shows_facts_written_since_the_last_request() -> None:
         assert 'id="sources-done">1 /' in page and 'data-live="true"' in page
     finally:
         store.close()
+
+
+def test_only_loopback_is_served_without_a_token(store: LineageStore) -> None:
+    from rayorch.cli import main
+    from rayorch.ui.server import UiServer, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.org")
+    assert UiServer(store).token is None
+    exposed = UiServer(store, host="0.0.0.0")
+    assert exposed.token and exposed.url.endswith(f"?token={exposed.token}")
+    assert main(["ui", "--store", "memory://"]) == 2  # lives in its run's process: refused
