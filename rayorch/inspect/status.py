@@ -231,6 +231,7 @@ class RunSummary:
     failures: int  # sources emitted not present
     drivers: int
     reused: int = 0  # Grains sealed by an earlier run's outputs
+    admitted: int = 0  # sources admitted so far (the measure when ``total`` is unknown)
 
     def as_dict(self, now: float) -> dict[str, Any]:
         return {"run": self.run_id, "plan": self.plan, "created_ts": self.created_ts,
@@ -248,7 +249,7 @@ def summary_of(info: RunInfo, status: RunStatus) -> RunSummary:
     return RunSummary(info.run_id, str(info.plan.get("name", "?")), info.created_ts,
                       status.state, status.emitted_present + status.emitted_not_present,
                       status.total, status.emitted_not_present, len(status.drivers),
-                      status.reused)
+                      status.reused, status.admitted)
 
 
 def run_summary(store: LineageStore, run_id: str) -> RunSummary:

@@ -117,10 +117,13 @@ def run(browser: Any) -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def after(run: dict[str, Any]) -> Iterator[str]:
     """A web view of the kept store once the run is over: its base URL."""
+    from rayorch.store.scripted_run import write_scripted_run
     from rayorch.ui import UiServer
 
     run["consumer"].join(timeout=120)
     assert len(run["results"]) == len(DOCS)
+    write_scripted_run(run["store"], "scripted-earlier")  # more rows for the runs page
+    write_scripted_run(run["store"], "scripted-abandoned", complete=False, pages=(4, 2, 7))
     with UiServer(run["store"]) as server:
         yield server.url
 
@@ -155,7 +158,6 @@ def test_a_running_runs_progress_changes_on_screen(run: dict[str, Any], page: An
     assert page.locator("#poll-state").inner_text().startswith("live")
     lines = page.locator("#progress-chart polyline.series")
     assert lines.count() == 2 and int(lines.nth(1).get_attribute("data-last") or 0) > 0
-    shot(page, "ui-run.png")
 
 
 def test_from_the_failure_count_to_a_failed_documents_cause_and_attempts(
