@@ -10,9 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
 if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
   echo "== installing chromium (apt-get)"
-  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 python3 -c "import starlette, uvicorn, jinja2, playwright" 2>/dev/null || {
   echo "== installing rayorch[ui,dev]"
