@@ -137,7 +137,8 @@ class CallTally:
     ``counts``: ``dispatched``, ``retried``, ``failed``, ``reused`` and one key per commit
     outcome (``present``, ``record_failure``, ``group_failure``), each fact once.
     ``first_ts``/``last_ts``: its first dispatch or reuse and its latest seal or failure
-    (writer times > 0); ``busy_s`` sums the attempts' dispatch-to-commit seconds;
+    (writer times > 0); ``busy_s`` sums the attempts' dispatch-to-commit seconds, and
+    ``batch_busy_s`` the batches' (each once);
     ``commit_ts``/``reused_ts``: the writer time of each commit and reuse (the timeline's
     throughput bins, a live chart); ``dispatch_span``: the earliest and latest dispatch time.
     """
@@ -150,6 +151,8 @@ class CallTally:
     reused_ts: list[float] = field(default_factory=list)
     dispatch_span: tuple[float, float] | None = None
     failovers: int = 0  # retries a driver's take-over wrote (``FAILOVER_CAUSE``)
+    batch_busy_s: float = 0.0  # ``busy_s`` counted once per batch (same dispatch, same commit)
+    last_batch: tuple[float, float] | None = None  # the latest commit's (dispatch, commit) time
 
     def started(self, ts: float) -> None:
         if ts > 0 and (self.first_ts is None or ts < self.first_ts):
@@ -287,6 +290,10 @@ def _on_committed(view: ShardView, seq: Seq, fact: GrainCommitted) -> None:
         if sent.generation == fact.generation:
             if sent.ts > 0 and fact.ts >= sent.ts:
                 tally.busy_s += fact.ts - sent.ts
+                # A batch's dispatches share one time, and so do its reports.
+                if tally.last_batch != (sent.ts, fact.ts):
+                    tally.last_batch = (sent.ts, fact.ts)
+                    tally.batch_busy_s += fact.ts - sent.ts
             break
     if fact.outcome != REPORT_PRESENT:
         view.failures.append(grain.key)

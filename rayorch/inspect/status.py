@@ -42,6 +42,9 @@ class CallStatus:
     first_ts: float | None = None
     last_ts: float | None = None
     busy_s: float = 0.0
+    batch_busy_s: float = 0.0
+    replicas: int | None = None  # its pool's size, as the stored plan declares it
+    batch_size: int | None = None
 
     @property
     def sealed(self) -> int:
@@ -62,9 +65,17 @@ class CallStatus:
 
     @property
     def mean_in_flight(self) -> float:
-        """Attempt-seconds per second of its window: how many attempts ran at once, on
-        average (the store records no pool sizes, so this stands for the busy fraction)."""
+        """Attempt-seconds per second of its window: how many Grains ran at once, on average."""
         return self.busy_s / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def busy_fraction(self) -> float | None:
+        """Batch-seconds (dispatch to commit) over ``replicas`` x its window: the batches at
+        each actor on average, queued ones included (an actor holds up to ``depth``); below
+        1 its pool idled. None without a pool size."""
+        if not self.replicas or self.window_s <= 0:
+            return None
+        return self.batch_busy_s / (self.replicas * self.window_s)
 
 
 @dataclass
@@ -176,6 +187,7 @@ def status_of(view: RunView, *, total: int | None, drivers: list[str],
                 merged = calls[call] = CallStatus(call)
             merged.counts.update(tally.counts)
             merged.busy_s += tally.busy_s
+            merged.batch_busy_s += tally.batch_busy_s
             status.failovers += tally.failovers
             merged.first_ts = _earliest(merged.first_ts, tally.first_ts)
             merged.last_ts = _latest(merged.last_ts, tally.last_ts)
@@ -188,10 +200,28 @@ def status_of(view: RunView, *, total: int | None, drivers: list[str],
             shard, None if holder is None else holder.driver,
             None if holder is None else holder.epoch, shard in done, bool(sv.completed),
             sv.facts))
+    pools = pool_sizes(view.plan)
+    for call, merged in calls.items():
+        merged.replicas, merged.batch_size = pools.get(call, (None, None))
     ranked = sorted(calls, key=lambda c: (order.get(c, len(order)), c))
     status.call_status = {call: calls[call] for call in ranked}
     status.calls = {call: calls[call].counts for call in ranked}
     return status
+
+
+def pool_sizes(plan: Mapping[str, Any]) -> dict[CallId, tuple[int | None, int | None]]:
+    """``{call: (replicas, batch_size)}`` of its module, from a stored plan description."""
+    modules = {m.get("name"): m.get("options", {}) for m in plan.get("modules", ())
+               if isinstance(m, Mapping)}
+    out: dict[CallId, tuple[int | None, int | None]] = {}
+    for node in plan.get("nodes", ()):
+        call = node.get("call") if isinstance(node, Mapping) else None
+        if isinstance(call, Mapping) and isinstance(modules.get(call.get("module")), Mapping):
+            options = modules[call.get("module")]
+            replicas, batch = options.get("replicas"), options.get("batch_size")
+            out[call["id"]] = (replicas if isinstance(replicas, int) else None,
+                               batch if isinstance(batch, int) else None)
+    return out
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
@@ -257,5 +287,5 @@ def run_summary(store: LineageStore, run_id: str) -> RunSummary:
 
 
 __all__ = ["ABANDONED", "COMPLETE", "RUNNING", "CallStatus", "RunStatus", "RunSummary",
-           "ShardStatus", "declared_sources", "run_state", "run_status", "run_summary",
-           "status_of", "summary_of"]
+           "ShardStatus", "declared_sources", "pool_sizes", "run_state", "run_status",
+           "run_summary", "status_of", "summary_of"]

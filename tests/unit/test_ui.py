@@ -62,6 +62,8 @@ def test_every_page_of_a_run_renders_from_its_view(store: LineageStore) -> None:
     run = client.get("/runs/done")
     assert run.status_code == 200 and 'id="progress-chart"' in run.text
     assert "corrupt document" in run.text and "unreadable page" in run.text  # by cause
+    assert '<td class="num" title="replicas x batch size, as the plan declares them">1 &times; 64' \
+        in run.text  # the ocr pool
     keys = re.findall(r'href="/runs/done/failures/([0-9a-f]{16})"', run.text)
     group = client.get(f"/runs/done/failures/{keys[0]}")
     assert group.status_code == 200 and 'class="source-link"' in group.text
