@@ -91,7 +91,7 @@ def _count(v: float) -> str:
 def line_chart(series: Sequence[Series], *, elapsed: float, ylabel: str,
                width: int = 580, height: int = 240) -> LineChart:
     """Cumulative step lines over the run's seconds."""
-    frame = Frame(width, height, 64, 12, 12, 36)
+    frame = Frame(width, height, 64, 12, 28, 36)
     span = max(elapsed, max((s.points[-1][0] for s in series if s.points), default=0.0), 1e-3)
     yvals = nice_ticks(max((s.last for s in series), default=0) or 1)
     ytop = yvals[-1]

@@ -99,6 +99,8 @@ def run(browser: Any) -> Iterator[dict[str, Any]]:
     from rayorch.runtime.ray_cluster import ensure_ray
     from rayorch.store import open_store
 
+    # A loaded CI machine may take its time to start five actors (and replace one).
+    os.environ.setdefault("RAYORCH_ACTOR_START_TIMEOUT_S", "300")
     ensure_ray("local", num_cpus=8, log_to_driver=False)  # logical CPUs: 5 actors
     url = f"memory://web-view-{os.getpid()}"
     kept = open_store(url)  # the store outlives the run while this holds it
