@@ -174,7 +174,9 @@ class UiApp:
 
     async def audit(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        return await self._serve("audit.html", lambda: pages.audit_page(self.runs, run_id))
+        again = request.query_params.get("again") == "1"
+        return await self._serve("audit.html", lambda: pages.audit_page(self.runs, run_id,
+                                                                         again))
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         return self._page("error.html", 404, title="not found",

@@ -75,6 +75,7 @@ class Runs:
         self._live: OrderedDict[str, LiveRun] = OrderedDict()
         self._complete: dict[tuple[str, float], RunSummary] = {}
         self._timelines: dict[str, tuple[int, Timeline]] = {}
+        self.audits: dict[str, AuditJob] = {}
         self._lock = threading.Lock()
 
     def live(self, run_id: str) -> LiveRun:
@@ -197,13 +198,46 @@ def timeline_page(runs: Runs, run_id: str) -> dict[str, Any]:
             "totals": timeline.totals(), "live": not complete}
 
 
-def audit_page(runs: Runs, run_id: str) -> dict[str, Any]:
+@dataclass
+class AuditJob:
+    """One audit of a run, computed on a thread of its own (it folds every shard through
+    the kernel: minutes for a large run); the page shows it when it is done."""
+
+    facts: int  # the run's facts when it started
+    started: float
+    report: Any = None
+    error: str | None = None
+    seconds: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.report is not None or self.error is not None
+
+
+def audit_page(runs: Runs, run_id: str, again: bool = False) -> dict[str, Any]:
     from rayorch.inspect.audit import audit_with_delivery
 
-    runs.store.run_info(run_id)
-    report = audit_with_delivery(runs.store, run_id)
-    return {"run_id": run_id, "report": report}
+    live = runs.live(run_id)
+    with live.lock:
+        facts = live.view.facts
+    with runs._lock:
+        job = runs.audits.get(run_id)
+        if job is None or (again and job.done):
+            job = runs.audits[run_id] = AuditJob(facts, time.time())
+
+            def work(job: AuditJob = job) -> None:
+                start = time.perf_counter()
+                try:
+                    job.report = audit_with_delivery(runs.store, run_id)
+                except Exception as exc:  # shown on the page, never a traceback
+                    job.error = f"{type(exc).__name__}: {exc}"
+                job.seconds = time.perf_counter() - start
+
+            threading.Thread(target=work, name=f"rayorch-ui-audit-{run_id}",
+                             daemon=True).start()
+    return {"run_id": run_id, "job": job, "report": job.report, "facts_now": facts,
+            "running": time.time() - job.started, "live": not job.done}
 
 
-__all__ = ["PageNotFound", "Pager", "Runs", "audit_page", "entity_page", "failures_page",
-           "run_page", "runs_page", "sources_page", "timeline_page"]
+__all__ = ["AuditJob", "PageNotFound", "Pager", "Runs", "audit_page", "entity_page",
+           "failures_page", "run_page", "runs_page", "sources_page", "timeline_page"]
