@@ -286,12 +286,15 @@ def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape:
         report.notes.append("kernel not available: fold checks skipped")
         return
     kernel = Kernel(plan)
+    members: dict[tuple[CallId, Path], list[tuple[int, Outputs]]] = {}  # by (call, parent)
+    for (call, path), outputs in committed.items():
+        members.setdefault((call, path[:-1]), []).append((path[-1], outputs))
     seq = 0
     try:
         for stored in facts:
             seq, fact = stored.seq, stored.fact
             if isinstance(fact, GrainDispatched):
-                _check_reduce_order(kernel, fact, shape, committed, report, shard, seq)
+                _check_reduce_order(kernel, fact, shape, members, report, shard, seq)
             kernel.apply(fact)
         kernel.validate()
     except RayorchError as exc:
@@ -299,9 +302,10 @@ def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape:
 
 
 def _check_reduce_order(kernel: Any, fact: GrainDispatched, shape: PlanShape,
-                        committed: dict[GrainKey, Outputs], report: AuditReport,
-                        shard: int, seq: int) -> None:
-    """The value a reduce hands its consumer is the members' values in ordinal order."""
+                        members: dict[tuple[CallId, Path], list[tuple[int, Outputs]]],
+                        report: AuditReport, shard: int, seq: int) -> None:
+    """The value a reduce hands its consumer is the members' values in ordinal order
+    (``members``: each committed Grain's ordinal and outputs, by its Call and parent)."""
     specs = shape.reducers.get(fact.call)
     if not specs or fact.generation:
         return
@@ -313,12 +317,9 @@ def _check_reduce_order(kernel: Any, fact: GrainDispatched, shape: PlanShape,
         value = inputs[arg]
         if not isinstance(value, list | tuple):
             continue
-        members = sorted(
-            (path[-1], None if outputs is None else outputs[index])
-            for (call, path), outputs in committed.items()
-            if call == child_call and path[:-1] == fact.path
-        )
-        expected = [v for _, v in members]
+        ordered = sorted((ordinal, None if outputs is None else outputs[index])
+                         for ordinal, outputs in members.get((child_call, fact.path), ()))
+        expected = [v for _, v in ordered]
         if list(value) != expected:
             report.violations.append(Violation(
                 shard, seq, format_grain((fact.call, fact.path)),
