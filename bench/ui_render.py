@@ -132,9 +132,13 @@ def main() -> None:
           f"{facts:,} facts in {args.shards} shards: {time.perf_counter() - start:.1f} s")
     client = TestClient(build_app(store))
     start = time.perf_counter()
-    assert client.get(f"/runs/{run_id}").status_code == 200
-    print(f"first request (reads and folds the whole run once): "
-          f"{time.perf_counter() - start:.2f} s")
+    page = client.get(f"/runs/{run_id}").text
+    answered = time.perf_counter() - start
+    while 'id="reading"' in page:  # the run is read on a thread; the page says how far
+        time.sleep(0.5)
+        page = client.get(f"/runs/{run_id}").text
+    print(f"first request: answered in {answered:.2f} s; the whole run read and folded (on a "
+          f"thread, pages showing how far) in {time.perf_counter() - start:.2f} s")
     failing = client.get(f"/runs/{run_id}").text.split(f'href="/runs/{run_id}/failures/')[1]
     key = failing.split('"')[0]
     pages = [

@@ -31,14 +31,15 @@ from rayorch.core.ids import CallId, GrainKey
 from rayorch.core.run_view import RunView, ShardView
 from rayorch.core.vocabulary import REPORT_PRESENT
 from rayorch.inspect.status import RunStatus, declared_sources, status_of
-from rayorch.store.base import LineageStore
+from rayorch.store.base import LineageStore, StoredFact
 
 
 class LiveRun:
     """One run's view, extended with the facts written since the last :meth:`refresh`.
 
     Hold :attr:`lock` while refreshing and while reading the view: a web server reads it
-    from several threads.
+    from several threads. A large run is first read on a thread (:meth:`read_in_background`),
+    a batch per shard at a time, so a page can show what is filed so far (:attr:`reading`).
     """
 
     def __init__(self, store: LineageStore, run_id: str, *, min_interval_s: float = 0.5
@@ -51,26 +52,57 @@ class LiveRun:
         self.total = declared_sources(store, self.info)
         self.lock = threading.RLock()
         self.min_interval_s = min_interval_s
+        self.reading = False  # the first read is still going on (on its thread)
+        self._read_done = threading.Event()
         self._read_at = -float("inf")
 
     def refresh(self, *, force: bool = False) -> int:
         """File the facts written since the last call; returns how many (0 when the last
-        read is under ``min_interval_s`` old, unless ``force``)."""
+        read is under ``min_interval_s`` old, unless ``force``, or while :attr:`reading`)."""
         now = time.monotonic()
-        if not force and now - self._read_at < self.min_interval_s:
+        if self.reading or (not force and now - self._read_at < self.min_interval_s):
             return 0
         self._read_at = now
         new = 0
-        for shard, view in self.view.shards.items():
-            while True:
-                batch = self.store.read(self.run_id, shard, view.last_seq, payloads=False)
-                if not batch:
-                    break
-                view.extend((s.seq, s.fact) for s in batch)
-                new += len(batch)
+        while (batch := self._read_batch()):
+            new += batch
         if self.total is None:
             self.total = declared_sources(self.store, self.info)
         return new
+
+    def _read_batch(self) -> int:
+        """File one batch of newer facts per shard; returns how many."""
+        return self._file(self._fetch())
+
+    def _fetch(self) -> dict[int, list[StoredFact]]:
+        """One batch of newer facts per shard (a store read: no lock needed)."""
+        return {shard: self.store.read(self.run_id, shard, view.last_seq, payloads=False)
+                for shard, view in self.view.shards.items()}
+
+    def _file(self, batches: dict[int, list[StoredFact]]) -> int:
+        for shard, batch in batches.items():
+            self.view.shards[shard].extend((s.seq, s.fact) for s in batch)
+        return sum(len(batch) for batch in batches.values())
+
+    def read_in_background(self, wait_s: float = 0.0) -> None:
+        """Read the run so far on a thread, a batch per shard at a time, taking :attr:`lock`
+        only to file each; wait up to ``wait_s`` for it (a small run is read by then)."""
+        self.reading = True
+
+        def read() -> None:
+            try:
+                while (batches := self._fetch()) and any(batches.values()):
+                    with self.lock:
+                        self._file(batches)
+            except Exception:  # the next refresh meets the store's error itself
+                pass
+            finally:
+                self.reading = False
+                self._read_at = time.monotonic()
+                self._read_done.set()
+
+        threading.Thread(target=read, name=f"rayorch-read-{self.run_id}", daemon=True).start()
+        self._read_done.wait(wait_s)
 
     def status(self) -> RunStatus:
         """The run's counts with its leases and live drivers, as the store has them now."""

@@ -11,11 +11,12 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rayorch.core.ids import Path, format_path
 from rayorch.inspect.live import (
+    FailureGroup,
     LiveRun,
     failure_groups,
     progress_series,
@@ -28,6 +29,7 @@ from rayorch.inspect.timeline import Timeline, timeline_of
 from rayorch.store.base import LineageStore
 from rayorch.ui.charts import progress_charts, timeline_chart
 
+READING = "reading"  # a run's first read is still going on
 RUNS_PER_PAGE = 20
 ROWS_PER_PAGE = 50
 
@@ -69,9 +71,11 @@ class Pager:
 class Runs:
     """The served store, its runs' live views (the latest ``keep``) and complete summaries."""
 
-    def __init__(self, store: LineageStore, *, keep: int = 8) -> None:
+    def __init__(self, store: LineageStore, *, keep: int = 8, first_wait_s: float = 0.5
+                 ) -> None:
         self.store = store
         self.keep = keep
+        self.first_wait_s = first_wait_s
         self._live: OrderedDict[str, LiveRun] = OrderedDict()
         self._complete: dict[tuple[str, float], RunSummary] = {}
         self._timelines: dict[str, tuple[int, Timeline]] = {}
@@ -82,11 +86,14 @@ class Runs:
         """The run's live view, refreshed (``RunNotFoundError`` for an unknown run)."""
         with self._lock:
             live = self._live.pop(run_id, None)
+            fresh = live is None
             if live is None:
                 live = LiveRun(self.store, run_id)
             self._live[run_id] = live
             while len(self._live) > self.keep:
                 self._live.popitem(last=False)
+        if fresh:  # a large run is read on a thread: pages show what is filed so far
+            live.read_in_background(wait_s=self.first_wait_s)
         with live.lock:
             live.refresh()
         return live
@@ -98,6 +105,8 @@ class Runs:
         live = self.live(run_id)
         with live.lock:
             summary = summary_of(live.info, live.status())
+        if live.reading:
+            return replace(summary, state=READING)
         if summary.state == COMPLETE:
             self._complete[(run_id, created_ts)] = summary
         return summary
@@ -113,6 +122,12 @@ class Runs:
                                call_order=view.call_order)
         self._timelines[live.run_id] = (facts, timeline)
         return timeline
+
+
+def _flags(live: LiveRun, complete: bool) -> dict[str, Any]:
+    """``reading``: the facts filed so far while the first read goes on; ``live``: poll."""
+    return {"reading": live.view.facts if live.reading else None,
+            "live": live.reading or not complete}
 
 
 def runs_page(runs: Runs, page: str | None) -> dict[str, Any]:
@@ -137,7 +152,7 @@ def run_page(runs: Runs, run_id: str) -> dict[str, Any]:
             "grains_chart": grains, "groups": groups[:30], "groups_left": len(groups) - 30,
             "failed_grains": sum(len(g.grains) for g in groups), "leases": leases,
             "facts": facts, "age": time.time() - live.info.created_ts,
-            "live": status.state != COMPLETE}
+            **_flags(live, status.state == COMPLETE)}
 
 
 def sources_page(runs: Runs, run_id: str, page: str | None, only: str | None
@@ -152,24 +167,24 @@ def sources_page(runs: Runs, run_id: str, page: str | None, only: str | None
         rows = [source_row(live.shard_of(i), i) for i in indexes[pager.start:pager.stop]]
         complete = live.status().state == COMPLETE
     return {"run_id": run_id, "rows": rows, "pager": pager, "only": only or "",
-            "total": live.total, "live": not complete}
+            "total": live.total, **_flags(live, complete)}
 
 
 def entity_page(runs: Runs, run_id: str, path: Path, page: str | None) -> dict[str, Any]:
     live = runs.live(run_id)
     with live.lock:
         if path[0] not in live.view.shards[live.info.shard_of(path[0])].admitted \
-                and len(path) == 1:
+                and len(path) == 1 and not live.reading:
             raise PageNotFound(f"run {run_id} has no source {path[0]} (yet)")
         story = lineage(live.shard_of(path[0]), path)
         complete = live.status().state == COMPLETE
-    if story.empty:
+    if story.empty and not live.reading:
         raise PageNotFound(f"run {run_id} has no facts about entity {format_path(path)}")
     pager = Pager.of(page, ROWS_PER_PAGE, len(story.root.children))
     crumbs = [path[:i] for i in range(1, len(path))]
     return {"run_id": run_id, "story": story, "node": story.root, "pager": pager,
             "children": story.root.children[pager.start:pager.stop], "crumbs": crumbs,
-            "live": not complete}
+            **_flags(live, complete)}
 
 
 def failures_page(runs: Runs, run_id: str, key: str, page: str | None) -> dict[str, Any]:
@@ -177,6 +192,8 @@ def failures_page(runs: Runs, run_id: str, key: str, page: str | None) -> dict[s
     with live.lock:
         groups = failure_groups(live.view)
         group = next((g for g in groups if g.key == key), None)
+        if group is None and live.reading:
+            group = FailureGroup(key, "(not read yet)", (), ())
         if group is None:
             raise PageNotFound(f"run {run_id} has no failures with cause id {key}")
         pager = Pager.of(page, ROWS_PER_PAGE, len(group.grains))
@@ -186,7 +203,7 @@ def failures_page(runs: Runs, run_id: str, key: str, page: str | None) -> dict[s
             rows.append((failed, len(grain.dispatched), format_path(failed.key[1])))
         complete = live.status().state == COMPLETE
     return {"run_id": run_id, "group": group, "rows": rows, "pager": pager,
-            "live": not complete}
+            **_flags(live, complete)}
 
 
 def timeline_page(runs: Runs, run_id: str) -> dict[str, Any]:
@@ -195,7 +212,7 @@ def timeline_page(runs: Runs, run_id: str) -> dict[str, Any]:
         timeline = runs.timeline(live)
         complete = live.status().state == COMPLETE
     return {"run_id": run_id, "timeline": timeline, "chart": timeline_chart(timeline),
-            "totals": timeline.totals(), "live": not complete}
+            "totals": timeline.totals(), **_flags(live, complete)}
 
 
 @dataclass

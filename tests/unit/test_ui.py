@@ -7,8 +7,10 @@ Chromium during a real run; these stay fast for the default suite.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -151,3 +153,30 @@ def test_only_loopback_is_served_without_a_token(store: LineageStore) -> None:
     exposed = UiServer(store, host="0.0.0.0")
     assert exposed.token and exposed.url.endswith(f"?token={exposed.token}")
     assert main(["ui", "--store", "memory://"]) == 2  # lives in its run's process: refused
+
+
+def test_a_run_is_first_read_on_a_thread_and_pages_show_how_far(
+        store: LineageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first request of a large run does not wait for its whole fold."""
+    from rayorch.inspect.live import LiveRun
+
+    go = threading.Event()
+    fetch = LiveRun._fetch
+
+    def slow(self: LiveRun) -> Any:
+        go.wait(10)
+        return fetch(self)
+
+    monkeypatch.setattr(LiveRun, "_fetch", slow)
+    app = build_app(store)
+    app.runs.first_wait_s = 0.0
+    client = TestClient(app)
+    page = client.get("/runs/done").text
+    assert 'id="reading"' in page and 'data-live="true"' in page
+    assert client.get("/runs/done/sources/3").status_code == 200  # not read yet: no 404
+    go.set()
+    deadline = time.monotonic() + 10
+    while 'id="reading"' in (page := client.get("/runs/done").text) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 'id="reading"' not in page and 'id="run-state">complete' in page
