@@ -134,8 +134,8 @@ def main() -> None:
     start = time.perf_counter()
     page = client.get(f"/runs/{run_id}").text
     answered = time.perf_counter() - start
-    while 'id="reading"' in page:  # the run is read on a thread; the page says how far
-        time.sleep(0.5)
+    while 'id="reading"' in page:  # the run is read on a thread; the page polls, as live.js
+        time.sleep(2.0)
         page = client.get(f"/runs/{run_id}").text
     print(f"first request: answered in {answered:.2f} s; the whole run read and folded (on a "
           f"thread, pages showing how far) in {time.perf_counter() - start:.2f} s")

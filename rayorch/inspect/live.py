@@ -31,7 +31,9 @@ from rayorch.core.ids import CallId, GrainKey
 from rayorch.core.run_view import RunView, ShardView
 from rayorch.core.vocabulary import REPORT_PRESENT
 from rayorch.inspect.status import RunStatus, declared_sources, status_of
-from rayorch.store.base import LineageStore, StoredFact
+from rayorch.store.base import DEFAULT_READ_LIMIT, LineageStore, StoredFact
+
+READ_BATCH = 2_000  # facts a shard's first read files at a time (under the view's lock)
 
 
 class LiveRun:
@@ -74,9 +76,10 @@ class LiveRun:
         """File one batch of newer facts per shard; returns how many."""
         return self._file(self._fetch())
 
-    def _fetch(self) -> dict[int, list[StoredFact]]:
+    def _fetch(self, limit: int = DEFAULT_READ_LIMIT) -> dict[int, list[StoredFact]]:
         """One batch of newer facts per shard (a store read: no lock needed)."""
-        return {shard: self.store.read(self.run_id, shard, view.last_seq, payloads=False)
+        return {shard: self.store.read(self.run_id, shard, view.last_seq, limit=limit,
+                                       payloads=False)
                 for shard, view in self.view.shards.items()}
 
     def _file(self, batches: dict[int, list[StoredFact]]) -> int:
@@ -90,10 +93,11 @@ class LiveRun:
         self.reading = True
 
         def read() -> None:
-            try:
-                while (batches := self._fetch()) and any(batches.values()):
-                    with self.lock:
-                        self._file(batches)
+            try:  # small batches, each filed under the lock on its own: pages interleave
+                while (batches := self._fetch(READ_BATCH)) and any(batches.values()):
+                    for shard, batch in batches.items():
+                        with self.lock:
+                            self._file({shard: batch})
             except Exception:  # the next refresh meets the store's error itself
                 pass
             finally:

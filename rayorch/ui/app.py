@@ -83,6 +83,8 @@ class UiApp:
     def __init__(self, store: LineageStore, *, token: str | None = None) -> None:
         self.runs = Runs(store)
         self.env = _templates()
+        for name in self.env.list_templates():  # compiled once, now, not in a first request
+            self.env.get_template(name)
         self.token = token
         routes = [
             Route("/", self.index), Route("/runs/{run_id}", self.run),

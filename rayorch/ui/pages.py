@@ -71,7 +71,7 @@ class Pager:
 class Runs:
     """The served store, its runs' live views (the latest ``keep``) and complete summaries."""
 
-    def __init__(self, store: LineageStore, *, keep: int = 8, first_wait_s: float = 0.5
+    def __init__(self, store: LineageStore, *, keep: int = 8, first_wait_s: float = 0.2
                  ) -> None:
         self.store = store
         self.keep = keep

@@ -163,9 +163,9 @@ def test_a_run_is_first_read_on_a_thread_and_pages_show_how_far(
     go = threading.Event()
     fetch = LiveRun._fetch
 
-    def slow(self: LiveRun) -> Any:
+    def slow(self: LiveRun, *args: Any) -> Any:
         go.wait(10)
-        return fetch(self)
+        return fetch(self, *args)
 
     monkeypatch.setattr(LiveRun, "_fetch", slow)
     app = build_app(store)
