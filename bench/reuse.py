@@ -80,7 +80,7 @@ def programs(kind: str) -> tuple[Any, Any]:
 
 
 def grains(store_url: str, run_id: str) -> dict[str, dict[str, int]]:
-    from rayorch.runtime.status import run_status
+    from rayorch.inspect.status import run_status
     from rayorch.store.registry import open_store
 
     with open_store(store_url) as store:

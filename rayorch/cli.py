@@ -9,6 +9,7 @@
     rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
     rayorch delete RUN --store URL            remove a run's keys and payload files
     rayorch gc --store URL [--older-than 7d] [--dry-run]   orphaned payloads, old runs
+    rayorch ui --store URL [--host H --port P]   a web view of the runs (live, lineage)
 
 Each subcommand is one ``add_<name>_parser`` function that registers its parser
 and one ``cmd_<name>`` function that runs it; add new ones to ``SUBCOMMANDS``.
@@ -28,16 +29,16 @@ from typing import Any
 import orjson
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import ExpansionClosed, fact_as_dict
-from rayorch.core.ids import Path, format_grain, format_path, parse_path
-from rayorch.core.run_view import GrainView, ShardView, fold_shard
+from rayorch.core.facts import fact_as_dict
+from rayorch.core.ids import format_path, parse_path
+from rayorch.core.run_view import fold_shard
 from rayorch.core.sanitize import json_safe, sanitize
-from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, REPORT_PRESENT
-from rayorch.core.words import plural
+from rayorch.core.words import format_age, plural
+from rayorch.inspect.audit import audit_with_delivery, entity_story
+from rayorch.inspect.show import lineage, lineage_lines
 from rayorch.runtime.sinks import FORMATS
 from rayorch.storage import parse_storage_options, set_storage_options
 from rayorch.store import open_store
-from rayorch.store.audit import audit_run, entity_story
 from rayorch.store.base import LineageStore
 
 EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
@@ -87,7 +88,7 @@ def add_runs_parser(sub: Any) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from rayorch.runtime.status import run_summary
+    from rayorch.inspect.status import run_summary
 
     store = _store(args)
     now = time.time()
@@ -109,15 +110,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for row in clean:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return EXIT_OK
-
-
-def format_age(seconds: float) -> str:
-    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, to the largest whole unit."""
-    seconds = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
 
 
 # -- delete / gc (retention) ----------------------------------------------------------
@@ -192,36 +184,11 @@ def add_audit_parser(sub: Any) -> None:
     parser.set_defaults(func=cmd_audit)
 
 
-def _delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
-    """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
-    from rayorch.runtime.manifest import ManifestError, RunManifest
-    from rayorch.runtime.sink_audit import check_delivery
-
-    if out_dir is None:
-        blob = store.load_manifest(run_id)
-        if blob is not None:
-            try:
-                out_dir = RunManifest.decode(blob).out_dir
-            except ManifestError as exc:
-                return [f"the run's manifest cannot be read to find its output directory "
-                        f"({exc}); pass --out-dir"]
-        sink = store.run_info(run_id).sink  # recorded by the driver that wrote it
-        out_dir = out_dir or (sink[0] if sink else None)
-    views = store.read_view(run_id).shards  # outputs not needed
-    complete = all(view.completed for view in views.values())
-    emitted = [fact for view in views.values()
-               for _, fact in sorted(e for emits in view.emitted.values() for e in emits)]
-    held = {k: view.last_seq for k, view in views.items()}
-    return check_delivery(out_dir, emitted, complete=complete, held=held)
-
-
 def cmd_audit(args: argparse.Namespace) -> int:
-    store = _store(args)
-    report = audit_run(store, args.run)
-    problems = _delivery_problems(store, args.run, args.out_dir)
-    ok = report.ok and not problems
+    report = audit_with_delivery(_store(args), args.run, args.out_dir)
+    problems, ok = report.delivery, report.ok
     if args.json:
-        _print_json({**report.as_dict(), "ok": ok, "delivery": problems})
+        _print_json(report.as_dict())
     else:
         failures = len(report.violations) + len(problems)
         verdict = "OK" if ok else f"FAILED ({plural(failures, 'violation')})"
@@ -247,80 +214,6 @@ def add_show_parser(sub: Any) -> None:
     parser.set_defaults(func=cmd_show)
 
 
-def _grain_line(grain: GrainView, barriers: dict[tuple[str, Path], str]) -> str:
-    steps = sorted([(seq, f"dispatched as attempt {d.generation}") for seq, d in grain.dispatched]
-                   + [(seq, f"attempt {r.generation - 1} lost ({r.cause}), back to ready")
-                      for seq, r in grain.retried])
-    ends = sorted([(seq, f"FAILED after {f.generation + 1} attempts: {f.cause}")
-                   for seq, f in grain.failed]
-                  + [(seq, f"committed attempt {c.generation}: present"
-                      if c.outcome == REPORT_PRESENT else
-                      f"committed attempt {c.generation}: {c.outcome.replace('_', ' ')} "
-                      f"({c.cause})") for seq, c in grain.committed]
-                  + [(seq, f"reused from run {u.origin_run} "
-                      f"({format_grain((u.origin_call, u.origin_path))})")
-                     for seq, u in grain.reused])
-    end = ends[-1][1] if ends else ""
-    cause = barriers.get((grain.call, grain.path[:-1]))
-    if not end and cause is not None:
-        end = f"suppressed by a GroupFailure of a sibling ({cause})"
-    elif not end:
-        end = "in flight" if steps else "not run (decided by its inputs)"
-    return f"{format_grain(grain.key)}: " + "; ".join([*(text for _, text in steps), end])
-
-
-def _ordinal_ranges(parent: Path, ordinals: list[int]) -> str:
-    """``3.0-3.17, 3.19``: the entities of ``parent`` with these ordinals (ascending)."""
-    runs: list[list[int]] = []
-    for i in ordinals:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    name = format_path(parent)
-    return ", ".join(f"{name}.{a}" if a == b else f"{name}.{a}-{name}.{b}" for a, b in runs)
-
-
-def _render_tree(path: Path, view: ShardView) -> list[str]:
-    children: dict[Path, set[Path]] = {}
-    for _, own in view.grains:
-        for depth in range(len(path), len(own)):
-            children.setdefault(own[:depth], set()).add(own[: depth + 1])
-    expansions: dict[Path, list[tuple[int, ExpansionClosed]]] = {}
-    for (_, parent), closes in view.expansions.items():
-        expansions.setdefault(parent, []).extend(closes)
-    barriers = {(b.call, b.parent): b.cause for _, b in view.barriers}
-    lines: list[str] = []
-
-    def entity(p: Path, indent: str) -> None:
-        for grain in view.grains.values():
-            if grain.path == p:
-                lines.append(f"{indent}  {_grain_line(grain, barriers)}")
-        for _, closed in sorted(expansions.get(p, []), key=lambda e: e[0]):
-            detail = f", {plural(closed.count, 'child', 'children')}" \
-                if closed.outcome == EXPANSION_SUCCEEDED else ""
-            lines.append(f"{indent}  expansion {closed.domain}: {closed.outcome}{detail}")
-            quiet = [i for i in range(closed.count) if (*p, i) not in children.get(p, ())]
-            if quiet:
-                lines.append(f"{indent}    {plural(len(quiet), 'child', 'children')} "
-                             f"({_ordinal_ranges(p, quiet)}): no Grain ran, their Items "
-                             "were decided by their inputs (e.g. Dropped by F.filter)")
-        for child in sorted(children.get(p, ())):
-            lines.append(f"{indent}  entity {format_path(child)} (ordinal {child[-1]})")
-            entity(child, indent + "  ")
-
-    root = path[0] if len(path) == 1 else None
-    for _, fact in view.admitted.get(root, []) if root is not None else []:
-        key = f" key {fact.key!r}," if fact.key else ""
-        lines.append(f"source {fact.index}:{key} admitted with {list(fact.values)!r}")
-    if len(path) > 1:
-        lines.append(f"entity {format_path(path)}")
-    entity(path, "")
-    for _, emitted in view.emitted.get(root, []) if root is not None else []:
-        lines.append(f"output of source {emitted.index}: {emitted.outcome}")
-    return lines
-
-
 def cmd_show(args: argparse.Namespace) -> int:
     path = parse_path(args.entity)
     store = _store(args)
@@ -331,7 +224,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not stored:
         _say(f"run {args.run}: no facts about entity {format_path(path)}")
         return EXIT_INVARIANT
-    _say(*_render_tree(path, fold_shard(path[0], ((s.seq, s.fact) for s in stored))))
+    view = fold_shard(path[0], ((s.seq, s.fact) for s in stored))
+    _say(*lineage_lines(lineage(view, path)))
     return EXIT_OK
 
 
@@ -438,7 +332,7 @@ def add_status_parser(sub: Any) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rayorch.runtime.status import run_status
+    from rayorch.inspect.status import run_status
 
     status = run_status(_store(args), args.run)
     if args.json:
@@ -448,10 +342,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def add_ui_parser(sub: Any) -> None:
+    """``rayorch ui`` (the web view, ``rayorch/ui/command.py``)."""
+    from rayorch.ui.command import add_ui_parser as add
+
+    add(sub)
+
+
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
     add_timeline_parser, add_driver_parser, add_resume_parser, add_status_parser,
-    add_delete_parser, add_gc_parser,
+    add_delete_parser, add_gc_parser, add_ui_parser,
 ]
 
 

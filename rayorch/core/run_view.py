@@ -36,7 +36,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.ids import CallId, DomainId, GrainKey, Path
-from rayorch.core.vocabulary import REPORT_PRESENT
+from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT
 
 F = TypeVar("F", bound=Fact)
 Seq = int  # a fact's place in its shard's total order
@@ -130,6 +130,39 @@ class GrainView:
         return sorted(merged, key=lambda e: e[0])
 
 
+@dataclass(slots=True)
+class CallTally:
+    """One Call's counts in a shard, kept as its facts are filed (no pass over the Grains).
+
+    ``counts``: ``dispatched``, ``retried``, ``failed``, ``reused`` and one key per commit
+    outcome (``present``, ``record_failure``, ``group_failure``), each fact once.
+    ``first_ts``/``last_ts``: its first dispatch or reuse and its latest seal or failure
+    (writer times > 0); ``busy_s`` sums the attempts' dispatch-to-commit seconds, and
+    ``batch_busy_s`` the batches' (each once);
+    ``commit_ts``/``reused_ts``: the writer time of each commit and reuse (the timeline's
+    throughput bins, a live chart); ``dispatch_span``: the earliest and latest dispatch time.
+    """
+
+    counts: Counter[str] = field(default_factory=Counter)
+    first_ts: float | None = None
+    last_ts: float | None = None
+    busy_s: float = 0.0
+    commit_ts: list[float] = field(default_factory=list)
+    reused_ts: list[float] = field(default_factory=list)
+    dispatch_span: tuple[float, float] | None = None
+    failovers: int = 0  # retries a driver's take-over wrote (``FAILOVER_CAUSE``)
+    batch_busy_s: float = 0.0  # ``busy_s`` counted once per batch (same dispatch, same commit)
+    last_batch: tuple[float, float] | None = None  # the latest commit's (dispatch, commit) time
+
+    def started(self, ts: float) -> None:
+        if ts > 0 and (self.first_ts is None or ts < self.first_ts):
+            self.first_ts = ts
+
+    def ended(self, ts: float) -> None:
+        if ts > 0 and (self.last_ts is None or ts > self.last_ts):
+            self.last_ts = ts
+
+
 @dataclass
 class ShardView:
     """One shard's facts, filed by the object each is about."""
@@ -148,13 +181,35 @@ class ShardView:
     completed: list[tuple[Seq, RunCompleted]] = field(default_factory=list)
     first_ts: float | None = None  # the earliest and latest writer timestamps (ts > 0)
     last_ts: float | None = None
+    calls: dict[CallId, CallTally] = field(default_factory=dict)
+    domains: dict[DomainId, Counter[str]] = field(default_factory=dict)
+    """Per child Domain: Expansions closed by outcome, and ``children`` (of succeeded ones)."""
+    failures: list[GrainKey] = field(default_factory=list)
+    """Grains sealed by a failure (``GrainFailed``, a RecordFailure or GroupFailure commit)."""
+    by_source: dict[int, list[GrainKey]] = field(default_factory=dict)
+    """Each source's Grains (its own and its descendants'), in first-fact order."""
+    expansions_of: dict[int, list[tuple[DomainId, Path]]] = field(default_factory=dict)
+    """Each source's Expansions (``expansions`` keys), in first-close order."""
+    admissions: int = 0  # SourceAdmitted facts (a source admitted twice counts twice)
+    open: dict[GrainKey, None] = field(default_factory=dict)
+    """Grains with an attempt open (``GrainView.attempt_open``), in dispatch order."""
+    physical: list[tuple[Seq, GrainRetried | GrainFailed]] = field(default_factory=list)
+    """Every ``GrainRetried`` and ``GrainFailed``, in seq order."""
+    outputs: Counter[str] = field(default_factory=Counter)  # OutputEmitted facts by outcome
 
     def grain(self, call: CallId, path: Path) -> GrainView:
         key = (call, path)
         view = self.grains.get(key)
         if view is None:
             view = self.grains[key] = GrainView(call, path)
+            self.by_source.setdefault(path[0], []).append(key)
         return view
+
+    def tally(self, call: CallId) -> CallTally:
+        tally = self.calls.get(call)
+        if tally is None:
+            tally = self.calls[call] = CallTally()
+        return tally
 
     def closed_before(self, domain: DomainId, parent: Path, seq: Seq) -> ExpansionClosed | None:
         """The Expansion's first close written before ``seq``."""
@@ -163,35 +218,96 @@ class ShardView:
     def barrier_before(self, call: CallId, parent: Path, seq: Seq) -> bool:
         return any(s < seq and b.call == call and b.parent == parent for s, b in self.barriers)
 
+    def extend(self, facts: Iterable[tuple[Seq, Fact]]) -> ShardView:
+        """File more ``(seq, fact)`` pairs, each after every fact already filed.
+
+        A live reader (``rayorch ui``) reads only the facts after :attr:`last_seq` and
+        files them here, instead of folding the shard again: ``fold_shard(k, a + b)`` and
+        ``fold_shard(k, a).extend(b)`` are equal views (``tests/unit/test_run_view.py``).
+        """
+        tags = self.tags
+        first, last = self.first_ts, self.last_ts
+        for seq, fact in facts:
+            self.facts += 1
+            self.last_seq = seq
+            tags[fact.tag] += 1
+            ts = fact.ts
+            if ts > 0:
+                if first is None or ts < first:
+                    first = ts
+                if last is None or ts > last:
+                    last = ts
+            _FILE[type(fact)](self, seq, fact)
+        self.first_ts, self.last_ts = first, last
+        return self
+
 
 def _on_dispatched(view: ShardView, seq: Seq, fact: GrainDispatched) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.dispatched.append((seq, fact))
     grain.last = grain.last_dispatch = seq
+    view.open[grain.key] = None
+    tally = view.tally(fact.call)
+    tally.counts["dispatched"] += 1
+    tally.started(fact.ts)
+    span = tally.dispatch_span
+    ts = fact.ts
+    tally.dispatch_span = (ts, ts) if span is None else (min(span[0], ts), max(span[1], ts))
 
 
 def _on_retried(view: ShardView, seq: Seq, fact: GrainRetried) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.retried.append((seq, fact))
     grain.last = seq
+    view.physical.append((seq, fact))
+    tally = view.tally(fact.call)
+    tally.counts["retried"] += 1
+    tally.failovers += fact.cause == FAILOVER_CAUSE
 
 
 def _on_failed(view: ShardView, seq: Seq, fact: GrainFailed) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.failed.append((seq, fact))
     grain.last = seq
+    view.open.pop(grain.key, None)
+    view.physical.append((seq, fact))
+    view.failures.append(grain.key)
+    tally = view.tally(fact.call)
+    tally.counts["failed"] += 1
+    tally.ended(fact.ts)
 
 
 def _on_committed(view: ShardView, seq: Seq, fact: GrainCommitted) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.committed.append((seq, fact))
     grain.last = seq
+    view.open.pop(grain.key, None)
+    tally = view.tally(fact.call)
+    tally.counts[fact.outcome] += 1
+    tally.commit_ts.append(fact.ts)
+    tally.ended(fact.ts)
+    for _, sent in reversed(grain.dispatched):
+        if sent.generation == fact.generation:
+            if sent.ts > 0 and fact.ts >= sent.ts:
+                tally.busy_s += fact.ts - sent.ts
+                # A batch's dispatches share one time, and so do its reports.
+                if tally.last_batch != (sent.ts, fact.ts):
+                    tally.last_batch = (sent.ts, fact.ts)
+                    tally.batch_busy_s += fact.ts - sent.ts
+            break
+    if fact.outcome != REPORT_PRESENT:
+        view.failures.append(grain.key)
 
 
 def _on_reused(view: ShardView, seq: Seq, fact: GrainReused) -> None:
     grain = view.grain(fact.call, fact.path)
     grain.reused.append((seq, fact))
     grain.last = seq
+    tally = view.tally(fact.call)
+    tally.counts["reused"] += 1
+    tally.reused_ts.append(fact.ts)
+    tally.started(fact.ts)
+    tally.ended(fact.ts)
 
 
 def _on_barrier(view: ShardView, seq: Seq, fact: BarrierInstalled) -> None:
@@ -199,15 +315,27 @@ def _on_barrier(view: ShardView, seq: Seq, fact: BarrierInstalled) -> None:
 
 
 def _on_expansion(view: ShardView, seq: Seq, fact: ExpansionClosed) -> None:
-    view.expansions.setdefault((fact.domain, fact.parent), []).append((seq, fact))
+    key = (fact.domain, fact.parent)
+    closes = view.expansions.get(key)
+    if closes is None:
+        closes = view.expansions[key] = []
+        view.expansions_of.setdefault(fact.parent[0], []).append(key)
+    closes.append((seq, fact))
+    counts = view.domains.get(fact.domain)
+    if counts is None:
+        counts = view.domains[fact.domain] = Counter(children=0)
+    counts[fact.outcome] += 1
+    counts["children"] += fact.count
 
 
 def _on_admitted(view: ShardView, seq: Seq, fact: SourceAdmitted) -> None:
     view.admitted.setdefault(fact.index, []).append((seq, fact))
+    view.admissions += 1
 
 
 def _on_emitted(view: ShardView, seq: Seq, fact: OutputEmitted) -> None:
     view.emitted.setdefault(fact.index, []).append((seq, fact))
+    view.outputs[fact.outcome] += 1
 
 
 def _on_lease(view: ShardView, seq: Seq, fact: LeaseAcquired) -> None:
@@ -236,17 +364,7 @@ _FILE: dict[type[Fact], Callable[[ShardView, Seq, Any], None]] = {
 def fold_shard(shard: int, facts: Iterable[tuple[Seq, Fact]]) -> ShardView:
     """The view of one shard from its ``(seq, fact)`` pairs, in seq order."""
     view = ShardView(shard)
-    tags = view.tags
-    stamps: list[float] = []
-    for seq, fact in facts:
-        view.facts += 1
-        view.last_seq = seq
-        tags[fact.tag] += 1
-        if fact.ts > 0:
-            stamps.append(fact.ts)
-        _FILE[type(fact)](view, seq, fact)
-    view.first_ts = min(stamps, default=None)
-    view.last_ts = max(stamps, default=None)
+    view.extend(facts)
     return view
 
 
@@ -272,11 +390,24 @@ class RunView:
         """The Call ids in plan order."""
         return list(call_domains(self.plan))
 
+    @property
+    def facts(self) -> int:
+        return sum(view.facts for view in self.shards.values())
+
+    def extend(self, facts: Mapping[int, Iterable[tuple[Seq, Fact]]]) -> RunView:
+        """File each shard's newer ``(seq, fact)`` pairs (:meth:`ShardView.extend`)."""
+        for shard, more in facts.items():
+            view = self.shards.get(shard)
+            if view is None:
+                view = self.shards[shard] = ShardView(shard)
+            view.extend(more)
+        return self
+
 
 def call_domains(plan: Mapping[str, Any]) -> dict[CallId, DomainId]:
     """``{call: its Domain}`` of a stored plan description, in plan order."""
     return {n["call"]["id"]: n["domain"] for n in plan.get("nodes", ()) if n.get("call")}
 
 
-__all__ = ["GrainView", "RunView", "ShardView", "call_domains", "first_before", "fold_shard",
-           "numbered"]
+__all__ = ["CallTally", "GrainView", "RunView", "ShardView", "call_domains", "first_before",
+           "fold_shard", "numbered"]

@@ -12,4 +12,13 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
-__all__ = ["plural"]
+def format_age(seconds: float) -> str:
+    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, to the largest whole unit."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+__all__ = ["format_age", "plural"]

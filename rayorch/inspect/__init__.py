@@ -1,4 +1,10 @@
-"""Read-only views of a stored run, computed from its facts alone (no user code)."""
+"""Read-only views of a stored run, computed from its facts alone (no user code).
+
+As data, which ``rayorch`` (text) and ``rayorch ui`` (HTML) both render: ``audit`` (the
+invariants), ``status`` (counts, leases, drivers), ``show`` (a source's lineage tree),
+``live`` (a run view extended as facts arrive; failures by cause, progress over time),
+``timeline`` (per-Call windows, throughput) and ``barriers`` (what each barrier did).
+"""
 
 from rayorch.inspect.timeline import (
     CallWindow,

@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any
 
+import numpy as np
+
 from rayorch.core.errors import MissingExtraError, RayorchError
+from rayorch.core.facts import GrainFailed
 from rayorch.core.ids import CallId, Path, format_grain
 from rayorch.core.run_view import ShardView, fold_shard
+from rayorch.core.vocabulary import REPORT_OUTCOMES
 from rayorch.core.words import plural
 from rayorch.store.base import LineageStore, StoredFact
 
@@ -277,7 +281,11 @@ def timeline_of(
     bin_s: float | None = None,
     target_bins: int = DEFAULT_TARGET_BINS,
 ) -> Timeline:
-    """:func:`compute_timeline` from the run's shard views (in shard order)."""
+    """:func:`compute_timeline` from the run's shard views (in shard order).
+
+    It reads the views' tallies (per Call: counts, dispatch span, commit times), their open
+    attempts and physical failures, never every Grain: a live page recomputes it per poll.
+    """
     start_ts = min((v.first_ts for v in views if v.first_ts is not None), default=0.0)
     end_ts = max((v.last_ts for v in views if v.last_ts is not None), default=0.0)
     elapsed = end_ts - start_ts
@@ -285,7 +293,8 @@ def timeline_of(
     def rel(ts: float) -> float:
         return max(ts - start_ts, 0.0)
 
-    dispatch_times: dict[CallId, list[float]] = {}
+    spans: dict[CallId, tuple[float, float]] = {}
+    dispatched: Counter[CallId] = Counter()
     commit_times: dict[CallId, list[float]] = {}
     outcomes: dict[CallId, Counter[str]] = {}
     open_grains: dict[CallId, list[Path]] = {}
@@ -295,23 +304,23 @@ def timeline_of(
     barriers: set[tuple[CallId, Path]] = set()
     outputs: Counter[str] = Counter()
     for view in views:
-        for grain in view.grains.values():
-            call = grain.call
-            if grain.dispatched:
-                dispatch_times.setdefault(call, []).extend(rel(d.ts) for _, d in grain.dispatched)
-            if grain.committed:
-                commit_times.setdefault(call, []).extend(rel(c.ts) for _, c in grain.committed)
-                outcomes.setdefault(call, Counter()).update(c.outcome for _, c in grain.committed)
-            if grain.attempt_open:
-                open_grains.setdefault(call, []).append(grain.path)
-            for seq, retry in grain.retried:
-                t = rel(retry.ts)
-                retries.append((t, view.shard, seq, RetryEvent(
-                    t, call, grain.path, retry.generation, retry.cause)))
-            for seq, failure in grain.failed:
-                t = rel(failure.ts)
-                retries.append((t, view.shard, seq, RetryEvent(
-                    t, call, grain.path, failure.generation, failure.cause, True)))
+        for call, tally in view.calls.items():
+            if tally.dispatch_span is not None:
+                lo, hi = tally.dispatch_span
+                old = spans.get(call)
+                spans[call] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+                dispatched[call] += tally.counts["dispatched"]
+            if tally.commit_ts:
+                commit_times.setdefault(call, []).extend(tally.commit_ts)
+                outcomes.setdefault(call, Counter()).update(
+                    {k: n for k, n in tally.counts.items() if k in REPORT_OUTCOMES})
+        for call, path in view.open:
+            open_grains.setdefault(call, []).append(path)
+        for seq, fact in view.physical:
+            t = rel(fact.ts)
+            final = isinstance(fact, GrainFailed)
+            retries.append((t, view.shard, seq, RetryEvent(
+                t, fact.call, fact.path, fact.generation, fact.cause, final)))
         holder: str | None = None
         for _, lease in view.leases:
             if lease.epoch > 1:
@@ -319,25 +328,27 @@ def timeline_of(
                                                lease.epoch, holder))
             holder = lease.driver
         barriers.update((b.call, b.parent) for _, b in view.barriers)
-        outputs.update(e.outcome for emits in view.emitted.values() for _, e in emits)
-        for (domain, _), closes in view.expansions.items():
-            children[domain] += sum(closed.count for _, closed in closes)
+        outputs.update(view.outputs)
+        for domain, closed in view.domains.items():
+            children[domain] += closed["children"]
     events = [r for *_, r in sorted(retries, key=lambda r: r[:3])]
 
     ranked = {call: i for i, call in enumerate(call_order)}
-    first_dispatch = {call: min(times) for call, times in dispatch_times.items()}
+    first_dispatch = {call: rel(span[0]) for call, span in spans.items()}
     active = sorted(first_dispatch,
                     key=lambda c: (ranked.get(c, len(ranked)), first_dispatch[c], c))
+    retried = Counter(r.call for r in events if not r.final)
+    failed = Counter(r.call for r in events if r.final)
     windows = tuple(
         CallWindow(
             call=call,
             start=first_dispatch[call],
-            end=max(commit_times[call]) if call in commit_times else max(dispatch_times[call]),
-            dispatched=len(dispatch_times[call]),
+            end=rel(max(commit_times[call])) if call in commit_times else rel(spans[call][1]),
+            dispatched=dispatched[call],
             committed=sum(outcomes.get(call, Counter()).values()),
             outcomes=dict(sorted(outcomes.get(call, Counter()).items())),
-            retried=sum(1 for r in events if r.call == call and not r.final),
-            failed=sum(1 for r in events if r.call == call and r.final),
+            retried=retried[call],
+            failed=failed[call],
             in_flight=sum(1 for p in open_grains.get(call, ()) if (call, p[:-1]) not in barriers),
             barred=sum(1 for p in open_grains.get(call, ()) if (call, p[:-1]) in barriers),
         )
@@ -347,10 +358,9 @@ def timeline_of(
     n_bins = max(1, math.ceil(elapsed / width - 1e-9))
     counts: dict[CallId, tuple[int, ...]] = {}
     for call in active:
-        row = [0] * n_bins
-        for t in commit_times.get(call, ()):
-            row[_bin_index(t, width, n_bins)] += 1
-        counts[call] = tuple(row)
+        times = np.maximum(np.asarray(commit_times.get(call, ()), dtype=float) - start_ts, 0.0)
+        bins = np.minimum(np.floor_divide(times, width).astype(np.int64), n_bins - 1)
+        counts[call] = tuple(int(n) for n in np.bincount(bins, minlength=n_bins))
     return Timeline(
         run_id=run_id,
         start_ts=start_ts,
@@ -361,7 +371,7 @@ def timeline_of(
         throughput=Throughput(width, tuple(i * width for i in range(n_bins)), counts),
         failovers=tuple(sorted(failovers, key=lambda f: (f.t, f.shard))),
         retries=tuple(events),
-        sources=sum(len(a) for v in views for a in v.admitted.values()),
+        sources=sum(v.admissions for v in views),
         outputs=dict(outputs),
         completed_shards=sum(len(v.completed) for v in views),
         idle_calls=tuple(c for c in call_order if c not in first_dispatch),

@@ -337,6 +337,8 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        help="seconds between progress lines when stdout is not a "
                        "terminal (default 5)")
     group.add_argument("--json", action="store_true", help="print the summary as JSON")
+    group.add_argument("--ui", action="store_true",
+                       help="serve the web view of the run on 127.0.0.1 while it lasts")
     group.add_argument("--reuse", default=None, metavar="RUN",
                        help="reuse the Grains of an earlier run in --store whose code, "
                        "arguments and inputs are unchanged (a run id, or 'latest')")
@@ -440,7 +442,7 @@ def run_job(
             handle = pipeline.run(sources, store=args.store, ordered=False,
                                   progress=progress, address=args.address,
                                   admission_order=ids, sink=sink, reuse=args.reuse,
-                                  no_reuse=args.no_reuse)
+                                  no_reuse=args.no_reuse, ui=args.ui)
             run_id = handle.run_id
             out.note_run(run_id)
             summary.run_started = clock.running()

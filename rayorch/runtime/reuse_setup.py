@@ -16,7 +16,7 @@ from typing import Any
 from rayorch.core.fingerprint import file_digest
 from rayorch.core.plan import Plan
 from rayorch.core.reuse import Reuse, ReuseError, ReuseIndex
-from rayorch.runtime.status import run_status
+from rayorch.inspect.status import run_status
 from rayorch.storage import Location, StorageError, open_storage, parse_location
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import RunNotFoundError

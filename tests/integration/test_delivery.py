@@ -25,8 +25,8 @@ import pytest
 
 from rayorch.cli import main as cli_main
 from rayorch.core.facts import GrainCommitted, OutputEmitted
+from rayorch.inspect.audit import audit_run
 from rayorch.runtime.sinks import read_outputs
-from rayorch.store.audit import audit_run
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 import rayorch as ro
-from rayorch.store.audit import audit_run
+from rayorch.inspect.audit import audit_run
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

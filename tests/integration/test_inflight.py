@@ -23,8 +23,8 @@ from rayorch import F
 from rayorch.core import compile_errors as ce
 from rayorch.core.facts import GrainCommitted, GrainRetried
 from rayorch.core.outcome import FailedResult, Outcome
+from rayorch.inspect.audit import audit_run
 from rayorch.store import open_store
-from rayorch.store.audit import audit_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -75,8 +75,8 @@ def scenario(workdir: Path, docs: int) -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
 
+    from rayorch.inspect.audit import audit_run
     from rayorch.store import open_store
-    from rayorch.store.audit import audit_run
     from rayorch.testing import RedisClusterNodes
 
     redis = RedisClusterNodes(workdir / "redis")

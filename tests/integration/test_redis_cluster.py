@@ -27,10 +27,10 @@ from rayorch.core.facts import (
     RunCompleted,
     SourceAdmitted,
 )
+from rayorch.inspect.audit import audit_run
 from rayorch.replicas import create_run
 from rayorch.runtime.sinks import delivered_count
 from rayorch.store import StoreAuthError, StoreUnavailableError, open_store
-from rayorch.store.audit import audit_run
 from rayorch.store.base import LineageStore
 from rayorch.store.keys import ShardKeys
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run

@@ -14,8 +14,8 @@ import ray
 
 import rayorch as ro
 from rayorch.cli import EXIT_OK, main
-from rayorch.runtime.status import run_status
-from rayorch.store.audit import audit_run
+from rayorch.inspect.audit import audit_run
+from rayorch.inspect.status import run_status
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from rayorch.cli import main
-from rayorch.runtime.status import run_status
+from rayorch.inspect.status import run_status
 from rayorch.store.registry import open_store
 from rayorch.testing import write_scanned_pdf
 

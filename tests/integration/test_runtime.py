@@ -25,7 +25,7 @@ from rayorch.core.facts import GrainCommitted, GrainRetried
 from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
-from rayorch.store.audit import audit_run
+from rayorch.inspect.audit import audit_run
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

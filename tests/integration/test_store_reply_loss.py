@@ -15,8 +15,8 @@ import redis
 
 from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, GrainDispatched, GrainRetried
+from rayorch.inspect.audit import audit_run
 from rayorch.store import LineageStore, StoreUnavailableError, open_store
-from rayorch.store.audit import audit_run
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.store.scripts import COMMIT_BATCH
 from rayorch.testing import RedisServer, ReplyDroppingProxy

@@ -32,6 +32,7 @@ from rayorch.core.facts import (
     OutputEmitted,
     SourceAdmitted,
 )
+from rayorch.inspect.audit import audit_run
 from rayorch.replicas import create_run
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store import (
@@ -42,7 +43,6 @@ from rayorch.store import (
     StoreRolledBackError,
     open_store,
 )
-from rayorch.store.audit import audit_run
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.testing import RedisServer
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 
 import rayorch as ro
-from rayorch.store.audit import audit_run
+from rayorch.inspect.audit import audit_run
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

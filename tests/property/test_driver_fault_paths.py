@@ -36,12 +36,12 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.plan import Plan
+from rayorch.inspect.audit import audit_run
 from rayorch.runtime import shard_driver, shard_leases
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.shard_driver import LeaseLostStop, LeaseMode, ShardDriver
 from rayorch.runtime.sink_audit import check_delivery
 from rayorch.runtime.sinks import FileSink, read_outputs
-from rayorch.store.audit import audit_run
 from rayorch.store.errors import FencedError
 from rayorch.store.memory import MemoryStore
 

@@ -25,10 +25,10 @@ from programs import ProgramSpec, RandomPipeline, programs
 from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult
 from rayorch.core.reference import evaluate
+from rayorch.inspect.audit import audit_run
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.shard_driver import LeaseMode, ShardDriver
 from rayorch.runtime.sinks import FileSink, read_outputs
-from rayorch.store.audit import audit_run
 from rayorch.store.errors import StoreUnavailableError
 from rayorch.store.memory import MemoryStore
 

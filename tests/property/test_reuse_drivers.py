@@ -26,11 +26,11 @@ from rayorch.core.facts import GrainDispatched
 from rayorch.core.machine import item_result
 from rayorch.core.reference import evaluate
 from rayorch.core.reuse import Reuse, ReuseIndex
+from rayorch.inspect.audit import audit_run
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.runtime.reuse_setup import reuse_config, reuse_of_run
 from rayorch.runtime.shard_driver import LeaseMode
 from rayorch.runtime.sinks import FileSink, read_outputs
-from rayorch.store.audit import audit_run
 
 
 def drive(store: FlakyStore, plan: Any, run_id: str, rows: list[tuple[int]], harness: Harness,

@@ -28,9 +28,9 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.facts import BarrierInstalled, Fact, GrainCommitted, LeaseAcquired, pack_value
 from rayorch.core.names import valid_run_id
 from rayorch.core.program import PipelineBase
+from rayorch.inspect.audit import audit_run
 from rayorch.runtime.in_process import execute
 from rayorch.store import open_store
-from rayorch.store.audit import audit_run
 from rayorch.store.base import LineageStore
 from rayorch.store.errors import InvalidRunIdError
 from rayorch.store.retention import delete_run

@@ -24,8 +24,8 @@ from rayorch.cli import main as cli_main
 from rayorch.core.facts import pack_value
 from rayorch.core.outcome import FailedResult
 from rayorch.core.udf import reports_for
+from rayorch.inspect.audit import audit_run
 from rayorch.runtime.status import RunFinishedError
-from rayorch.store.audit import audit_run
 from rayorch.store.registry import open_store
 
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests

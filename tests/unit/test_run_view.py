@@ -3,6 +3,9 @@ timeline, barrier effects and a driver's rebuild read."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rayorch.core.facts import (
     BarrierInstalled,
     ExpansionClosed,
@@ -15,7 +18,7 @@ from rayorch.core.facts import (
     RunCompleted,
     SourceAdmitted,
 )
-from rayorch.core.run_view import first_before, fold_shard, numbered
+from rayorch.core.run_view import RunView, first_before, fold_shard, numbered
 from rayorch.store import open_store
 from rayorch.store.scripted_run import write_scripted_run
 
@@ -89,3 +92,29 @@ def test_a_store_reads_a_run_as_its_view() -> None:
         assert set(view.shards[0].admitted) == {0} and set(view.shards[1].admitted) == {1}
     finally:
         store.close()
+
+
+@settings(max_examples=25)
+@given(pages=st.lists(st.integers(0, 4), min_size=1, max_size=5),
+       cuts=st.lists(st.integers(0, 200), max_size=4))
+def test_extending_a_view_equals_folding_all_its_facts(pages: list[int], cuts: list[int]
+                                                       ) -> None:
+    """A live page extends its view with each poll's new facts (``ShardView.extend``)
+    instead of refolding: any split of the log into polls gives the same view."""
+    store = open_store("memory://")
+    try:
+        write_scripted_run(store, "x", pages=pages, shards=1, micro_batch=2,
+                           record_failure=(0, 0), group_failure=None, retry=(0, 1))
+        facts = [(s.seq, s.fact) for s in store.iter_facts("x", 0)]
+    finally:
+        store.close()
+    whole = fold_shard(0, facts)
+    live = fold_shard(0, [])
+    bounds = [*sorted({min(c, len(facts)) for c in cuts}), len(facts)]
+    start = 0
+    for end in bounds:
+        live.extend(facts[start:end])
+        start = end
+    assert live == whole
+    run = RunView("x", {}, {}).extend({0: facts[:3]}).extend({0: facts[3:]})
+    assert run.shards[0] == whole and run.facts == len(facts)

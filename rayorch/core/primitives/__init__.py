@@ -38,7 +38,7 @@ member, fields), ``compile_errors``, ``plan_tables`` (its ``*Info`` and route),
 ``propagation`` (its handler and its name in ``bind``), ``kernel_audit`` (a countdown),
 ``reference`` (a branch of the ``if kind`` chain) and its tests: 9-10 files.
 One reader outside the four concerns still knows two kinds by name: the lineage audit's
-``PlanShape`` (``store/audit.py``) follows expand and reduce nodes to check Expansions; a
+``PlanShape`` (``inspect/audit.py``) follows expand and reduce nodes to check Expansions; a
 new primitive that creates or collects Domains would teach it too.
 """
 

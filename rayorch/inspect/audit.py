@@ -14,7 +14,6 @@ run sealed with the same reuse key and outputs (:mod:`rayorch.store.reuse_audit`
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, for
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import GrainView, ShardView, first_before, fold_shard
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
-from rayorch.runtime.manifest import RunManifest
+from rayorch.inspect.status import declared_sources
 from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
 from rayorch.store.reuse_audit import check_reuse
@@ -61,10 +60,11 @@ class AuditReport:
     counts: dict[str, Counter[str]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    delivery: list[str] = field(default_factory=list)  # file sink problems, when checked
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violations and not self.delivery
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -72,7 +72,7 @@ class AuditReport:
             "counts": {k: dict(v) for k, v in self.counts.items()},
             "violations": [{"shard": v.shard, "seq": v.seq, "object": v.obj,
                             "message": v.message} for v in self.violations],
-            "notes": self.notes,
+            "notes": self.notes, "delivery": self.delivery,
         }
 
 
@@ -286,12 +286,15 @@ def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape:
         report.notes.append("kernel not available: fold checks skipped")
         return
     kernel = Kernel(plan)
+    members: dict[tuple[CallId, Path], list[tuple[int, Outputs]]] = {}  # by (call, parent)
+    for (call, path), outputs in committed.items():
+        members.setdefault((call, path[:-1]), []).append((path[-1], outputs))
     seq = 0
     try:
         for stored in facts:
             seq, fact = stored.seq, stored.fact
             if isinstance(fact, GrainDispatched):
-                _check_reduce_order(kernel, fact, shape, committed, report, shard, seq)
+                _check_reduce_order(kernel, fact, shape, members, report, shard, seq)
             kernel.apply(fact)
         kernel.validate()
     except RayorchError as exc:
@@ -299,9 +302,10 @@ def _fold_through_kernel(plan: Plan, shard: int, facts: list[StoredFact], shape:
 
 
 def _check_reduce_order(kernel: Any, fact: GrainDispatched, shape: PlanShape,
-                        committed: dict[GrainKey, Outputs], report: AuditReport,
-                        shard: int, seq: int) -> None:
-    """The value a reduce hands its consumer is the members' values in ordinal order."""
+                        members: dict[tuple[CallId, Path], list[tuple[int, Outputs]]],
+                        report: AuditReport, shard: int, seq: int) -> None:
+    """The value a reduce hands its consumer is the members' values in ordinal order
+    (``members``: each committed Grain's ordinal and outputs, by its Call and parent)."""
     specs = shape.reducers.get(fact.call)
     if not specs or fact.generation:
         return
@@ -313,12 +317,9 @@ def _check_reduce_order(kernel: Any, fact: GrainDispatched, shape: PlanShape,
         value = inputs[arg]
         if not isinstance(value, list | tuple):
             continue
-        members = sorted(
-            (path[-1], None if outputs is None else outputs[index])
-            for (call, path), outputs in committed.items()
-            if call == child_call and path[:-1] == fact.path
-        )
-        expected = [v for _, v in members]
+        ordered = sorted((ordinal, None if outputs is None else outputs[index])
+                         for ordinal, outputs in members.get((child_call, fact.path), ()))
+        expected = [v for _, v in ordered]
         if list(value) != expected:
             report.violations.append(Violation(
                 shard, seq, format_grain((fact.call, fact.path)),
@@ -356,17 +357,43 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
 
 def _sources_per_shard(store: LineageStore, info: RunInfo) -> dict[int, int] | None:
     """How many sources the run declares for each shard (None: it declares no count)."""
-    total: int | None = None
-    blob = store.load_manifest(info.run_id)
-    if blob is not None:
-        with contextlib.suppress(Exception):  # a damaged manifest is reported elsewhere
-            total = len(RunManifest.decode(blob).sources)
-    if total is None and isinstance(info.config.get("sources"), int):
-        total = int(info.config["sources"])
+    total = declared_sources(store, info)
     if total is None:
         return None
     counts = Counter(info.shard_of(index) for index in range(total))
     return {shard: counts.get(shard, 0) for shard in range(info.shards)}
+
+
+def audit_with_delivery(store: LineageStore, run_id: str, out_dir: str | None = None
+                        ) -> AuditReport:
+    """:func:`audit_run`, and the file sink evidence of every ``OutputEmitted``
+    (``report.delivery``): what ``rayorch audit`` and the web view's audit show."""
+    report = audit_run(store, run_id)
+    report.delivery = delivery_problems(store, run_id, out_dir)
+    return report
+
+
+def delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
+    """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
+    from rayorch.runtime.manifest import ManifestError, RunManifest
+    from rayorch.runtime.sink_audit import check_delivery
+
+    if out_dir is None:
+        blob = store.load_manifest(run_id)
+        if blob is not None:
+            try:
+                out_dir = RunManifest.decode(blob).out_dir
+            except ManifestError as exc:
+                return [f"the run's manifest cannot be read to find its output directory "
+                        f"({exc}); pass --out-dir"]
+        sink = store.run_info(run_id).sink  # recorded by the driver that wrote it
+        out_dir = out_dir or (sink[0] if sink else None)
+    views = store.read_view(run_id).shards  # outputs not needed
+    complete = all(view.completed for view in views.values())
+    emitted = [fact for view in views.values()
+               for _, fact in sorted(e for emits in view.emitted.values() for e in emits)]
+    held = {k: view.last_seq for k, view in views.items()}
+    return check_delivery(out_dir, emitted, complete=complete, held=held)
 
 
 def _check_every_shard_held(run_id: str, views: dict[int, ShardView],
