@@ -16,12 +16,13 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
+from rayorch.core.pool_sizing import DEFAULT_SIZING, SizingSettings
 from rayorch.runtime.delivery import CallerSink, IteratorFeed
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
@@ -82,6 +83,12 @@ class RunHandle:
     def store(self) -> Any:
         """The run's :class:`~rayorch.store.base.LineageStore` (e.g. for ``audit_run``)."""
         return self._driver.store
+
+    @property
+    def pool_sizer(self) -> Any:
+        """How the pools that size themselves changed (``history``, ``binding()``,
+        ``summary()``: ``runtime/pool_sizer.py``); None when every pool has a fixed size."""
+        return self._driver.sizer
 
     @property
     def stats(self) -> Any:
@@ -265,6 +272,8 @@ def run_pipeline(
     sink: FileSink | None = None,
     reuse: str | None = None,
     no_reuse: Sequence[str] = (),
+    pool_sizing: SizingSettings = DEFAULT_SIZING,
+    pool_budget: Mapping[str, float] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -290,6 +299,9 @@ def run_pipeline(
       run of a plan of the same name) whose Grains this run reuses where the Call
       fingerprint and the input digest are the same (docs/ARCHITECTURE.md, "Reuse");
       ``no_reuse``: Call ids that always run.
+    * ``pool_sizing``: how pools with ``replicas=(min, max)`` or ``"auto"`` size themselves
+      (``rayorch.core.pool_sizing.SizingSettings``); ``pool_budget``: the most this run's
+      pools may hold (``{"GPU": 4}``; default: whatever is free).
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -313,7 +325,8 @@ def run_pipeline(
                                 lease_ttl_s=lease_ttl_s, input_batch_size=input_batch_size,
                                 max_active_input_batches=max_active_input_batches,
                                 admission_order=admission_order, sink=sink, reuse=reuse,
-                                no_reuse=no_reuse, _one_shot=True)
+                                no_reuse=no_reuse, pool_sizing=pool_sizing,
+                                pool_budget=pool_budget, _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -360,7 +373,9 @@ class Executor:
                 max_active_input_batches: int | None = None,
                 admission_order: Sequence[int] | None = None,
                 sink: FileSink | None = None, reuse: str | None = None,
-                no_reuse: Sequence[str] = (), _one_shot: bool = False) -> RunHandle:
+                no_reuse: Sequence[str] = (), pool_sizing: SizingSettings = DEFAULT_SIZING,
+                pool_budget: Mapping[str, float] | None = None,
+                _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.runtime.reuse_setup import open_reuse, reuse_config
         from rayorch.store.registry import open_store
@@ -420,7 +435,8 @@ class Executor:
                     pool.settle()
 
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
-                              progress=progress, new_run=created)
+                              progress=progress, new_run=created, sizing=pool_sizing,
+                              pool_budget=pool_budget)
         driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
                              driver_id=new_driver_id(),
                              pools=RayPools(pools, self._call_module, run_id=run_id,

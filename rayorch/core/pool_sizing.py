@@ -113,6 +113,9 @@ class SizingSettings:
             raise SizingError(f"hysteresis={self.hysteresis}: it must be >= 1 (1: none)")
 
 
+DEFAULT_SIZING = SizingSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class Resize:
     """One stage's size changed at a decision, and why."""
@@ -366,5 +369,5 @@ class _Plan:
                               {name: self.drain_s(name) for name in self.stages})
 
 
-__all__ = ["AUTO_MAX_REPLICAS", "Resize", "SizingDecision", "SizingError", "SizingSettings",
-           "StageLoad", "idle_limit_s", "plan_sizes"]
+__all__ = ["AUTO_MAX_REPLICAS", "DEFAULT_SIZING", "Resize", "SizingDecision", "SizingError",
+           "SizingSettings", "StageLoad", "idle_limit_s", "plan_sizes"]
