@@ -228,6 +228,28 @@ class Plan:
                 return n
         raise PlanLookupError(f"the plan has no Call {call_id!r}")
 
+    def feeders(self) -> dict[CallId, tuple[CallId, ...]]:
+        """Each Call's nearest upstream Calls: whose outputs reach its inputs through the
+        structural primitives only (expand, reduce, filter, broadcast), in plan order."""
+        by_node = {n.id: n for n in self.nodes}
+        out: dict[CallId, tuple[CallId, ...]] = {}
+        for node in self.calls:
+            assert node.call is not None
+            found: dict[CallId, None] = {}
+            todo = [self.ports[p].producer for p in node.inputs]
+            seen: set[int] = set()
+            while todo:
+                producer = by_node[todo.pop()]
+                if producer.id in seen:
+                    continue
+                seen.add(producer.id)
+                if producer.call is not None:
+                    found[producer.call.id] = None
+                else:
+                    todo.extend(self.ports[p].producer for p in producer.inputs)
+            out[node.call.id] = tuple(sorted(found))
+        return out
+
     def options(self, call_id: CallId) -> ModuleOptions:
         node = self.call_node(call_id)
         assert node.call is not None

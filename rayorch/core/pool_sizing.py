@@ -5,9 +5,12 @@ asks :func:`plan_sizes` every few seconds, and only starts or drains actors
 (docs/ARCHITECTURE.md, "Pools that size themselves"). No I/O, no clock: every time
 here is a number the shell measured.
 
-One quantity orders the stages: a stage's *drain time*, the work it holds (ready and
-in-flight Grains times its own recent cost per Grain, in actor-seconds) divided by its
-actors. One decision, in order:
+One quantity orders the stages: a stage's *drain time*, the work it holds (ready, in-flight
+and coming Grains times its own recent cost per Grain, in actor-seconds) divided by its
+actors. *Coming* Grains are those that work waiting upstream will make for it: without them
+the first stage of a pipeline whose admission is bounded always looks the most pressed
+(every admitted source waits there), and with them the split tends to the stages' work per
+source. One decision, in order:
 
 1. bounds: a size outside ``[min, max]`` is brought inside;
 2. budget: a run holding more than its share gives back actors, least pressed stage first;
@@ -17,7 +20,8 @@ actors. One decision, in order:
    per unit of resource is largest; a stage is backed up when ready Grains wait and its work
    needs more actors than it has to finish within ``backlog_s`` (or one batch, if longer);
 5. contention: when a backed-up stage cannot fit another actor, a stage whose drain time,
-   even one actor smaller, is ``hysteresis`` times shorter gives one up (it drains first).
+   even one actor smaller, is ``hysteresis`` times shorter gives one up (it drains first);
+   again, judged with the actors already promised, while the stage still wants more.
 
 Growth never uses more than the free resources (nor the budget), and step 5 frees
 resources only through drains, so the stage gets them at a later decision. Under a
@@ -60,6 +64,9 @@ class StageLoad:
     """Ready Grains of the pool's Calls, waiting for an actor."""
     in_flight: int = 0
     """Grains on its actors now."""
+    coming: float = 0.0
+    """Grains that work waiting upstream will make for it (estimated by the shell from the
+    fan-out seen so far): a stage fed by a backed-up one sees the work before it arrives."""
     item_cost_s: float | None = None
     """Recent actor-seconds per Grain; None until a batch has finished."""
     batch_size: int = 1
@@ -79,7 +86,7 @@ class StageLoad:
         """Actor-seconds of work the stage holds (0 while its cost is unknown)."""
         if self.item_cost_s is None:
             return 0.0
-        return (self.backlog + self.in_flight) * self.item_cost_s
+        return (self.backlog + self.in_flight + self.coming) * self.item_cost_s
 
     @property
     def batch_s(self) -> float:
@@ -178,7 +185,8 @@ def _check(stages: Sequence[StageLoad]) -> None:
         if not 1 <= s.min_size <= s.max_size:
             raise SizingError(f"stage {s.name!r}: needs 1 <= min ({s.min_size}) <= max "
                               f"({s.max_size})")
-        if s.size < 0 or s.backlog < 0 or s.in_flight < 0 or s.draining < 0 or s.spare < 0:
+        if (s.size < 0 or s.backlog < 0 or s.in_flight < 0 or s.draining < 0 or s.spare < 0
+                or not s.coming >= 0):
             raise SizingError(f"stage {s.name!r}: negative counts in {s}")
         if s.item_cost_s is not None and not s.item_cost_s >= 0:
             raise SizingError(f"stage {s.name!r}: item_cost_s={s.item_cost_s}")
@@ -315,7 +323,8 @@ class _Plan:
                 room[key] = room.get(key, 0.0) - amount
 
     def give_way(self, room: dict[str, float]) -> None:
-        """Backed-up stages that cannot fit an actor take one from a much less pressed one."""
+        """Backed-up stages that cannot fit another actor take them from much less pressed
+        ones: one at a time, each move judged with the actors already promised."""
         coming = dict(room)  # what is free, plus what draining actors will free
         for s in self.stages.values():
             for key, amount in s.need.items():
@@ -325,27 +334,33 @@ class _Plan:
                            key=lambda n: (-self.priority(n), n))
         for receiver in receivers:
             need = self.stages[receiver].need
-            undo = (dict(self.target), dict(self.reason), set(self.shrunk), dict(coming))
-            while not _fits(need, coming):
-                lacking = {key for key, amount in need.items()
-                           if amount > coming.get(key, 0.0) + _EPS}
-                donor = self._donor(receiver, lacking)
-                if donor is None:
+            promised = 0  # actors it gets once the drains are done (a later decision)
+            while self.target[receiver] + promised < self.wanted(receiver):
+                undo = (dict(self.target), dict(self.reason), set(self.shrunk), dict(coming))
+                size = self.target[receiver] + promised
+                while not _fits(need, coming):
+                    lacking = {key for key, amount in need.items()
+                               if amount > coming.get(key, 0.0) + _EPS}
+                    donor = self._donor(receiver, size, lacking)
+                    if donor is None:
+                        break
+                    smaller = self.target[donor] - 1
+                    self._set(donor, smaller, f"gives way to {receiver} (drains in "
+                              f"{self.drain_s(receiver, size):.0f}s vs "
+                              f"{self.drain_s(donor, smaller):.0f}s)")
+                    for key, amount in self.stages[donor].need.items():
+                        coming[key] = coming.get(key, 0.0) + amount
+                if not _fits(need, coming):  # no donors free all it needs: none gives way
+                    self.target, self.reason, self.shrunk, coming = undo
                     break
-                smaller = self.target[donor] - 1
-                self._set(donor, smaller, f"gives way to {receiver} (drains in "
-                          f"{self.drain_s(receiver):.0f}s vs {self.drain_s(donor, smaller):.0f}s)")
-                for key, amount in self.stages[donor].need.items():
-                    coming[key] = coming.get(key, 0.0) + amount
-            if _fits(need, coming):
                 for key, amount in need.items():  # promised: the next receiver waits its turn
                     coming[key] = coming.get(key, 0.0) - amount
-            else:  # no set of donors frees all it needs: nobody gives way for nothing
-                self.target, self.reason, self.shrunk, coming = undo
+                promised += 1
 
-    def _donor(self, receiver: str, lacking: set[str]) -> str | None:
-        """The least pressed stage that holds what ``receiver`` lacks and may give an actor."""
-        threshold = self.priority(receiver) / self.settings.hysteresis
+    def _donor(self, receiver: str, size: int, lacking: set[str]) -> str | None:
+        """The least pressed stage that holds what ``receiver`` (at ``size`` actors) lacks
+        and may give it an actor."""
+        threshold = self.priority(receiver, size) / self.settings.hysteresis
         best: str | None = None
         for name, s in self.stages.items():
             n = self.target[name]

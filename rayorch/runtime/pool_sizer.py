@@ -71,6 +71,8 @@ class PoolSizer:
             self._calls.setdefault(name, []).append(node.call.id)
             if name not in self._watch:
                 self._watch[name] = _Watch(plan.module(name))
+        self._feeders = plan.feeders()  # each Call's nearest upstream Calls (plan order)
+        self._done: dict[CallId, int] = dict.fromkeys(self._module_of, 0)  # Grains back
         self.started = clock()
         self._next_sample = self.started
         self._next_decision = self.started + settings.interval_s
@@ -83,6 +85,8 @@ class PoolSizer:
     # -- measuring ------------------------------------------------------------------------------
     def observe(self, done: Completion) -> None:
         """A batch came back: its run time updates its pool's cost per Grain."""
+        if done.failure is None:
+            self._done[done.call] += len(done.tags)
         if done.busy_s is None or done.failure is not None or not done.tags:
             return
         watch = self._watch[self._module_of[done.call]]
@@ -97,7 +101,8 @@ class PoolSizer:
             return
         self._next_sample = now + self.settings.interval_s / 5
         held = loads()
-        backlog = {name: sum(load.ready[call] for load in held for call in calls)
+        ready = {call: sum(load.ready[call] for load in held) for call in self._module_of}
+        backlog = {name: sum(ready[call] for call in calls)
                    for name, calls in self._calls.items()}
         counts = self._pools.counts()
         for name, watch in self._watch.items():
@@ -110,12 +115,31 @@ class PoolSizer:
                 watch.idle_since, watch.spare = None, 0
         if now >= self._next_decision:
             self._next_decision = now + self.settings.interval_s
-            self._decide(now, backlog, counts)
+            self._decide(now, ready, counts)
 
     # -- deciding -------------------------------------------------------------------------------
-    def _decide(self, now: float, backlog: dict[str, int], counts: dict[str, PoolCounts]
+    def coming(self, ready: Mapping[CallId, int], counts: Mapping[str, PoolCounts]
+               ) -> dict[CallId, float]:
+        """Grains each Call will get from the work waiting upstream of it: what its feeders
+        hold (and will get) times the Grains it got so far per Grain they finished."""
+        held: dict[CallId, float] = {}
+        coming: dict[CallId, float] = {}
+        for call in self._module_of:  # plan order: feeders first
+            module = self._module_of[call]
+            alone = len(self._calls[module]) == 1  # its pool's in-flight Grains are its own
+            in_flight = counts[module].in_flight if alone else 0
+            seen = self._done[call] + ready[call] + in_flight
+            coming[call] = sum(held[u] * seen / self._done[u]
+                               for u in self._feeders[call] if self._done[u])
+            held[call] = ready[call] + in_flight + coming[call]
+        return coming
+
+    def _decide(self, now: float, ready: dict[CallId, int], counts: dict[str, PoolCounts]
                 ) -> None:
-        stages = [self._stage(name, backlog[name], counts[name], now) for name in self._watch]
+        coming = self.coming(ready, counts)
+        stages = [self._stage(name, sum(ready[c] for c in calls),
+                              sum(coming[c] for c in calls), counts[name], now)
+                  for name, calls in self._calls.items()]
         free = self._pools.free()
         started = time.perf_counter()
         decision = plan_sizes(stages, free, self.settings, budget=self.budget)
@@ -132,7 +156,8 @@ class PoolSizer:
             self.history.append(record)
             self._log(f"rayorch: {record.line()}")
 
-    def _stage(self, name: str, backlog: int, c: PoolCounts, now: float) -> StageLoad:
+    def _stage(self, name: str, backlog: int, coming: float, c: PoolCounts, now: float
+               ) -> StageLoad:
         watch = self._watch[name]
         o = watch.module.options
         sizes_itself = o.sizes_itself and c.resizable
@@ -140,7 +165,7 @@ class PoolSizer:
         high = (o.max_replicas or o.replicas) if sizes_itself else max(1, c.size)
         return StageLoad(
             name=name, size=c.size, min_size=low, max_size=high, need=c.need,
-            backlog=backlog, in_flight=c.in_flight, item_cost_s=watch.cost_s,
+            backlog=backlog, in_flight=c.in_flight, coming=coming, item_cost_s=watch.cost_s,
             batch_size=o.batch_size, holds_model=o.num_gpus > 0,
             idle_s=0.0 if watch.idle_since is None else now - watch.idle_since,
             spare=watch.spare, draining=c.draining, start_s=c.start_s)

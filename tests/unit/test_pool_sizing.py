@@ -33,6 +33,7 @@ def stage_loads(draw: st.DrawFn, name: str) -> StageLoad:
         need=draw(st.sampled_from(NEEDS)),
         backlog=draw(st.integers(0, 5000)),
         in_flight=draw(st.integers(0, 200)),
+        coming=draw(st.sampled_from([0.0, 0.0, 10.0, 2500.5])),
         item_cost_s=draw(st.none() | st.floats(0.001, 50.0)),
         batch_size=draw(st.integers(1, 64)),
         holds_model=draw(st.booleans()),
@@ -233,7 +234,7 @@ def test_a_stage_much_less_pressed_gives_way_and_a_close_one_does_not() -> None:
     idle_ish = gpu_stage("layout", 4, backlog=0, cost=0.1, in_flight=16)
     pressed = gpu_stage("recognize", 4, backlog=4000, cost=1.0, in_flight=64)
     decision = plan_sizes([idle_ish, pressed], {"GPU": 0.0}, SETTINGS)
-    assert decision.sizes == {"layout": 3, "recognize": 4}  # it grows once the actor drained
+    assert decision.sizes == {"layout": 1, "recognize": 4}  # it grows once they drained
     assert decision.changes[0].reason.startswith("gives way to recognize")
     close = gpu_stage("layout", 4, backlog=3000, cost=1.0, in_flight=64)
     assert plan_sizes([close, pressed], {"GPU": 0.0}, SETTINGS).changes == ()
@@ -241,8 +242,17 @@ def test_a_stage_much_less_pressed_gives_way_and_a_close_one_does_not() -> None:
 
 def test_while_an_actor_drains_no_second_one_is_taken_for_the_same_need() -> None:
     layout = gpu_stage("layout", 3, backlog=0, cost=0.1, in_flight=16, draining=1)
-    pressed = gpu_stage("recognize", 4, backlog=4000, cost=1.0, in_flight=64)
-    assert plan_sizes([layout, pressed], {"GPU": 0.0}, SETTINGS).changes == ()
+    one_more = gpu_stage("recognize", 4, backlog=8, cost=1.0, in_flight=64)  # wants 5
+    assert plan_sizes([layout, one_more], {"GPU": 0.0}, SETTINGS).changes == ()
+    assert plan_sizes([dataclasses.replace(layout, draining=0), one_more], {"GPU": 0.0},
+                      SETTINGS).sizes == {"layout": 2, "recognize": 4}
+
+
+def test_a_much_more_pressed_stage_takes_several_actors_in_one_decision() -> None:
+    layout = gpu_stage("layout", 6, backlog=0, cost=0.1, in_flight=16)
+    pressed = gpu_stage("recognize", 2, backlog=4000, cost=1.0, in_flight=32)
+    decision = plan_sizes([layout, pressed], {"GPU": 0.0}, SETTINGS)
+    assert decision.sizes == {"layout": 1, "recognize": 2}  # five drain, then go to it
 
 
 def test_idle_model_actors_stay_longer_than_idle_cpu_actors() -> None:
