@@ -70,7 +70,7 @@ class RegionConfig:
     max_active_sources: int | None = 256
     sizing: SizingSettings = field(default_factory=SizingSettings)
 
-    def replicas(self) -> tuple[int | str, int | str]:
+    def replicas(self) -> tuple[int | tuple[int, int], int | tuple[int, int]]:
         if self.layout_gpus == "auto":
             return (1, self.gpus - 1), (1, self.gpus - 1)
         assert isinstance(self.layout_gpus, int) and 0 < self.layout_gpus < self.gpus
@@ -102,8 +102,8 @@ def cost_model() -> CostModel:
         if call == "recognize":
             return 0.4 + 0.24 * len(rows)
         if call == "render":
-            return sum(0.2 + 0.05 * row[0][1] for row in rows)
-        return sum(0.05 + 0.002 * len(row[0]) for row in rows)
+            return float(sum(0.2 + 0.05 * row[0][1] for row in rows))
+        return float(sum(0.05 + 0.002 * len(row[0]) for row in rows))
 
     return cost
 

@@ -13,33 +13,62 @@ that bound it (docs/ARCHITECTURE.md, "Pools that size themselves").
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import msgpack
 
 from rayorch.core.ids import CallId
 from rayorch.core.machine import MachineLoad
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.core.pool_sizing import SizingSettings, StageLoad, plan_sizes
+from rayorch.core.sanitize import sanitize
 from rayorch.runtime.ports import Completion, PoolCounts, Pools
 
 COST_WEIGHT = 0.3
 """Weight of the newest batch in a pool's cost per Grain (an exponential average)."""
 
 
+POOL_RECORD_VERSION = 1
+
+
 @dataclass(frozen=True, slots=True)
 class PoolChange:
-    """One pool's size changed: when (seconds into the run), from what, to what, why."""
+    """One pool's size changed: when (seconds into the driver's run, and the clock's time),
+    from what, to what, why, by which driver."""
 
     at_s: float
     module: str
     before: int
     after: int
     reason: str
+    ts: float = 0.0
+    driver: str = ""
 
     def line(self) -> str:
         return (f"pool {self.module!r}: {self.before} -> {self.after} actors at "
                 f"{self.at_s:.1f}s: {self.reason}")
+
+    def encode(self) -> bytes:
+        """The store's record (msgpack with a version, never pickle)."""
+        blob: bytes = msgpack.packb([POOL_RECORD_VERSION, self.at_s, self.ts, self.module,
+                                     self.before, self.after, self.reason, self.driver])
+        return blob
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PoolChange:
+        """A record of :meth:`encode`; :class:`ValueError` for anything else."""
+        try:
+            fields = msgpack.unpackb(raw)
+            version, at_s, ts, module, before, after, reason, driver = fields
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise ValueError(f"not a pool size record: {exc}") from None
+        if version != POOL_RECORD_VERSION:
+            raise ValueError(f"pool size record version {version!r}")
+        return cls(float(at_s), str(module), int(before), int(after), str(reason), float(ts),
+                   str(driver))
 
 
 @dataclass
@@ -58,8 +87,10 @@ class PoolSizer:
 
     def __init__(self, plan: Plan, pools: Pools, settings: SizingSettings, *,
                  clock: Callable[[], float], log: Callable[[str], None],
-                 budget: Mapping[str, float] | None = None) -> None:
+                 budget: Mapping[str, float] | None = None, driver: str = "",
+                 record: Callable[[Sequence[PoolChange]], None] | None = None) -> None:
         self.settings, self.budget = settings, budget
+        self._driver, self._record = driver, record
         self._pools, self._clock, self._log = pools, clock, log
         self._module_of: dict[CallId, str] = {}
         self._calls: dict[str, list[CallId]] = {}
@@ -146,15 +177,19 @@ class PoolSizer:
         self.decision_s += time.perf_counter() - started
         self.decisions += 1
         self._bound_by(decision.binding, now)
+        changed = []
         for change in decision.changes:
             watch = self._watch[change.stage]
             self._pools.resize(change.stage, change.after)
             watch.idle_since, watch.spare = None, 0
             record = PoolChange(now - self.started, change.stage, change.before, change.after,
-                                change.reason)
+                                change.reason, now, self._driver)
             watch.sizes.append((record.at_s, change.after))
-            self.history.append(record)
+            changed.append(record)
             self._log(f"rayorch: {record.line()}")
+        self.history += changed
+        if changed and self._record is not None:
+            self._record(changed)
 
     def _stage(self, name: str, backlog: int, coming: float, c: PoolCounts, now: float
                ) -> StageLoad:
@@ -208,4 +243,30 @@ class PoolSizer:
         return "pools: " + (", ".join(parts) or "no size changes") + bound + cost
 
 
-__all__ = ["PoolChange", "PoolSizer"]
+def pool_changes(records: Sequence[bytes]) -> list[PoolChange]:
+    """The readable records of a run's pool log, in order (others are left out)."""
+    out = []
+    for raw in records:
+        with contextlib.suppress(ValueError):
+            out.append(PoolChange.decode(raw))
+    return out
+
+
+def pool_lines(records: Sequence[bytes]) -> list[str]:
+    """``rayorch status``'s lines for a run's pool log: each pool's sizes over time (seconds
+    into its driver's run) and the latest reason, sanitised (the store's text is data)."""
+    by_pool: dict[str, list[PoolChange]] = {}
+    changes = pool_changes(records)
+    for change in changes:
+        by_pool.setdefault(change.module, []).append(change)
+    out = []
+    for module, mine in sorted(by_pool.items()):
+        steps = " -> ".join(f"{c.after} ({c.at_s:.0f}s)" for c in mine)
+        out.append(sanitize(f"  pool {module}: {mine[0].before} -> {steps}; last: "
+                                 f"{mine[-1].reason}"))
+    if len(changes) < len(records):
+        out.append(f"  ({len(records) - len(changes)} pool records could not be read)")
+    return out
+
+
+__all__ = ["POOL_RECORD_VERSION", "PoolChange", "PoolSizer", "pool_changes", "pool_lines"]

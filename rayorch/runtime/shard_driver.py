@@ -57,7 +57,7 @@ from rayorch.core.reuse import Reuse
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
-from rayorch.runtime.pool_sizer import PoolSizer
+from rayorch.runtime.pool_sizer import PoolChange, PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.runtime.shard_leases import (
@@ -127,7 +127,8 @@ class ShardDriver:
         self.sizer: PoolSizer | None = None  # pools that size themselves (runtime/pool_sizer.py)
         if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
             self.sizer = PoolSizer(plan, pools, config.sizing, clock=self._now, log=self._log,
-                                   budget=config.pool_budget)
+                                   budget=config.pool_budget, driver=driver_id,
+                                   record=self._record_pools)
         self._rr = 0
         self._closed = False
         self._moved = False
@@ -574,6 +575,11 @@ class ShardDriver:
             stats.suppressed = sum(load.suppressed[call_id] for load in loads)
         self.stats.actors_replaced = self.pools.replaced()
         self._progress.update(self.stats)
+
+    def _record_pools(self, changes: Sequence[PoolChange]) -> None:
+        """Keep pool size changes in the store for ``rayorch status`` (best effort)."""
+        with contextlib.suppress(StoreUnavailableError):
+            self.store.record_pool_sizes(self.run_id, [change.encode() for change in changes])
 
     def _loads(self) -> list[MachineLoad]:
         """What each held shard has ready and in flight (the one stats query)."""

@@ -7,13 +7,14 @@ user code, so it works on any run, running, finished or abandoned.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.vocabulary import FAILOVER_CAUSE, Outcome
 from rayorch.core.words import plural
 from rayorch.runtime.manifest import RunManifest
+from rayorch.runtime.pool_sizer import pool_changes, pool_lines
 from rayorch.store.base import LineageStore
 from rayorch.store.errors import RunNotFoundError
 
@@ -43,6 +44,8 @@ class RunStatus:
     shards: list[ShardStatus] = field(default_factory=list)
     drivers: list[str] = field(default_factory=list)
     failovers: int = 0
+    pools: list[bytes] = field(default_factory=list)
+    """The pool log: each size change of a pool that sizes itself (runtime/pool_sizer.py)."""
 
     @property
     def in_progress(self) -> int:
@@ -63,6 +66,7 @@ class RunStatus:
             "calls": {call: dict(c) for call, c in self.calls.items()},
             "expansions": {domain: dict(c) for domain, c in self.expansions.items()},
             "drivers": self.drivers, "failover_retries": self.failovers,
+            "pools": [asdict(change) for change in pool_changes(self.pools)],
             "shards": [{"shard": s.shard, "holder": s.holder, "epoch": s.epoch, "done": s.done,
                         "facts": s.facts} for s in self.shards],
         }
@@ -87,6 +91,7 @@ class RunStatus:
             out.append(f"  shard {s.shard}: {'done' if s.done else lease}, {s.facts} facts")
         if self.failovers:
             out.append(f"  {self.failovers} grains re-dispatched after a driver failover")
+        out += pool_lines(self.pools)
         return out
 
 
@@ -99,7 +104,8 @@ def run_status(store: LineageStore, run_id: str) -> RunStatus:
         total = len(RunManifest.decode(blob).sources)
     elif isinstance(info.config.get("sources"), int):
         total = int(info.config["sources"])
-    status = RunStatus(run_id, total, drivers=store.live_drivers(run_id))
+    status = RunStatus(run_id, total, drivers=store.live_drivers(run_id),
+                       pools=store.pool_sizes(run_id))
     done = store.done_shards(run_id)
     for shard, view in store.read_view(run_id).shards.items():
         status.admitted += sum(len(a) for a in view.admitted.values())

@@ -215,6 +215,10 @@ class RunRegistry(ABC):
         """The run's manifest, or None when the run was started by a lone ``run()``."""
 
 
+POOL_LOG_MAX = 10_000
+"""Pool size changes a store keeps per run (the oldest go first)."""
+
+
 class DriverRegistry(ABC):
     """The drivers alive on a run (heartbeats, in the store's clock), its finished shards, and
     where its drivers write its outputs."""
@@ -241,6 +245,15 @@ class DriverRegistry(ABC):
         """Keep where a driver writes the run's outputs (first write wins; returns the kept
         one), so that ``rayorch audit`` checks them without ``--out-dir``; ``run_info``
         reports it as ``sink``."""
+
+    @abstractmethod
+    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
+        """Append records of pool size changes (opaque bytes, in order: the driver's msgpack,
+        ``runtime/pool_sizer.py``) to the run's pool log; the newest ``POOL_LOG_MAX`` stay."""
+
+    @abstractmethod
+    def pool_sizes(self, run_id: str) -> list[bytes]:
+        """The run's pool log, oldest first (``rayorch status`` shows it)."""
 
     @abstractmethod
     def mark_shard_done(self, run_id: str, shard: int) -> None:

@@ -20,6 +20,7 @@ import rayorch as ro
 from rayorch import F
 from rayorch.core.facts import GrainRetried, OutputEmitted
 from rayorch.core.pool_sizing import SizingSettings
+from rayorch.runtime.status import run_status
 from rayorch.store.audit import audit_run
 from rayorch.store.registry import open_store
 
@@ -94,6 +95,8 @@ def test_a_pool_grows_and_shrinks_mid_run_and_every_output_arrives_once(
 
     store = open_store(store_url)
     try:
+        status = "\n".join(run_status(store, run.run_id).lines())
+        assert "pool work: 1 -> " in status and "idle" in status  # sizes over time, why
         facts = [s.fact for s in store.iter_facts(run.run_id, 0)]
         emitted = Counter(f.index for f in facts if isinstance(f, OutputEmitted))
         assert emitted == Counter(sources)  # delivered exactly once

@@ -158,6 +158,16 @@ class TestDriverRegistry:
         with pytest.raises(UnknownRunPartError, match="shard 2"):
             store.mark_shard_done(run, 2)
 
+    def test_the_pool_log_keeps_records_in_order_and_goes_with_the_run(
+            self, store: LineageStore, run: str) -> None:
+        assert store.pool_sizes(run) == []
+        store.record_pool_sizes(run, [b"a", b"b"])
+        store.record_pool_sizes(run, [b"c"])
+        assert store.pool_sizes(run) == [b"a", b"b", b"c"]
+        store.delete_run(run)
+        with pytest.raises(RunNotFoundError):
+            store.record_pool_sizes(run, [b"d"])
+
     def test_the_sink_a_driver_records_is_kept_first_write_wins(
             self, store: LineageStore, run: str) -> None:
         assert store.run_info(run).sink is None
