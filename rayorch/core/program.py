@@ -93,6 +93,26 @@ def _wrong_option(what: str, location: Any, fix: str) -> ce.ModuleDefinitionErro
     return ce.ModuleDefinitionError(what, location, fix)
 
 
+Replicas = int | tuple[int, int] | str
+"""``replicas=``: N actors, ``(min, max)`` or ``"auto"`` (docs/ARCHITECTURE.md, "Pools that
+size themselves")."""
+
+
+def parse_replicas(text: str) -> Replicas:
+    """``replicas`` as a command line gives it: ``4``, ``1-8`` (min-max) or ``auto``;
+    :class:`ValueError` saying the forms otherwise."""
+    low, dash, high = text.strip().partition("-")
+    try:
+        if text.strip() == "auto":
+            return "auto"
+        value: int | tuple[int, int] = (int(low), int(high)) if dash else int(low)
+        _replica_range(value, None)
+    except (ValueError, ce.ModuleDefinitionError):
+        raise ValueError(f"{text!r:.40}: give a number of actors (4), a range min-max (1-8) "
+                         "or auto") from None
+    return value
+
+
 def _replica_range(value: Any, location: Any) -> tuple[int, int | None]:
     """``replicas`` as (actors at the start, max or None for a fixed pool)."""
     if _is_int(value) and value >= 1:
@@ -137,7 +157,7 @@ class RayModule:
         self,
         target: Any,
         *args: Any,
-        replicas: int | tuple[int, int] | str = 1,
+        replicas: Replicas = 1,
         batch_size: int = 1,
         num_cpus: float = 1.0,
         num_gpus: float = 0.0,

@@ -68,3 +68,25 @@ def test_a_fixed_size_keeps_the_plan_fingerprint_it_had() -> None:
     assert all("max_replicas" not in m["options"] for m in fixed.describe()["modules"])
     assert Two(2, 3).compile().fingerprint() == fixed.fingerprint()
     assert Two((2, 4), 3).compile().fingerprint() != fixed.fingerprint()
+
+
+@pytest.mark.parametrize(("text", "value"), [("4", 4), ("1-8", (1, 8)), ("auto", "auto")])
+def test_the_job_commands_take_replicas_as_a_number_a_range_or_auto(text: str, value: Any
+                                                                     ) -> None:
+    from rayorch.pipelines.pdf import PdfPipeline
+    from rayorch.pipelines.run_command import replicas_type
+
+    assert replicas_type(text) == value
+    plan = PdfPipeline("text", replicas=value, render_replicas=value).compile()
+    ocr = next(m for m in plan.modules if m.name == "ocr")
+    assert ocr.options.replicas_text == {"4": "4", "1-8": "(1, 8)", "auto": "auto"}[text]
+
+
+@pytest.mark.parametrize("text", ["0", "3-1", "-2", "many", "1-"])
+def test_a_wrong_replicas_option_names_the_forms(text: str) -> None:
+    import argparse
+
+    from rayorch.pipelines.run_command import replicas_type
+
+    with pytest.raises(argparse.ArgumentTypeError, match="range min-max"):
+        replicas_type(text)
