@@ -243,7 +243,8 @@ class VirtualPools(ModulePools):
             call = calls[0]
             out[module] = PoolCounts(
                 size=self.actors[call], starting=len(self._starting[call]),
-                draining=len(self._leaving[call]), idle=len(self._idle[call]),
+                draining=len(self._leaving[call]),
+                idle=len(self._idle[call]) + len(self._starting[call]),
                 in_flight=sum(len(job.tags) for job in self._heap if job.call == call),
                 need=actor_need(self._modules[call]), start_s=self.start_s.get(module),
                 resizable=len(calls) == 1 and call not in self.engines)

@@ -49,7 +49,7 @@ class PoolCounts:
     size: int  # actors that take batches, up or starting (draining ones not counted)
     starting: int  # of those, not up yet
     draining: int  # told to take no new batch; they leave once their batches are back
-    idle: int  # up, not draining, with no batch
+    idle: int  # not draining, with no batch (starting ones too: nothing waits for them)
     in_flight: int  # Grains on the pool's actors
     need: dict[str, float]  # what one actor holds ({"CPU": 1.0, "GPU": 1.0, ...})
     start_s: float | None = None  # how long its actors took to start, lately

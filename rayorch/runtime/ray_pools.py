@@ -104,7 +104,7 @@ class RayPools:
             out[name] = PoolCounts(
                 size=len(live), starting=sum(not s.ready for s in live),
                 draining=len(pool.slots) - len(live),
-                idle=sum(s.ready and not s.queue and not s.reserved for s in live),
+                idle=sum(not s.queue and not s.reserved for s in live),
                 in_flight=sum(len(b.task.tags) for s in pool.slots for b in s.queue),
                 need=actor_need(pool.module),
                 start_s=sum(times) / len(times) if times else None,
