@@ -2,7 +2,8 @@
 
 A stage with ``replicas=(1, 4)`` grows while a burst of children backs it up and shrinks
 while it waits on a slow upstream stage, within one run; every output is delivered once,
-no batch is lost to a drained actor (no retry), and the audit passes.
+no batch is lost to a drained actor (no retry), the audit passes and ``rayorch status``
+shows the sizes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rayorch.runtime.status import run_status
 from rayorch.store.audit import audit_run
 from rayorch.store.registry import open_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ray_cloudpickle = pytest.importorskip("ray.cloudpickle")
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -35,10 +36,26 @@ FAST = SizingSettings(interval_s=0.25, backlog_s=0.5, idle_limit_s=0.75,
                       model_idle_limit_s=0.75, start_cost_factor=0.0)
 
 
+def children_done(log_dir: Path) -> int:
+    return sum(len(log.read_text().splitlines()) for log in log_dir.glob("work-*.log"))
+
+
 class Split:
+    """The burst's sources at once; each later one 2.5 s, the first of them only once the
+    burst's children are done (60 s at most): the work stage then idles, however slow the
+    machine."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.dir = Path(log_dir)
+
     def __call__(self, xs: list[int]) -> list[list[tuple[int, int]]]:
         out = []
         for x in xs:
+            deadline = time.monotonic() + 60
+            while x == BURST and children_done(self.dir) < 12 * BURST:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             if x >= BURST:
                 time.sleep(2.5)
             out.append([(x, i) for i in range(12 if x < BURST else 1)])
@@ -46,10 +63,21 @@ class Split:
 
 
 class Work:
+    """0.1 s a child. The batch holding the burst's third child waits (60 s at most) until a
+    second actor is up: once the first batch measured the cost, the burst's backlog stays
+    until the pool has grown, however slow the machine (no timing in the outcome)."""
+
     def __init__(self, log_dir: str) -> None:
-        self.log = Path(log_dir) / f"work-{os.getpid()}.log"
+        self.dir = Path(log_dir)
+        self.log = self.dir / f"work-{os.getpid()}.log"
+        (self.dir / f"up-{os.getpid()}").touch()
 
     def __call__(self, items: list[tuple[int, int]]) -> list[int]:
+        deadline = time.monotonic() + 60
+        while (0, 2) in items and len(list(self.dir.glob("up-*"))) < 2:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         time.sleep(0.1 * len(items))
         with self.log.open("a") as f:
             f.writelines(f"{x} {i}\n" for x, i in items)
@@ -63,7 +91,7 @@ def total(values: list[int]) -> int:
 class Bursty(ro.Pipeline):
     def __init__(self, log_dir: str) -> None:
         super().__init__()
-        self.split = ro.RayModule(Split, num_cpus=0.5)
+        self.split = ro.RayModule(Split, log_dir=log_dir, num_cpus=0.5)
         self.work = ro.RayModule(Work, log_dir=log_dir, num_cpus=0.5, batch_size=2,
                                  replicas=(1, 4))
         self.join = ro.RayModule(total, batched=False, num_cpus=0.5)
