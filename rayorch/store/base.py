@@ -247,15 +247,6 @@ class DriverRegistry(ABC):
         reports it as ``sink``."""
 
     @abstractmethod
-    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
-        """Append records of pool size changes (opaque bytes, in order: the driver's msgpack,
-        ``runtime/pool_sizer.py``) to the run's pool log; the newest ``POOL_LOG_MAX`` stay."""
-
-    @abstractmethod
-    def pool_sizes(self, run_id: str) -> list[bytes]:
-        """The run's pool log, oldest first (``rayorch status`` shows it)."""
-
-    @abstractmethod
     def mark_shard_done(self, run_id: str, shard: int) -> None:
         """Record that every source of ``shard`` is complete and emitted (idempotent)."""
 
@@ -264,8 +255,21 @@ class DriverRegistry(ABC):
         """The shards marked done."""
 
 
-class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry):
-    """A store of runs with all four interfaces: what drivers, workers and tools open.
+class PoolLog(ABC):
+    """What the drivers of a run did to its pools: size changes, for ``rayorch status``."""
+
+    @abstractmethod
+    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
+        """Append records of pool size changes (opaque bytes, in order: the driver's msgpack,
+        ``runtime/pool_sizer.py``) to the run's pool log; the newest ``POOL_LOG_MAX`` stay."""
+
+    @abstractmethod
+    def pool_sizes(self, run_id: str) -> list[bytes]:
+        """The run's pool log, oldest first (``rayorch status`` shows it)."""
+
+
+class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog):
+    """A store of runs with all five interfaces: what drivers, workers and tools open.
 
     Backends: :class:`~rayorch.store.memory.MemoryStore` (``memory://``),
     :class:`~rayorch.store.redis_store.RedisStore` (``redis://``, ``rediss://``) and
@@ -309,5 +313,6 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry):
         self.close()
 
 
-__all__ = ["DEFAULT_READ_LIMIT", "DriverRegistry", "FactLog", "LeaseHolder", "Leases",
-           "LineageStore", "RunInfo", "RunRegistry", "StoredFact", "shard_of"]
+__all__ = ["DEFAULT_READ_LIMIT", "POOL_LOG_MAX", "DriverRegistry", "FactLog", "LeaseHolder",
+           "Leases", "LineageStore", "PoolLog", "RunInfo", "RunRegistry", "StoredFact",
+           "shard_of"]

@@ -158,6 +158,17 @@ class TestDriverRegistry:
         with pytest.raises(UnknownRunPartError, match="shard 2"):
             store.mark_shard_done(run, 2)
 
+    def test_the_sink_a_driver_records_is_kept_first_write_wins(
+            self, store: LineageStore, run: str) -> None:
+        assert store.run_info(run).sink is None
+        assert store.record_sink(run, "/data/out", "parquet") == ("/data/out", "parquet")
+        assert store.record_sink(run, "/elsewhere", "jsonl") == ("/data/out", "parquet")
+        assert store.run_info(run).sink == ("/data/out", "parquet")
+
+
+class TestPoolLog:
+    """The pool log: size changes of a run's pools, in order, gone with the run."""
+
     def test_the_pool_log_keeps_records_in_order_and_goes_with_the_run(
             self, store: LineageStore, run: str) -> None:
         assert store.pool_sizes(run) == []
@@ -167,13 +178,6 @@ class TestDriverRegistry:
         store.delete_run(run)
         with pytest.raises(RunNotFoundError):
             store.record_pool_sizes(run, [b"d"])
-
-    def test_the_sink_a_driver_records_is_kept_first_write_wins(
-            self, store: LineageStore, run: str) -> None:
-        assert store.run_info(run).sink is None
-        assert store.record_sink(run, "/data/out", "parquet") == ("/data/out", "parquet")
-        assert store.record_sink(run, "/elsewhere", "jsonl") == ("/data/out", "parquet")
-        assert store.run_info(run).sink == ("/data/out", "parquet")
 
 
 class TestLeases:
