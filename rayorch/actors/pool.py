@@ -144,6 +144,8 @@ class ActorPool:
         self.replaced = 0
         self.slots: list[ActorSlot] = []
         self._next_index = 0  # slot indexes (actor names) are never reused
+        self._first = max(1, opts.replicas)  # slots 0.. _first-1: the pool as built
+        self.cap: int | None = None  # set when an actor added by resize() failed to build
         self.start_times: list[float] = []  # seconds each recent actor took to start
         self._grow(max(1, opts.replicas))
         self._said_late: set[tuple[int, int]] = set()
@@ -182,8 +184,10 @@ class ActorPool:
             if slot.ping in answered:
                 ping, slot.ping = slot.ping, None
                 self.start_times = [*self.start_times[-7:], now - slot.spawned]
-                if slot.incarnation == 0:  # a replacement's failure shows on its batches
-                    self._raise_start_failure([ping])
+                if slot.incarnation == 0 and slot.index < self._first:
+                    self._raise_start_failure([ping])  # (a replacement's shows on its batches)
+                elif slot.incarnation == 0:
+                    self._grown_up(slot, ping)
         if self.reservation is not None and not self.reservation.placed():
             for slot in self.slots:  # start-up clocks run from the placement on
                 slot.spawned = now
@@ -333,6 +337,20 @@ class ActorPool:
             slot.ping = self._start_ping(slot.handle)
             self.slots.append(slot)
 
+    def _grown_up(self, slot: ActorSlot, ping: Any) -> None:
+        """An actor :meth:`resize` added answered: if its module failed to build, it goes
+        and no more are added (said once); the run goes on."""
+        try:
+            ray.get(ping)
+        except ray.exceptions.RayError as exc:
+            self._kill(slot.handle)
+            self.slots.remove(slot)
+            if self.cap is None:
+                print(f"rayorch: an actor added to the pool of module {self.module.name!r} "
+                      f"failed to build ({_raised_line(exc)}); no more are added to it",
+                      file=sys.stderr, flush=True)
+            self.cap = min(self.cap or len(self.slots), len(self.live_slots()))
+
     def live_slots(self) -> list[ActorSlot]:
         """The slots that take batches (not draining)."""
         return [slot for slot in self.slots if not slot.draining]
@@ -344,6 +362,8 @@ class ActorPool:
             raise PoolError(f"the pool of module {self.module.name!r} is shared by the run's "
                             "drivers: its size is fixed")
         live = self.live_slots()
+        if self.cap is not None:
+            size = min(size, self.cap)
         if size > len(live):
             self._grow(size - len(live))
             return

@@ -198,6 +198,8 @@ class PoolSizer:
         sizes_itself = o.sizes_itself and c.resizable
         low = o.replicas if sizes_itself else max(1, c.size)
         high = (o.max_replicas or o.replicas) if sizes_itself else max(1, c.size)
+        if c.cap is not None:
+            high = max(low, min(high, c.cap))
         return StageLoad(
             name=name, size=c.size, min_size=low, max_size=high, need=c.need,
             backlog=backlog, in_flight=c.in_flight, coming=coming, item_cost_s=watch.cost_s,

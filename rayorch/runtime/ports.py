@@ -54,6 +54,7 @@ class PoolCounts:
     need: dict[str, float]  # what one actor holds ({"CPU": 1.0, "GPU": 1.0, ...})
     start_s: float | None = None  # how long its actors took to start, lately
     resizable: bool = True  # False: the pool keeps its size (a pool shared by drivers)
+    cap: int | None = None  # the most it may have now (an added actor failed to build)
 
 
 class Pools(Protocol):

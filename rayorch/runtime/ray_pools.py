@@ -108,7 +108,7 @@ class RayPools:
                 in_flight=sum(len(b.task.tags) for s in pool.slots for b in s.queue),
                 need=actor_need(pool.module),
                 start_s=sum(times) / len(times) if times else None,
-                resizable=not pool.shared)
+                resizable=not pool.shared, cap=pool.cap)
         return out
 
     def free(self) -> dict[str, float]:

@@ -133,3 +133,39 @@ def test_a_pool_grows_and_shrinks_mid_run_and_every_output_arrives_once(
         assert report.ok, [str(v) for v in report.violations]
     finally:
         store.close()
+
+
+class OnlyOnce:
+    """Builds once per test: a second instance's constructor fails (a GPU with room for one
+    engine, say)."""
+
+    def __init__(self, log_dir: str) -> None:
+        marker = Path(log_dir) / "built"
+        if marker.exists():
+            raise RuntimeError("no room for a second engine")
+        marker.touch()
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        time.sleep(0.05 * len(xs))
+        return [x + 1 for x in xs]
+
+
+class GrowsIntoAWall(ro.Pipeline):
+    def __init__(self, log_dir: str) -> None:
+        super().__init__()
+        self.step = ro.RayModule(OnlyOnce, log_dir=log_dir, num_cpus=0.5, replicas=(1, 3))
+
+    def forward(self, xs: Any) -> Any:
+        return self.step(xs)
+
+
+def test_an_added_actor_that_fails_to_build_leaves_the_run_going_at_the_size_it_had(
+        ray_local: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The first actors failing to build is the run's error; an added one is not."""
+    run = GrowsIntoAWall(str(tmp_path)).run(list(range(200)), progress=False, quiet=True,
+                                            pool_sizing=FAST)
+    assert run.collect() == [x + 1 for x in range(200)]
+    err = capfd.readouterr().err
+    assert err.count("failed to build (RuntimeError: no room for a second engine); no more "
+                     "are added to it") == 1
+    assert any(c.after > c.before for c in run.pool_sizer.history)
