@@ -8,7 +8,8 @@ default 461 = an eighth of the paper's 3,689), born-digital and scanned, on 8 an
 * ``auto``: both model stages ``replicas=(1, G-1)``, the default sizing settings (no
   tuning), model actors 30 virtual seconds to start;
 * the best static split, by a grid search over the layout GPUs (every split on 8 GPUs;
-  on 64 every 8th, then every one within 3 of the best);
+  on 64 every 8th, then every one within 3 of the best, until the best has both
+  neighbours run);
 * the default static split: half the GPUs each.
 
 It also times the policy alone (``plan_sizes``) for 2, 8 and 32 stages. Tables go to stdout
@@ -32,6 +33,7 @@ from bench.simulator.regions import RegionConfig, corpus, simulate
 from rayorch.core.pool_sizing import SizingSettings, StageLoad, plan_sizes
 
 CORPORA = ("born-digital", "scanned")
+AUTO: int | str = "auto"
 
 
 def run_one(kind: str, docs: int, gpus: int, split: int | str) -> dict[str, Any]:
@@ -52,37 +54,32 @@ def run_one(kind: str, docs: int, gpus: int, split: int | str) -> dict[str, Any]
     return row
 
 
-def grid(gpus: int) -> list[list[int]]:
-    """Passes of the split search: every split on a few GPUs; on more, every 8th, then every
-    one within 3 of the best so far."""
-    if gpus <= 16:
-        return [list(range(1, gpus))]
-    return [list(range(8, gpus, 8)), [-3, -2, -1, 1, 2, 3]]
+def first_pass(gpus: int) -> list[int]:
+    """The grid search's first splits: every one on a few GPUs, every 8th on more."""
+    return list(range(1, gpus)) if gpus <= 16 else list(range(8, gpus, 8))
 
 
 def sweep(cases: list[tuple[str, int]], docs: int, pool: ProcessPoolExecutor
           ) -> list[dict[str, Any]]:
-    """Every case's static splits (grid search), its default split and ``auto``: the runs of
-    each pass go to the pool together."""
+    """Every case's static splits (grid search), its default split and ``auto``. After the
+    first pass, every split within 3 of the best so far, again until the best has both
+    neighbours run (the makespan is about unimodal in the split). The runs of one pass go
+    to the pool together."""
     rows: list[dict[str, Any]] = []
-    for step in range(max(len(grid(gpus)) for _, gpus in cases)):
-        todo: list[tuple[str, int, int | str]] = []
-        for kind, gpus in cases:
-            passes = grid(gpus)
-            if step >= len(passes):
-                continue
-            mine = [r for r in rows if (r["corpus"], r["gpus"]) == (kind, gpus)]
-            done = {r["split"] for r in mine}
-            if step == 0:
-                splits: list[int | str] = [*passes[0], gpus // 2, "auto"]
-            else:
-                best = min((r for r in mine if r["split"] != "auto"),
-                           key=lambda r: r["makespan_s"])["split"]
-                splits = [best + d for d in passes[step]]
-            todo += [(kind, gpus, k) for k in dict.fromkeys(splits) if k not in done
-                     and (k == "auto" or 0 < int(k) < gpus)]
+    todo: list[tuple[str, int, int | str]] = [
+        (kind, gpus, k) for kind, gpus in cases
+        for k in dict.fromkeys([*first_pass(gpus), gpus // 2, AUTO])]
+    while todo:
         args = [(kind, docs, gpus, k) for kind, gpus, k in todo]
         rows += pool.map(run_one, *zip(*args, strict=True))
+        todo = []
+        for kind, gpus in cases:
+            mine = [r for r in rows if (r["corpus"], r["gpus"]) == (kind, gpus)]
+            done = {r["split"] for r in mine}
+            best = min((r for r in mine if r["split"] != "auto"),
+                       key=lambda r: r["makespan_s"])["split"]
+            todo += [(kind, gpus, k) for k in range(best - 3, best + 4)
+                     if 0 < k < gpus and k not in done]
     return rows
 
 

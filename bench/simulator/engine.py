@@ -122,8 +122,9 @@ class _Pending:
 class VirtualPools(ModulePools):
     """The pools port of the simulator: actors on a virtual clock (see the module doc).
 
-    Pools may be resized (a module with one Call, without an engine model): a new actor is
-    up ``start_s[module]`` virtual seconds later, a drained one leaves when its batch is back;
+    Pools may be resized (a module with one Call, without an engine model): an actor (the
+    first ones too) is up ``start_s[module]`` virtual seconds after its start, a drained one
+    leaves when its batch is back;
     ``capacity`` is the cluster the sizing policy sees (its free part: ``free()``).
     """
 
@@ -149,6 +150,11 @@ class VirtualPools(ModulePools):
         self.start_s = dict(start_s or {})
         self._next_actor = dict(self.actors)  # actor ids are never reused
         self._starting: dict[CallId, dict[int, float]] = {c: {} for c in self.actors}  # id: up at
+        for call, module in self._modules.items():  # the first actors load their model too
+            up = self.start_s.get(module.name, 0.0)
+            if up > 0 and call not in self.engines:
+                self._starting[call] = dict.fromkeys(self._idle[call], up)
+                self._idle[call].clear()
         self._leaving: dict[CallId, set[int]] = {c: set() for c in self.actors}
         self.held: dict[CallId, list[tuple[float, int]]] = {  # (time, actors held) per change
             c: [(0.0, n)] for c, n in self.actors.items()}

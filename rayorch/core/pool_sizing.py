@@ -16,6 +16,8 @@ source. One decision, in order:
 2. budget: a run holding more than its share gives back actors, least pressed stage first;
 3. idle: a stage with no backlog whose ``spare`` actors had nothing to do for its idle limit
    loses them (a model-holding stage, or one whose actors are slow to start, waits longer);
+   a stage with work whose cost is not measured yet gets an even share of the resources it
+   needs (kept for it while it does not fit), so its actors start while it is measured;
 4. growth: free resources go, one actor at a time, to the backed-up stage whose drain time
    per unit of resource is largest; a stage is backed up when ready Grains wait and its work
    needs more actors than it has to finish within ``backlog_s`` (or one batch, if longer);
@@ -172,6 +174,7 @@ def plan_sizes(stages: Sequence[StageLoad], free: Resources, settings: SizingSet
     room = plan.room(free, budget)
     plan.fit_budget(room)
     plan.shed_idle()
+    plan.grow_unmeasured(room)
     plan.grow(room)
     plan.give_way(room)
     return plan.decision()
@@ -212,7 +215,7 @@ class _Plan:
     def __init__(self, stages: Sequence[StageLoad], settings: SizingSettings,
                  capacity: Mapping[str, float]) -> None:
         self.stages = {s.name: s for s in stages}
-        self.settings = settings
+        self.settings, self.capacity = settings, capacity
         self.target = {s.name: s.size for s in stages}
         self.reason: dict[str, str] = {}
         self.grown: set[str] = set()
@@ -302,6 +305,35 @@ class _Plan:
                 size = max(s.min_size, n - s.spare)
                 self._set(name, size, f"{n - size} idle for {s.idle_s:.0f}s "
                                       f"(limit {limit:.0f}s)")
+
+    def fair_share(self, name: str) -> int:
+        """Actors of ``name`` in an even split of what the run could hold among the stages
+        that need the same resources and have work or are not measured yet (work reaches
+        a stage downstream only once its feeders ran)."""
+        s = self.stages[name]
+        working = [t for t in self.stages.values()
+                   if t.backlog or t.in_flight or t.coming or t.item_cost_s is None]
+        shares = [int(self.capacity.get(key, 0.0)
+                      / max(1, sum(t.need.get(key, 0.0) > 0 for t in working)) / amount + _EPS)
+                  for key, amount in s.need.items() if amount > 0]
+        return max(s.min_size, min([s.max_size, *shares]))
+
+    def grow_unmeasured(self, room: dict[str, float]) -> None:
+        """A stage with work whose cost is not measured yet gets an even share at once (its
+        actors start while its first batches run, and no measured stage takes it all
+        meanwhile): what it cannot fit now is kept from the others."""
+        for name, s in sorted(self.stages.items()):
+            if (s.item_cost_s is not None or not (s.backlog or s.coming) or s.draining
+                    or name in self.shrunk):
+                continue
+            share = self.fair_share(name)
+            while self.target[name] < share and _fits(s.need, room):
+                self._set(name, self.target[name] + 1, f"{s.backlog} waiting, its cost not "
+                          f"measured yet: an even share ({share})")
+                for key, amount in s.need.items():
+                    room[key] = room.get(key, 0.0) - amount
+            for key, amount in s.need.items():  # kept for it
+                room[key] = room.get(key, 0.0) - amount * (share - self.target[name])
 
     def grow(self, room: dict[str, float]) -> None:
         """Free resources to the backed-up stages, most pressed per unit first."""

@@ -152,7 +152,8 @@ class PoolSizer:
     def coming(self, ready: Mapping[CallId, int], counts: Mapping[str, PoolCounts]
                ) -> dict[CallId, float]:
         """Grains each Call will get from the work waiting upstream of it: what its feeders
-        hold (and will get) times the Grains it got so far per Grain they finished."""
+        hold (and will get) times the Grains it got so far per Grain they finished (one
+        each until a feeder finished one: work is coming, how much is not known yet)."""
         held: dict[CallId, float] = {}
         coming: dict[CallId, float] = {}
         for call in self._module_of:  # plan order: feeders first
@@ -160,8 +161,8 @@ class PoolSizer:
             alone = len(self._calls[module]) == 1  # its pool's in-flight Grains are its own
             in_flight = counts[module].in_flight if alone else 0
             seen = self._done[call] + ready[call] + in_flight
-            coming[call] = sum(held[u] * seen / self._done[u]
-                               for u in self._feeders[call] if self._done[u])
+            coming[call] = sum(held[u] * (seen / self._done[u] if self._done[u] else 1.0)
+                               for u in self._feeders[call])
             held[call] = ready[call] + in_flight + coming[call]
         return coming
 

@@ -107,8 +107,8 @@ def test_a_stage_shrinks_only_for_a_reason(stages: list[StageLoad], free: dict[s
                                            ) -> None:
     """Without a budget a stage loses actors only when it is above its max, its spare actors
     were idle past their limit, it gives way to a backed-up stage, or a stage below its min
-    needs the room; it grows only when below its min or backed up (ready Grains wait, its
-    cost is known)."""
+    needs the room; it grows only when below its min, backed up (ready Grains wait), or
+    not measured yet with work coming."""
     decision = plan_sizes(stages, free, SETTINGS)
     below_min = any(s.size < s.min_size for s in stages)
     for s in stages:
@@ -119,7 +119,8 @@ def test_a_stage_shrinks_only_for_a_reason(stages: list[StageLoad], free: dict[s
                 c.stage == s.name and (c.reason.startswith("gives way") or below_min)
                 for c in decision.changes)
         if after > s.size:
-            assert s.size < s.min_size or (s.backlog > 0 and s.item_cost_s is not None)
+            assert s.size < s.min_size or s.backlog > 0 or (
+                s.item_cost_s is None and s.coming > 0)
 
 
 def steady_run(stages: list[StageLoad], capacity: dict[str, float], *, lag: bool,
@@ -211,9 +212,9 @@ def test_at_the_fixed_point_no_stage_is_much_more_pressed_than_one_that_could_gi
 # -- named cases ---------------------------------------------------------------------------------
 def gpu_stage(name: str, size: int, backlog: int, cost: float, **kw: object) -> StageLoad:
     fields: dict[str, object] = {"min_size": 1, "max_size": 8, "need": {"GPU": 1.0},
-                                 "batch_size": 16, "holds_model": True}
+                                 "batch_size": 16, "holds_model": True, "item_cost_s": cost}
     fields.update(kw)
-    return StageLoad(name, size, backlog=backlog, item_cost_s=cost, **fields)  # type: ignore[arg-type]
+    return StageLoad(name, size, backlog=backlog, **fields)  # type: ignore[arg-type]
 
 
 def test_a_backed_up_stage_grows_into_free_resources_only() -> None:
@@ -272,11 +273,15 @@ def test_a_fixed_size_never_changes() -> None:
     assert plan_sizes([fixed], {"GPU": 16.0}, SETTINGS).sizes == {"ocr": 4}
 
 
-def test_an_unknown_cost_waits_for_a_measurement() -> None:
-    fresh = gpu_stage("ocr", 1, backlog=10_000, cost=1.0)
-    unknown = dataclasses.replace(fresh, item_cost_s=None)
-    assert plan_sizes([unknown], {"GPU": 4.0}, SETTINGS).sizes == {"ocr": 1}
-    assert plan_sizes([fresh], {"GPU": 4.0}, SETTINGS).sizes == {"ocr": 5}
+def test_a_stage_not_measured_yet_gets_an_even_share_kept_from_a_measured_one() -> None:
+    layout = gpu_stage("layout", 1, backlog=10_000, cost=0.3)
+    unknown = gpu_stage("recognize", 1, backlog=0, cost=1.0, item_cost_s=None, coming=50.0)
+    decision = plan_sizes([layout, unknown], {"GPU": 6.0}, SETTINGS)
+    assert decision.sizes == {"layout": 4, "recognize": 4}  # 8 GPUs: half each
+    assert "not measured yet" in decision.changes[1].reason
+    idle_unknown = dataclasses.replace(unknown, coming=0.0)
+    assert plan_sizes([layout, idle_unknown], {"GPU": 6.0}, SETTINGS).sizes == {
+        "layout": 7, "recognize": 1}
 
 
 def test_over_budget_the_least_pressed_stage_gives_back_first() -> None:
