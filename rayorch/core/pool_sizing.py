@@ -17,7 +17,8 @@ source. One decision, in order:
 3. idle: a stage with no backlog whose ``spare`` actors had nothing to do for its idle limit
    loses them (a model-holding stage, or one whose actors are slow to start, waits longer);
    a stage with work whose cost is not measured yet gets an even share of the resources it
-   needs (kept for it while it does not fit), so its actors start while it is measured;
+   needs (kept for it while it does not fit, and not shed while work is on its way), so
+   its actors start before its first batches come;
 4. growth: free resources go, one actor at a time, to the backed-up stage whose drain time
    per unit of resource is largest; a stage is backed up when ready Grains wait and its work
    needs more actors than it has to finish within ``backlog_s`` (or one batch, if longer);
@@ -300,6 +301,8 @@ class _Plan:
             n = self.target[name]
             if s.backlog or not s.spare or n <= s.min_size or name in self.grown:
                 continue
+            if s.item_cost_s is None and s.coming:
+                continue  # its share waits for the work on its way (see grow_unmeasured)
             limit = idle_limit_s(s, self.settings)
             if s.idle_s >= limit:
                 size = max(s.min_size, n - s.spare)

@@ -302,3 +302,12 @@ def test_bad_loads_are_refused_in_plain_words() -> None:
         plan_sizes([StageLoad("x", 1, 1, 2, {}), StageLoad("x", 1, 1, 2, {})], {}, SETTINGS)
     with pytest.raises(SizingError, match="hysteresis"):
         SizingSettings(hysteresis=0.5)
+
+
+def test_a_stage_waiting_for_its_first_work_is_not_grown_and_shed_in_turn() -> None:
+    """Found on real Ray: an unmeasured stage with work coming got its even share, idled
+    (its feeder was slow), lost it to the idle rule, got it again... Kept until measured."""
+    waiting = StageLoad("work", 1, 1, 4, {"CPU": 0.5}, coming=10.0, idle_s=1e4, spare=4)
+    feeder = StageLoad("split", 1, 1, 1, {"CPU": 0.5}, backlog=10, item_cost_s=2.5)
+    history = steady_run([waiting, feeder], {"CPU": 4.0}, lag=False, steps=6)
+    assert history[0][0] == 4 and len(set(history)) == 1
