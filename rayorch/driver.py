@@ -22,6 +22,7 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
+from rayorch.core.pool_sizing import DEFAULT_SIZING, SizingSettings
 from rayorch.runtime.delivery import CallerSink, IteratorFeed
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
@@ -83,6 +84,12 @@ class RunHandle:
     def store(self) -> Any:
         """The run's :class:`~rayorch.store.base.LineageStore` (e.g. for ``audit_run``)."""
         return self._driver.store
+
+    @property
+    def pool_sizer(self) -> Any:
+        """How the pools that size themselves changed (``history``, ``binding()``,
+        ``summary()``: ``runtime/pool_sizer.py``); None when every pool has a fixed size."""
+        return self._driver.sizer
 
     @property
     def stats(self) -> Any:
@@ -267,6 +274,8 @@ def run_pipeline(
     storage_options: Mapping[str, str] | None = None,
     reuse: str | None = None,
     no_reuse: Sequence[str] = (),
+    pool_sizing: SizingSettings = DEFAULT_SIZING,
+    pool_budget: Mapping[str, float] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -295,6 +304,9 @@ def run_pipeline(
     * ``storage_options``: object store settings (``endpoint``, ``region``, ...) for
       ``s3://``/``gs://``/``az://`` paths beyond the cloud's environment, this process's
       and its actors' (kept in memory: never printed or recorded).
+    * ``pool_sizing``: how pools with ``replicas=(min, max)`` or ``"auto"`` size themselves
+      (``rayorch.core.pool_sizing.SizingSettings``); ``pool_budget``: the most this run's
+      pools may hold (``{"GPU": 4}``; default: whatever is free).
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -320,7 +332,8 @@ def run_pipeline(
                                 lease_ttl_s=lease_ttl_s, input_batch_size=input_batch_size,
                                 max_active_input_batches=max_active_input_batches,
                                 admission_order=admission_order, sink=sink, reuse=reuse,
-                                no_reuse=no_reuse, _one_shot=True)
+                                no_reuse=no_reuse, pool_sizing=pool_sizing,
+                                pool_budget=pool_budget, _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -367,7 +380,9 @@ class Executor:
                 max_active_input_batches: int | None = None,
                 admission_order: Sequence[int] | None = None,
                 sink: FileSink | None = None, reuse: str | None = None,
-                no_reuse: Sequence[str] = (), _one_shot: bool = False) -> RunHandle:
+                no_reuse: Sequence[str] = (), pool_sizing: SizingSettings = DEFAULT_SIZING,
+                pool_budget: Mapping[str, float] | None = None,
+                _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.runtime.reuse_setup import open_reuse, reuse_config
         from rayorch.store.registry import open_store
@@ -427,7 +442,8 @@ class Executor:
                     pool.settle()
 
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
-                              progress=progress, new_run=created)
+                              progress=progress, new_run=created, sizing=pool_sizing,
+                              pool_budget=pool_budget)
         driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
                              driver_id=new_driver_id(),
                              pools=RayPools(pools, self._call_module, run_id=run_id,

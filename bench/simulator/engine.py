@@ -23,6 +23,7 @@ of them at once, and a batch ends when its last request has its tokens
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections import deque
@@ -36,11 +37,13 @@ from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag
 from rayorch.core.outcome import Item
 from rayorch.core.plan import CallSpec, Plan
+from rayorch.core.pool_sizing import SizingSettings
 from rayorch.core.state import Kernel
 from rayorch.core.udf import Row, instantiate
 from rayorch.runtime.delivery import ManifestFeed
 from rayorch.runtime.in_process import NEVER_EXPIRES_S, CollectSink, run_batch
-from rayorch.runtime.ports import Completion, ModulePools
+from rayorch.runtime.pool_sizer import PoolSizer
+from rayorch.runtime.ports import Completion, ModulePools, PoolCounts, actor_need
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.store.memory import MemoryStore
 
@@ -72,6 +75,8 @@ class SimResult:
     kernel: Kernel  # the kernel after the run (its ``log`` holds every fact, in fold order)
     retries: int = 0
     engines: dict[CallId, EnginePool] = field(default_factory=dict)
+    actor_s: dict[CallId, float] = field(default_factory=dict)  # actor-seconds each pool held
+    sizer: PoolSizer | None = None  # its size changes and decisions, when pools sized themselves
 
     def windows(self, call: CallId) -> list[tuple[float, float]]:
         """The union of the Call's batch intervals: when at least one of its actors was busy."""
@@ -115,9 +120,17 @@ class _Pending:
 
 
 class VirtualPools(ModulePools):
-    """The pools port of the simulator: actors on a virtual clock (see the module doc)."""
+    """The pools port of the simulator: actors on a virtual clock (see the module doc).
 
-    def __init__(self, plan: Plan, cost: CostModel, engines: dict[CallId, EngineModel]) -> None:
+    Pools may be resized (a module with one Call, without an engine model): an actor (the
+    first ones too) is up ``start_s[module]`` virtual seconds after its start, a drained one
+    leaves when its batch is back;
+    ``capacity`` is the cluster the sizing policy sees (its free part: ``free()``).
+    """
+
+    def __init__(self, plan: Plan, cost: CostModel, engines: dict[CallId, EngineModel], *,
+                 capacity: dict[str, float] | None = None,
+                 start_s: dict[str, float] | None = None) -> None:
         super().__init__(plan)
         self.cost = cost
         self.now = 0.0
@@ -133,6 +146,18 @@ class VirtualPools(ModulePools):
         self._seq = 0
         self.batches: list[BatchRecord] = []
         self.retries = 0
+        self.capacity = dict(capacity or {})
+        self.start_s = dict(start_s or {})
+        self._next_actor = dict(self.actors)  # actor ids are never reused
+        self._starting: dict[CallId, dict[int, float]] = {c: {} for c in self.actors}  # id: up at
+        for call, module in self._modules.items():  # the first actors load their model too
+            up = self.start_s.get(module.name, 0.0)
+            if up > 0 and call not in self.engines:
+                self._starting[call] = dict.fromkeys(self._idle[call], up)
+                self._idle[call].clear()
+        self._leaving: dict[CallId, set[int]] = {c: set() for c in self.actors}
+        self.held: dict[CallId, list[tuple[float, int]]] = {  # (time, actors held) per change
+            c: [(0.0, n)] for c, n in self.actors.items()}
 
     def reserve(self, call: CallId) -> int | None:  # (batch_limit, one_parent: ModulePools)
         free = self._idle[call]
@@ -152,8 +177,9 @@ class VirtualPools(ModulePools):
             del self._functions[(cid, slot)]
         seq = self._seq
         self._seq += 1
-        done = Completion(seq, cid, tags, reports, failure=failure)
-        end = self.now + float(self.cost(cid, rows)) if cid not in self.engines else self.now
+        took = float(self.cost(cid, rows)) if cid not in self.engines else None
+        done = Completion(seq, cid, tags, reports, failure=failure, busy_s=took)
+        end = self.now + (took or 0.0)
         job = _Pending(end, seq, cid, slot, self.now, tags, done)
         if cid in self.engines:
             self.engines[cid].send(slot, seq, list(rows), self.now)
@@ -163,12 +189,21 @@ class VirtualPools(ModulePools):
         return seq
 
     def busy(self) -> bool:
-        return bool(self._heap or self._inside)
+        return bool(self._heap or self._inside or any(self._starting.values()))
 
     def collect(self) -> list[Completion]:
         """Advance the clock to the next event; the batches that end at that instant."""
         heap = self._heap
         engine_next = min((pool.next_s() for pool in self.engines.values()), default=math.inf)
+        up_next = min((t for ups in self._starting.values() for t in ups.values()),
+                      default=math.inf)
+        if up_next < min(engine_next, heap[0].end_s if heap else math.inf):
+            self.now = up_next  # actors come up: they take batches from now on
+            for call, ups in self._starting.items():
+                for actor in [a for a, t in ups.items() if t <= up_next]:
+                    del ups[actor]
+                    self._idle[call].append(actor)
+            return []
         if engine_next < (heap[0].end_s if heap else math.inf):
             self.now = engine_next  # an engine event: a batch arrives or a request ends
             for pool in self.engines.values():
@@ -181,7 +216,11 @@ class VirtualPools(ModulePools):
         out: list[Completion] = []
         while heap and heap[0].end_s == now:
             job = heapq.heappop(heap)
-            self._idle[job.call].append(job.actor)
+            if job.actor in self._leaving[job.call]:  # drained: it leaves with its batch back
+                self._leaving[job.call].discard(job.actor)
+                self._note_held(job.call)
+            else:
+                self._idle[job.call].append(job.actor)
             self.batches.append(BatchRecord(job.call, job.actor, job.start_s, now,
                                             len(job.tags)))
             if job.completion.failure is not None:
@@ -191,6 +230,66 @@ class VirtualPools(ModulePools):
 
     def replaced(self) -> int:
         return 0
+
+    # -- sizing ---------------------------------------------------------------------------------
+    def _call_of(self, module: str) -> CallId:
+        calls = self._calls_of[module]
+        if len(calls) != 1 or calls[0] in self.engines:
+            raise KernelError(f"the simulator resizes modules of one Call without an engine "
+                              f"model, not {module!r}")
+        return calls[0]
+
+    def _note_held(self, call: CallId) -> None:
+        held = self.actors[call] + len(self._leaving[call])
+        self.held[call].append((self.now, held))
+
+    def counts(self) -> dict[str, PoolCounts]:
+        out = {}
+        for module, calls in self._calls_of.items():
+            call = calls[0]
+            out[module] = PoolCounts(
+                size=self.actors[call], starting=len(self._starting[call]),
+                draining=len(self._leaving[call]),
+                idle=len(self._idle[call]) + len(self._starting[call]),
+                in_flight=sum(len(job.tags) for job in self._heap if job.call == call),
+                need=actor_need(self._modules[call]), start_s=self.start_s.get(module),
+                resizable=len(calls) == 1 and call not in self.engines)
+        return out
+
+    def free(self) -> dict[str, float]:
+        free = dict(self.capacity)
+        for call, module in self._modules.items():
+            held = self.actors[call] + len(self._leaving[call])
+            for key, amount in actor_need(module).items():
+                free[key] = free.get(key, 0.0) - held * amount
+        return free
+
+    def resize(self, module: str, size: int) -> None:
+        """Start actors (up ``start_s`` later) or drain: a starting one first, then an idle
+        one, then a busy one, which leaves when its batch is back."""
+        call = self._call_of(module)
+        size = max(1, size)
+        while self.actors[call] < size:
+            actor = self._next_actor[call]
+            self._next_actor[call] += 1
+            self._starting[call][actor] = self.now + self.start_s.get(module, 0.0)
+            self.actors[call] += 1
+        starting, idle = self._starting[call], self._idle[call]
+        while self.actors[call] > size:
+            self.actors[call] -= 1
+            if starting:
+                starting.pop(max(starting))
+            elif idle:
+                idle.pop()
+            else:
+                busy = {job.actor for job in self._heap if job.call == call}
+                self._leaving[call].add(max(busy - self._leaving[call]))
+        self._note_held(call)
+
+    def actor_seconds(self, call: CallId, end_s: float) -> float:
+        """Actor-seconds the Call's pool held (starting and draining actors included)."""
+        points = [*self.held[call], (end_s, 0)]
+        return sum(n * (t1 - t0) for (t0, n), (t1, _) in itertools.pairwise(points))
 
 
 class Simulator:
@@ -203,9 +302,14 @@ class Simulator:
         max_active_sources: int | None = 256,
         max_events: int = 50_000_000,
         engines: dict[CallId, EngineModel] | None = None,
+        *,
+        sizing: SizingSettings | None = None,
+        capacity: dict[str, float] | None = None,
+        start_s: dict[str, float] | None = None,
     ) -> None:
         self.plan = plan
         self.engines = dict(engines or {})
+        self.sizing, self.capacity, self.start_s = sizing, capacity, start_s
         self.cost = cost
         self.max_active_sources = max_active_sources
         self.max_events = max_events
@@ -216,11 +320,13 @@ class Simulator:
         run_id = "simulation"
         store = MemoryStore()
         info = store.open_run(run_id, self.plan)
-        pools = VirtualPools(self.plan, self.cost, self.engines)
+        pools = VirtualPools(self.plan, self.cost, self.engines, capacity=self.capacity,
+                             start_s=self.start_s)
         sink = CollectSink(clock=lambda: pools.now)
         config = DriverConfig(LeaseMode.HOLD_ALL, NEVER_EXPIRES_S, 1 << 30,
                               self.max_active_sources, log=lambda _: None, new_run=True,
-                              clock=lambda: pools.now, keep_history=True, keep_finished=True)
+                              clock=lambda: pools.now, keep_history=True, keep_finished=True,
+                              sizing=self.sizing)
         turns = 0
 
         def count_turn() -> None:
@@ -237,7 +343,9 @@ class Simulator:
             pass  # the collecting sink delivers at once
         kernel = driver.finished[0].machine.kernel
         return SimResult(pools.now, sink.outputs, sink.times, pools.batches, pools.actors,
-                         time.perf_counter() - started, kernel, pools.retries, pools.engines)
+                         time.perf_counter() - started, kernel, pools.retries, pools.engines,
+                         {call: pools.actor_seconds(call, pools.now) for call in pools.actors},
+                         driver.sizer)
 
 
 __all__ = ["BatchRecord", "CostModel", "SimResult", "Simulator", "VirtualPools",

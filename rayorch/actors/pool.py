@@ -1,6 +1,8 @@
 """Actor pools: one pool of Ray actors per module, shared by all Calls of that module.
 
-A pool owns ``replicas`` actor slots. Each slot holds at most ``depth`` batches in
+A pool owns ``replicas`` actor slots at the start; :meth:`ActorPool.resize` starts more or
+drains some (a draining slot takes no new batch and its actor is killed only once its
+batches are back). Each slot holds at most ``depth`` batches in
 flight: the module's ``max_inflight`` running at once, plus one queued (pipelining keeps
 an actor busy while the driver handles a result), none queued with a ``timeout_s``.
 A slot whose actor died, ran past ``timeout_s``, or whose UDF raised
@@ -91,6 +93,7 @@ class ActorSlot:
     reserved: int = 0  # batches promised to this slot but not yet submitted
     ping: Any = None  # the actor's start-up answer while it is not known to be up
     spawned: float = field(default_factory=time.monotonic)
+    draining: bool = False  # no new batch; the actor leaves once its queue is empty
 
     @property
     def ready(self) -> bool:
@@ -140,9 +143,12 @@ class ActorPool:
         queued = 0 if opts.timeout_s is not None else 1
         self.depth = max(depth, self.inflight) if depth is not None else self.inflight + queued
         self.replaced = 0
-        self.slots = [ActorSlot(i, self._spawn(i, 0)) for i in range(max(1, opts.replicas))]
-        for slot in self.slots:
-            slot.ping = self._start_ping(slot.handle)
+        self.slots: list[ActorSlot] = []
+        self._next_index = 0  # slot indexes (actor names) are never reused
+        self._first = max(1, opts.replicas)  # slots 0.. _first-1: the pool as built
+        self.cap: int | None = None  # set when an actor added by resize() failed to build
+        self.start_times: list[float] = []  # seconds each recent actor took to start
+        self._grow(max(1, opts.replicas))
         self._said_late: set[tuple[int, int]] = set()
         self.ready_at: float | None = None if self.starting() else time.monotonic()
         """When every first actor was up (``time.monotonic()``); None while one starts."""
@@ -178,8 +184,11 @@ class ActorPool:
         for slot in waiting:
             if slot.ping in answered:
                 ping, slot.ping = slot.ping, None
-                if slot.incarnation == 0:  # a replacement's failure shows on its batches
-                    self._raise_start_failure([ping])
+                self.start_times = [*self.start_times[-7:], now - slot.spawned]
+                if slot.incarnation == 0 and slot.index < self._first:
+                    self._raise_start_failure([ping])  # (a replacement's shows on its batches)
+                elif slot.incarnation == 0:
+                    self._grown_up(slot, ping)
         if self.reservation is not None and not self.reservation.placed():
             for slot in self.slots:  # start-up clocks run from the placement on
                 slot.spawned = now
@@ -317,14 +326,63 @@ class ActorPool:
 
     def describe_resources(self) -> str:
         opts = self.module.options
-        parts = [f"replicas={opts.replicas}", f"num_cpus={opts.num_cpus}"]
+        parts = [f"replicas={opts.replicas_text}", f"num_cpus={opts.num_cpus}"]
         if opts.num_gpus:
             parts.append(f"num_gpus={opts.num_gpus}")
         parts.extend(f"{k}={v}" for k, v in opts.resources)
         return ", ".join(parts)
 
+    # -- size -----------------------------------------------------------------------------
+    def _grow(self, count: int) -> None:
+        for _ in range(count):
+            index, self._next_index = self._next_index, self._next_index + 1
+            slot = ActorSlot(index, self._spawn(index, 0))
+            slot.ping = self._start_ping(slot.handle)
+            self.slots.append(slot)
+
+    def _grown_up(self, slot: ActorSlot, ping: Any) -> None:
+        """An actor :meth:`resize` added answered: if its module failed to build, it goes
+        and no more are added (said once); the run goes on."""
+        try:
+            ray.get(ping)
+        except ray.exceptions.RayError as exc:
+            self._kill(slot.handle)
+            self.slots.remove(slot)
+            if self.cap is None:
+                print(f"rayorch: an actor added to the pool of module {self.module.name!r} "
+                      f"failed to build ({_raised_line(exc)}); no more are added to it",
+                      file=sys.stderr, flush=True)
+            self.cap = min(self.cap or len(self.slots), len(self.live_slots()))
+
+    def live_slots(self) -> list[ActorSlot]:
+        """The slots that take batches (not draining)."""
+        return [slot for slot in self.slots if not slot.draining]
+
+    def resize(self, size: int) -> None:
+        """Start actors up to ``size``, or drain the surplus: a starting actor first, then an
+        idle one, then the least loaded; a draining one leaves once its batches are back."""
+        if self.shared:
+            raise PoolError(f"the pool of module {self.module.name!r} is shared by the run's "
+                            "drivers: its size is fixed")
+        live = self.live_slots()
+        if self.cap is not None:
+            size = min(size, self.cap)
+        if size > len(live):
+            self._grow(size - len(live))
+            return
+        surplus = sorted(live, key=lambda s: (s.ready, len(s.queue) + s.reserved, -s.index))
+        for slot in surplus[: len(live) - max(1, size)]:
+            slot.draining = True
+        self.retire()
+
+    def retire(self) -> None:
+        """Kill the draining actors whose batches are all back."""
+        for slot in [s for s in self.slots if s.draining and not s.queue and not s.reserved]:
+            self._kill(slot.handle)
+            self.slots.remove(slot)
+
     def replace(self, slot: ActorSlot) -> None:
-        """Kill the slot's actor and start a fresh one.
+        """Kill the slot's actor and start a fresh one (a draining slot just goes).
 
         Batches still queued on the old actor stay in flight as far as the driver
         knows; their refs resolve (with a result or an actor error) and are handed
@@ -334,6 +392,10 @@ class ActorPool:
             batch.kill_cause = batch.kill_cause or f"actor of {self.module.name!r} was replaced"
         slot.queue.clear()
         self._kill(slot.handle)
+        if slot.draining:
+            if slot in self.slots:
+                self.slots.remove(slot)
+            return
         if self.shared:
             # Another driver may have replaced it already: then get_if_exists finds that one.
             self._await_name_released(slot)
@@ -378,7 +440,7 @@ class ActorPool:
         best: ActorSlot | None = None
         for slot in self.slots:
             load = len(slot.queue) + slot.reserved
-            if load >= self.depth or not slot.ready:
+            if load >= self.depth or not slot.ready or slot.draining:
                 continue
             if best is None or load < len(best.queue) + best.reserved:
                 best = slot
@@ -392,9 +454,7 @@ class ActorPool:
 
     def capacity(self) -> int:
         """How many more batches the pool accepts now."""
-        return sum(
-            self.depth - len(s.queue) - s.reserved for s in self.slots
-        )
+        return sum(self.depth - len(s.queue) - s.reserved for s in self.live_slots())
 
     def in_flight(self) -> int:
         return sum(len(slot.queue) for slot in self.slots)
@@ -410,7 +470,15 @@ class ActorPool:
         return batch
 
     def finish(self, batch: InFlightBatch) -> BatchOutcome:
-        """Collect a batch whose ref is ready; replaces its actor after a physical failure."""
+        """Collect a batch whose ref is ready; replaces its actor after a physical failure.
+        A draining actor whose last batch this was leaves now."""
+        try:
+            return self._finish(batch)
+        finally:
+            if batch.slot.draining:
+                self.retire()
+
+    def _finish(self, batch: InFlightBatch) -> BatchOutcome:
         slot = batch.slot
         current = batch.incarnation == slot.incarnation and batch in slot.queue
         if current:

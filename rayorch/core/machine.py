@@ -163,6 +163,19 @@ class Resync(Instruction):
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class MachineLoad:
+    """What a shard holds per Call now (:meth:`ShardMachine.load`): the one stats query the
+    driver's progress and its pool sizing read."""
+
+    ready: dict[CallId, int]
+    """Ready Grains, waiting for an actor."""
+    suppressed: dict[CallId, int]
+    """Grains that ended Suppressed so far."""
+    in_flight: int
+    """Grains dispatched and not yet settled, over all Calls."""
+
+
 item_result = source_result  # the value(s) or a FailedResult (one place: core.outcome)
 
 
@@ -223,6 +236,14 @@ class ShardMachine:
     # -- queries (no state change) ----------------------------------------------------------
     def ready_calls(self) -> list[CallId]:
         return self.kernel.ready_calls()
+
+    def load(self) -> MachineLoad:
+        """Ready and suppressed Grains per Call, and Grains in flight; O(Calls)."""
+        kernel = self.kernel
+        calls = kernel.tables.calls
+        return MachineLoad({call: kernel.ready_count(call) for call in calls},
+                           {call: kernel.suppressed_count(call) for call in calls},
+                           kernel.in_flight)
 
     def expects(self, report: GrainCommitted) -> bool:
         """Would the kernel accept ``report`` (the Grain is in flight at that generation)?"""
@@ -362,6 +383,7 @@ _HANDLERS: dict[type, Any] = {
 
 __all__ = [
     "BatchCommitted", "BatchFailed", "Event", "FactsStored", "GrainTag", "InputClosed",
+    "MachineLoad",
     "Instruction", "OutputDelivered", "OutputReady", "Resync", "SendBatch", "ShardMachine",
     "SlotFree", "SourcesArrived", "TakenOver", "WantSources", "WriteFacts", "barrier_fact",
     "item_result",

@@ -22,6 +22,7 @@ import orjson
 
 from rayorch.core.errors import PlanLookupError
 from rayorch.core.ids import ROOT, CallId, DomainId
+from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
 from rayorch.core.recovery import RecoveryPolicy
 
 
@@ -62,6 +63,7 @@ class ModuleOptions:
     """Execution options of a module; every Call of the module shares its pool."""
 
     replicas: int = 1
+    """Actors at the start: all of them for a fixed size, the min for a range or ``"auto"``."""
     batch_size: int = 1
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -80,6 +82,24 @@ class ModuleOptions:
     max_inflight: int = 1
     """Batches one actor runs at once (an engine that batches concurrent requests wants
     several: docs/ARCHITECTURE.md, "Several batches in flight per actor")."""
+    max_replicas: int | None = None
+    """None: ``replicas`` is fixed; else the pool sizes itself between ``replicas`` and this
+    (``replicas=(min, max)``; ``"auto"`` is ``(1, AUTO_MAX_REPLICAS)``, bounded in practice
+    by the free resources: docs/ARCHITECTURE.md, "Pools that size themselves")."""
+
+    @property
+    def sizes_itself(self) -> bool:
+        """Whether the runtime may change the pool's size during a run."""
+        return self.max_replicas is not None and self.max_replicas > self.replicas
+
+    @property
+    def replicas_text(self) -> str:
+        """``4``, ``(1, 8)`` or ``auto``: as the user would write it."""
+        if not self.sizes_itself:
+            return str(self.replicas)
+        if self.replicas == 1 and self.max_replicas == AUTO_MAX_REPLICAS:
+            return "auto"
+        return f"({self.replicas}, {self.max_replicas})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +228,28 @@ class Plan:
                 return n
         raise PlanLookupError(f"the plan has no Call {call_id!r}")
 
+    def feeders(self) -> dict[CallId, tuple[CallId, ...]]:
+        """Each Call's nearest upstream Calls: whose outputs reach its inputs through the
+        structural primitives only (expand, reduce, filter, broadcast), in plan order."""
+        by_node = {n.id: n for n in self.nodes}
+        out: dict[CallId, tuple[CallId, ...]] = {}
+        for node in self.calls:
+            assert node.call is not None
+            found: dict[CallId, None] = {}
+            todo = [self.ports[p].producer for p in node.inputs]
+            seen: set[int] = set()
+            while todo:
+                producer = by_node[todo.pop()]
+                if producer.id in seen:
+                    continue
+                seen.add(producer.id)
+                if producer.call is not None:
+                    found[producer.call.id] = None
+                else:
+                    todo.extend(self.ports[p].producer for p in producer.inputs)
+            out[node.call.id] = tuple(sorted(found))
+        return out
+
     def options(self, call_id: CallId) -> ModuleOptions:
         node = self.call_node(call_id)
         assert node.call is not None
@@ -256,6 +298,9 @@ class Plan:
                         "policy": m.options.policy.value,
                         "num_outputs": m.options.num_outputs,
                         "batched": m.options.batched,
+                        # only when used, so that older plans keep their fingerprint
+                        **({"max_replicas": m.options.max_replicas}
+                           if m.options.sizes_itself else {}),
                     },
                 }
                 for m in self.modules
@@ -279,6 +324,7 @@ class Plan:
                     policy=Policy(m["options"]["policy"]),
                     num_outputs=m["options"]["num_outputs"],
                     batched=m["options"]["batched"],
+                    max_replicas=m["options"].get("max_replicas"),
                 ),
                 target_name=m["target"],
             )
@@ -348,6 +394,14 @@ class Plan:
             what = str(n.kind) if n.call is None else f"call {n.call.id}"
             where = "" if n.location is None else f"   # {n.location}"
             lines.append(f"  [{n.id}] {what:<24} {n.domain:<12} ({ins}) -> ({outs}){where}")
+        lines.append("pools:")
+        for m in self.modules:
+            o = m.options
+            needs = ", ".join([f"num_cpus={o.num_cpus:g}"]
+                              + ([f"num_gpus={o.num_gpus:g}"] if o.num_gpus else [])
+                              + [f"{key}={amount:g}" for key, amount in o.resources])
+            lines.append(f"  {m.name:<24} replicas={o.replicas_text:<10} "
+                         f"batch_size={o.batch_size:<5} {needs}")
         lines.append(
             "outputs: "
             + ", ".join(

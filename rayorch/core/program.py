@@ -24,6 +24,7 @@ from rayorch.core import compile_errors as ce
 from rayorch.core.ast_lock import signature as locked_signature
 from rayorch.core.names import module_name_problem
 from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
+from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
 from rayorch.core.recovery import RecoveryError, as_policy
 from rayorch.core.tracer import Port, active_trace, caller_location
 
@@ -92,12 +93,50 @@ def _wrong_option(what: str, location: Any, fix: str) -> ce.ModuleDefinitionErro
     return ce.ModuleDefinitionError(what, location, fix)
 
 
+Replicas = int | tuple[int, int] | str
+"""``replicas=``: N actors, ``(min, max)`` or ``"auto"`` (docs/ARCHITECTURE.md, "Pools that
+size themselves")."""
+
+
+def parse_replicas(text: str) -> Replicas:
+    """``replicas`` as a command line gives it: ``4``, ``1-8`` (min-max) or ``auto``;
+    :class:`ValueError` saying the forms otherwise."""
+    low, dash, high = text.strip().partition("-")
+    try:
+        if text.strip() == "auto":
+            return "auto"
+        value: int | tuple[int, int] = (int(low), int(high)) if dash else int(low)
+        _replica_range(value, None)
+    except (ValueError, ce.ModuleDefinitionError):
+        raise ValueError(f"{text!r:.40}: give a number of actors (4), a range min-max (1-8) "
+                         "or auto") from None
+    return value
+
+
+def _replica_range(value: Any, location: Any) -> tuple[int, int | None]:
+    """``replicas`` as (actors at the start, max or None for a fixed pool)."""
+    if _is_int(value) and value >= 1:
+        return value, None
+    if value == "auto":
+        return 1, AUTO_MAX_REPLICAS
+    if (isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_int, value))
+            and 1 <= value[0] <= value[1]):
+        low, high = value
+        return low, (None if low == high else high)
+    raise ce.ModuleDefinitionError(
+        f"invalid option replicas={value!r:.60}", location,
+        "replicas is an int >= 1 (that many actors), a pair (min, max) with 1 <= min <= max "
+        "(the pool sizes itself between them), or \"auto\" (from 1 actor up to what the "
+        "cluster has free)")
+
+
 class RayModule:
     """A user class or function executed by a Ray actor pool.
 
     Three namespaces, never mixed (docs/ARCHITECTURE.md, "Upstream compatibility"):
 
-    * execution options (``replicas``, ``batch_size``, ``num_cpus``, ``num_gpus``,
+    * execution options (``replicas``: an int for a fixed pool, ``(min, max)`` or
+      ``"auto"`` for one that sizes itself; ``batch_size``, ``num_cpus``, ``num_gpus``,
       ``resources``, ``max_attempts``, ``timeout_s``, ``policy`` = ``"elastic"`` |
       ``"parent_bound"``, ``batched``, ``num_outputs``, ``recovery``, ``output_layout``,
       ``max_inflight``: batches one actor runs at once, default 1; an ``async def``
@@ -118,7 +157,7 @@ class RayModule:
         self,
         target: Any,
         *args: Any,
-        replicas: int = 1,
+        replicas: Replicas = 1,
         batch_size: int = 1,
         num_cpus: float = 1.0,
         num_gpus: float = 0.0,
@@ -294,9 +333,8 @@ class RayModule:
         if layout is None:
             layout = "columns" if callable(getattr(self.target, "run", None)) else "rows"
         num_cpus, num_gpus = e["num_cpus"], e["num_gpus"]
+        replicas, max_replicas = _replica_range(e["replicas"], location)
         checks = [
-            (_is_int(e["replicas"]) and e["replicas"] >= 1, f"replicas={e['replicas']!r}",
-             "replicas must be >= 1 (an int)"),
             (_is_int(e["batch_size"]) and e["batch_size"] >= 1,
              f"batch_size={e['batch_size']!r}", "batch_size must be >= 1 (an int)"),
             (_is_int(max_attempts) and max_attempts >= 1, f"max_attempts={max_attempts!r}",
@@ -326,7 +364,8 @@ class RayModule:
                 "use policy='elastic' or policy='parent_bound'",
             ) from None
         return ModuleOptions(
-            replicas=e["replicas"],
+            replicas=replicas,
+            max_replicas=max_replicas,
             batch_size=e["batch_size"],
             num_cpus=float(num_cpus),
             num_gpus=float(num_gpus),

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rayorch.core.ids import CallId
 from rayorch.core.run_view import RunView
 from rayorch.core.vocabulary import Outcome
 from rayorch.core.words import plural
+from rayorch.inspect.pool_log import pool_changes, pool_lines
 from rayorch.store.base import LeaseHolder, LineageStore, RunInfo
 
 
@@ -93,6 +94,8 @@ class RunStatus:
     shards: list[ShardStatus] = field(default_factory=list)
     drivers: list[str] = field(default_factory=list)
     failovers: int = 0
+    pools: list[bytes] = field(default_factory=list)
+    """The pool log: each size change of a pool that sizes itself (runtime/pool_sizer.py)."""
     call_status: dict[CallId, CallStatus] = field(default_factory=dict)
     first_ts: float | None = None
     last_ts: float | None = None
@@ -130,6 +133,7 @@ class RunStatus:
             "calls": {call: dict(c) for call, c in self.calls.items()},
             "expansions": {domain: dict(c) for domain, c in self.expansions.items()},
             "drivers": self.drivers, "failover_retries": self.failovers,
+            "pools": [asdict(change) for change in pool_changes(self.pools)],
             "shards": [{"shard": s.shard, "holder": s.holder, "epoch": s.epoch, "done": s.done,
                         "facts": s.facts} for s in self.shards],
         }
@@ -154,6 +158,7 @@ class RunStatus:
             out.append(f"  shard {s.shard}: {'done' if s.done else lease}, {s.facts} facts")
         if self.failovers:
             out.append(f"  {self.failovers} grains re-dispatched after a driver failover")
+        out += pool_lines(self.pools)
         return out
 
 
@@ -241,8 +246,10 @@ def run_status(store: LineageStore, run_id: str, view: RunView | None = None,
     if total is None:
         total = declared_sources(store, info)
     holders = {k: store.lease_holder(run_id, k) for k in view.shards}
-    return status_of(view, total=total, drivers=store.live_drivers(run_id), holders=holders,
-                     done=store.done_shards(run_id))
+    status = status_of(view, total=total, drivers=store.live_drivers(run_id), holders=holders,
+                       done=store.done_shards(run_id))
+    status.pools = store.pool_sizes(run_id)
+    return status
 
 
 RUNNING, COMPLETE, ABANDONED = "running", "complete", "abandoned"

@@ -39,6 +39,7 @@ from typing import Any
 
 import rayorch as ro
 from rayorch import F, RecordFailure
+from rayorch.core.program import Replicas
 from rayorch.pipelines.ocr import OcrEngineError, Page, engine_needs_image
 from rayorch.pipelines.pdf_markdown import (
     DocumentWords,
@@ -486,10 +487,10 @@ class PdfPipeline(ro.Pipeline):
         self,
         engine: str = "auto",
         *,
-        replicas: int = 1,
+        replicas: Replicas = 1,
         batch_size: int = 16,
         dpi: int = DEFAULT_DPI,
-        render_replicas: int = 1,
+        render_replicas: Replicas = 1,
         render_batch_size: int = 2,
         tables: bool = False,
         engine_options: dict[str, Any] | None = None,

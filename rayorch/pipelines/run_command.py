@@ -36,6 +36,7 @@ import argparse
 import os
 from typing import Any
 
+from rayorch.core.program import Replicas
 from rayorch.pipelines.job_cli import (
     PDF_JOB,
     UsageError,
@@ -73,19 +74,32 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--model", default=None, help="model name for --ocr vllm")
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
-    group.add_argument("--replicas", type=int, default=1, help="OCR actors (default 1)")
-    group.add_argument("--render-replicas", type=int, default=None,
-                       help="render actors (default: one per CPU core, at most 8)")
+    group.add_argument("--replicas", type=replicas_type, default=1,
+                       help="OCR actors: N, a range MIN-MAX or auto (sized by backlog; "
+                       "default 1)")
+    group.add_argument("--render-replicas", type=replicas_type, default=None,
+                       help="render actors: N, MIN-MAX or auto (default: one per CPU core, "
+                       "at most 8)")
     group.add_argument("--batch-size", type=int, default=16, help="pages per OCR batch")
     group.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
     group.add_argument("--no-page-markers", action="store_true",
                        help="leave the <!-- page N engine=E --> markers out of the Markdown")
 
 
+def replicas_type(text: str) -> Replicas:
+    """``--replicas``: ``4``, ``1-8`` (the pool sizes itself between them) or ``auto``."""
+    from rayorch.core.program import parse_replicas
+
+    try:
+        return parse_replicas(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _pipeline(args: argparse.Namespace) -> Any:
     from rayorch.pipelines.pdf import PdfPipeline
 
-    require_positive(args, "replicas", "batch_size", "render_replicas", "dpi")
+    require_positive(args, "batch_size", "dpi")  # (replicas_type checked the replicas)
     render = args.render_replicas or max(1, min(8, os.cpu_count() or 1))
     options: dict[str, Any] = {"replicas": args.replicas, "batch_size": args.batch_size,
                                "render_replicas": render, "tables": args.tables,

@@ -29,6 +29,7 @@ from typing import Any
 
 import rayorch as ro
 from rayorch import F, RecordFailure
+from rayorch.core.program import Replicas
 from rayorch.pipelines.job_cli import LINES_KEY, JobSummary, JobWriter, OutputDir, slug
 from rayorch.pipelines.sources import find_files, refuse
 from rayorch.pipelines.video_annotate import (
@@ -235,9 +236,9 @@ class VideoPipeline(ro.Pipeline):
         threshold: float = 27.0,
         keyframes: str = "first,middle,last",
         clips_dir: str | None = None,
-        probe_replicas: int = 1,
-        decode_replicas: int = 1,
-        replicas: int = 1,
+        probe_replicas: Replicas = 1,
+        decode_replicas: Replicas = 1,
+        replicas: Replicas = 1,
         batch_size: int = 8,
         engine_options: dict[str, Any] | None = None,
         annotate_num_cpus: float | None = None,

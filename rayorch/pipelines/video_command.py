@@ -40,6 +40,7 @@ from rayorch.pipelines.job_cli import (
     require_positive,
     run_job,
 )
+from rayorch.pipelines.run_command import replicas_type
 from rayorch.storage import is_url
 
 
@@ -68,9 +69,10 @@ def add_video_parser(jobs: Any) -> None:
                        "(default first,middle,last)")
     group.add_argument("--write-clips", action="store_true",
                        help="also copy each clip to OUTPUT/clips/ (stream copy)")
-    group.add_argument("--replicas", type=int, default=1, help="annotation actors (default 1)")
-    group.add_argument("--decode-replicas", type=int, default=1,
-                       help="clip decoding actors (default 1)")
+    group.add_argument("--replicas", type=replicas_type, default=1,
+                       help="annotation actors: N, a range MIN-MAX or auto (default 1)")
+    group.add_argument("--decode-replicas", type=replicas_type, default=1,
+                       help="clip decoding actors: N, MIN-MAX or auto (default 1)")
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
 
 
@@ -98,7 +100,7 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     if not sources:
         raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
                          ".webm, .mov, .avi, .ogv, ...)")
-    require_positive(args, "max_clip_s", "replicas", "batch_size", "decode_replicas")
+    require_positive(args, "max_clip_s", "batch_size")  # (replicas_type checked the replicas)
     clips_dir = Path(args.output).resolve() / str(VIDEO_JOB.folder)
     options: dict[str, Any] = {
         "max_clip_s": args.max_clip_s, "min_clip_s": args.min_clip_s,

@@ -35,7 +35,7 @@ from rayorch.core.state import Kernel
 from rayorch.core.udf import instantiate, one_line_cause, reports_for, run_with_recovery
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.runtime.delivery import ManifestFeed
-from rayorch.runtime.ports import Completion, ModulePools
+from rayorch.runtime.ports import Completion, ModulePools, PoolCounts, actor_need
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.store.memory import MemoryStore
 
@@ -67,6 +67,7 @@ class ExecutorOptions:
     keep_history: bool = True  # False: no kernel log, delivered sources forgotten (the driver)
     max_steps: int = 1_000_000
     reuse: Any = None  # a core.reuse.Reuse: dispatches get reuse keys, ready Grains reused
+    resize_rate: float = 0.0  # chance per step that a module's pool is resized (1..4 actors)
 
 
 @dataclass
@@ -146,6 +147,8 @@ class LocalPools(ModulePools):
             count = options.actors or module.options.replicas
             self._actors[call] = [None] * count
             self._busy[call] = [False] * count
+        self._leaving: dict[CallId, set[int]] = {call: set() for call in self._actors}  # draining
+        self._gone: dict[CallId, set[int]] = {call: set() for call in self._actors}
         self._faults: dict[GrainKey, int] = {}
         self._outstanding: list[_Job] = []
         self._fenced: list[_Job] = []
@@ -155,15 +158,58 @@ class LocalPools(ModulePools):
 
     # -- the port (batch_limit, one_parent: ModulePools) ---------------------------------
     def reserve(self, call: CallId) -> int | None:
-        busy = self._busy[call]
+        busy, leaving, gone = self._busy[call], self._leaving[call], self._gone[call]
         for actor, is_busy in enumerate(busy):
-            if not is_busy:
+            if not is_busy and actor not in leaving and actor not in gone:
                 busy[actor] = True
                 return actor
         return None
 
     def unreserve(self, call: CallId, slot: Any) -> None:
-        self._busy[call][slot] = False
+        self._release(call, slot)
+
+    def _release(self, call: CallId, actor: int) -> None:
+        """The actor's batch is back: it is free, or it leaves if it was draining."""
+        self._busy[call][actor] = False
+        if actor in self._leaving[call]:
+            self._leaving[call].discard(actor)
+            self._gone[call].add(actor)
+            self._actors[call][actor] = None
+
+    # -- sizing -------------------------------------------------------------------------
+    def _live(self, call: CallId) -> list[int]:
+        out = self._leaving[call] | self._gone[call]
+        return [a for a in range(len(self._busy[call])) if a not in out]
+
+    def counts(self) -> dict[str, PoolCounts]:
+        out = {}
+        for module, calls in self._calls_of.items():
+            first = calls[0]
+            live = self._live(first)
+            out[module] = PoolCounts(
+                size=len(live), starting=0, draining=len(self._leaving[first]),
+                idle=sum(not self._busy[first][a] for a in live),
+                in_flight=sum(len(job.tags) for job in self._outstanding if job.call in calls),
+                need=actor_need(self._modules[first]))
+        return out
+
+    def free(self) -> dict[str, float]:
+        return {"CPU": 1e6, "GPU": 1e6}  # simulated actors hold nothing
+
+    def resize(self, module: str, size: int) -> None:
+        """Per Call of ``module``: add actors, or drain (an idle one leaves at once)."""
+        for call in self._calls_of[module]:
+            live = self._live(call)
+            if size > len(live):
+                grow = size - len(live)
+                self._actors[call].extend([None] * grow)
+                self._busy[call].extend([False] * grow)
+                continue
+            surplus = sorted(live, key=lambda a: (self._busy[call][a], -a))
+            for actor in surplus[: len(live) - max(1, size)]:
+                self._leaving[call].add(actor)
+                if not self._busy[call][actor]:
+                    self._release(call, actor)
 
     def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
                rows: tuple[tuple[Any, ...], ...]) -> int:
@@ -243,7 +289,7 @@ class LocalPools(ModulePools):
         self._replaced += 1
 
     def _failure(self, job: _Job, cause: str) -> Completion:
-        self._busy[job.call][job.actor] = False
+        self._release(job.call, job.actor)
         return Completion(job.handle, job.call, job.tags, failure=cause)
 
     def _finish(self, job: _Job) -> Completion:
@@ -258,7 +304,7 @@ class LocalPools(ModulePools):
             return self._failure(job, cause)
         if job.error is not None:
             return self._failure(job, job.error)
-        self._busy[job.call][job.actor] = False
+        self._release(job.call, job.actor)
         rate = self.options.bogus_report_rate
         if rate and self.rng.random() < rate:
             self.bogus.extend(job.reports)  # a duplicate delivery, later
@@ -274,7 +320,7 @@ class Executor:
         self.rng = random.Random(options.seed)
         self.stats: dict[str, int] = {
             "batches": 0, "dispatched": 0, "committed": 0, "faults": 0, "restarts": 0,
-            "rejected": 0, "bogus_delivered": 0, "max_batch": 0,
+            "rejected": 0, "bogus_delivered": 0, "max_batch": 0, "resizes": 0,
         }
         self._steps = 0
 
@@ -327,6 +373,10 @@ class Executor:
                     raise KernelError(f"a rebuilt kernel differs from the original in {diff}")
             if options.fence_on_restart:
                 pools.fence_all()
+        if options.resize_rate and self.rng.random() < options.resize_rate:
+            self.stats["resizes"] += 1
+            module = self.rng.choice(sorted(pools.counts()))
+            pools.resize(module, self.rng.randint(1, 4))
         if options.validate:
             driver.shards[0].machine.kernel.validate()
 

@@ -39,6 +39,22 @@ class Completion:
     reports: tuple[GrainCommitted, ...] = ()
     verdicts: tuple[int, ...] | None = None  # None: the shell commits through the store
     failure: str | None = None  # set (and ``reports`` empty) when the batch failed physically
+    busy_s: float | None = None  # how long the batch ran on its actor (None: not measured)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCounts:
+    """How one pool's actors stand now (:meth:`Pools.counts`)."""
+
+    size: int  # actors that take batches, up or starting (draining ones not counted)
+    starting: int  # of those, not up yet
+    draining: int  # told to take no new batch; they leave once their batches are back
+    idle: int  # not draining, with no batch (starting ones too: nothing waits for them)
+    in_flight: int  # Grains on the pool's actors
+    need: dict[str, float]  # what one actor holds ({"CPU": 1.0, "GPU": 1.0, ...})
+    start_s: float | None = None  # how long its actors took to start, lately
+    resizable: bool = True  # False: the pool keeps its size (a pool shared by drivers)
+    cap: int | None = None  # the most it may have now (an added actor failed to build)
 
 
 class Pools(Protocol):
@@ -77,6 +93,20 @@ class Pools(Protocol):
         """Actors replaced so far (crashes, timeouts)."""
         ...
 
+    # -- sizing (docs/ARCHITECTURE.md, "Pools that size themselves") -----------------------
+    def counts(self) -> dict[str, PoolCounts]:
+        """Each pool's actors now, by module name."""
+        ...
+
+    def free(self) -> dict[str, float]:
+        """Resources no one holds now, that a new actor could take."""
+        ...
+
+    def resize(self, module: str, size: int) -> None:
+        """Start actors up to ``size``, or drain the surplus: a draining actor takes no new
+        batch and leaves once its batches are back, so none leaves with one in flight."""
+        ...
+
 
 class ModulePools:
     """What the in-process pools ports share: each Call's module, its batch size and policy."""
@@ -84,10 +114,12 @@ class ModulePools:
     def __init__(self, plan: Plan) -> None:
         self._modules: dict[CallId, ModuleSpec] = {}
         self._specs: dict[CallId, CallSpec] = {}
+        self._calls_of: dict[str, list[CallId]] = {}  # module name -> its Calls
         for node in plan.calls:
             assert node.call is not None
             self._modules[node.call.id] = plan.module(node.call.module)
             self._specs[node.call.id] = node.call
+            self._calls_of.setdefault(node.call.module, []).append(node.call.id)
 
     def batch_limit(self, call: CallId) -> int:
         return self._modules[call].options.batch_size
@@ -116,4 +148,11 @@ class Sink(Protocol):
         ...
 
 
-__all__ = ["Completion", "ModulePools", "Pools", "Sink"]
+def actor_need(module: ModuleSpec) -> dict[str, float]:
+    """What one actor of ``module`` holds: its CPUs, GPUs and custom resources."""
+    o = module.options
+    need = {"CPU": o.num_cpus, "GPU": o.num_gpus, **dict(o.resources)}
+    return {key: amount for key, amount in need.items() if amount}
+
+
+__all__ = ["Completion", "ModulePools", "PoolCounts", "Pools", "Sink", "actor_need"]

@@ -19,7 +19,7 @@ from rayorch.actors.worker import BatchTask
 from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag
 from rayorch.core.plan import CallSpec, Policy
-from rayorch.runtime.ports import Completion
+from rayorch.runtime.ports import Completion, PoolCounts, actor_need
 from rayorch.runtime.stall_watch import StallWatch
 
 COLLECT_WAIT_S = 0.5
@@ -30,11 +30,13 @@ class RayPools:
 
     def __init__(self, pools: dict[str, ActorPool], call_module: dict[CallId, str], *,
                  run_id: str, log: Callable[[str], None],
-                 wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait) -> None:
+                 wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait,
+                 available: Callable[[], dict[str, float]] = ray.available_resources) -> None:
         self.pools = pools  # by module name
         self._pool_of = {call: pools[module] for call, module in call_module.items()}
         self._run_id = run_id
         self._wait = wait
+        self._available = available
         self._batches: dict[Any, tuple[int, InFlightBatch]] = {}  # ref -> (handle, batch)
         self._handles = itertools.count()
         self._stalls = StallWatch(log)  # a batch running far too long is said
@@ -78,6 +80,7 @@ class RayPools:
             handle, batch = entry
             pool = self._pool_of[batch.task.call.id]
             self._stalls.finished(pool.module.name, batch)
+            busy_s = time.monotonic() - (batch.started or batch.submitted)
             outcome = pool.finish(batch)
             task = outcome.batch.task
             result = outcome.result
@@ -86,12 +89,40 @@ class RayPools:
                                       failure=outcome.physical_failure or "batch lost"))
             else:
                 out.append(Completion(handle, task.call.id, task.tags, result.reports,
-                                      result.verdicts))
+                                      result.verdicts, busy_s=busy_s))
         self._enforce_timeouts()
         return out
 
     def replaced(self) -> int:
         return sum(p.replaced for p in self.pools.values())
+
+    def counts(self) -> dict[str, PoolCounts]:
+        out = {}
+        for name, pool in self.pools.items():
+            live = pool.live_slots()
+            times = pool.start_times
+            out[name] = PoolCounts(
+                size=len(live), starting=sum(not s.ready for s in live),
+                draining=len(pool.slots) - len(live),
+                idle=sum(not s.queue and not s.reserved for s in live),
+                in_flight=sum(len(b.task.tags) for s in pool.slots for b in s.queue),
+                need=actor_need(pool.module),
+                start_s=sum(times) / len(times) if times else None,
+                resizable=not pool.shared, cap=pool.cap)
+        return out
+
+    def free(self) -> dict[str, float]:
+        """Ray's available resources, less what this run's starting actors will take (an
+        actor not yet placed does not show as used)."""
+        free: dict[str, float] = dict(self._available())
+        for pool in self.pools.values():
+            starting = sum(not slot.ready for slot in pool.slots)
+            for key, amount in actor_need(pool.module).items():
+                free[key] = free.get(key, 0.0) - starting * amount
+        return free
+
+    def resize(self, module: str, size: int) -> None:
+        self.pools[module].resize(size)
 
     # -- Ray details ---------------------------------------------------------------------
     def _starting(self) -> list[Any]:

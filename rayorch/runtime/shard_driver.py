@@ -40,6 +40,7 @@ from rayorch.core.machine import (
     FactsStored,
     InputClosed,
     Instruction,
+    MachineLoad,
     OutputDelivered,
     OutputReady,
     Resync,
@@ -56,6 +57,7 @@ from rayorch.core.reuse import Reuse
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
+from rayorch.runtime.pool_sizer import PoolChange, PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.runtime.shard_leases import (
@@ -122,6 +124,11 @@ class ShardDriver:
         self.leases = ShardLeases(self, store=store, run_id=run_id, info=info,
                                   driver_id=driver_id, config=config, counters=self.counters)
         self._guard = self.leases.guard  # a write to one shard: losing it drops the shard
+        self.sizer: PoolSizer | None = None  # pools that size themselves (runtime/pool_sizer.py)
+        if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
+            self.sizer = PoolSizer(plan, pools, config.sizing, clock=self._now, log=self._log,
+                                   budget=config.pool_budget, driver=driver_id,
+                                   record=self._record_pools)
         self._rr = 0
         self._closed = False
         self._moved = False
@@ -157,6 +164,8 @@ class ShardDriver:
                                           else self.config.lease_ttl_s / 8)
                     elif not self._moved:
                         self._stuck()
+                    if self.sizer is not None:
+                        self.sizer.tick(self._loads)
                     self._flush_all()
                     self.leases.store_back()
                     self._show()
@@ -179,6 +188,8 @@ class ShardDriver:
             return
         self._closed = True
         self._stop_progress()
+        if self.sizer is not None and self.sizer.decisions:
+            self._log(f"rayorch: {self.sizer.summary()}")
         for k, st in list(self.shards.items()):
             with contextlib.suppress(Exception):  # a lease expires by itself anyway
                 self._flush(st)
@@ -390,6 +401,8 @@ class ShardDriver:
 
     def _settle(self, done: Completion) -> None:
         call = done.call
+        if self.sizer is not None:
+            self.sizer.observe(done)
         self.stats.call(call).in_flight -= len(done.tags)
         if done.failure is not None:
             self._batch_failed(call, done.tags, done.failure)
@@ -556,13 +569,21 @@ class ShardDriver:
     def _show(self) -> None:
         if self._progress is None:
             return
+        loads = self._loads()
         for call_id, stats in self.stats.calls.items():
-            stats.ready = sum(st.machine.kernel.ready_count(call_id)
-                              for st in self.shards.values())
-            stats.suppressed = sum(st.machine.kernel.suppressed_count(call_id)
-                                   for st in self.shards.values())
+            stats.ready = sum(load.ready[call_id] for load in loads)
+            stats.suppressed = sum(load.suppressed[call_id] for load in loads)
         self.stats.actors_replaced = self.pools.replaced()
         self._progress.update(self.stats)
+
+    def _record_pools(self, changes: Sequence[PoolChange]) -> None:
+        """Keep pool size changes in the store for ``rayorch status`` (best effort)."""
+        with contextlib.suppress(StoreUnavailableError):
+            self.store.record_pool_sizes(self.run_id, [change.encode() for change in changes])
+
+    def _loads(self) -> list[MachineLoad]:
+        """What each held shard has ready and in flight (the one stats query)."""
+        return [st.machine.load() for st in self.shards.values()]
 
     def _stop_progress(self) -> None:
         if self._progress is not None:

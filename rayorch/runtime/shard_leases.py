@@ -13,12 +13,13 @@ import contextlib
 import enum
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.machine import BatchFailed
+from rayorch.core.pool_sizing import SizingSettings
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import (
@@ -73,6 +74,10 @@ class DriverConfig:
     clock: Callable[[], float] = time.time  # the timestamps of facts (virtual in the simulator)
     keep_history: bool = False  # machines keep their kernel's fact log (tests)
     keep_finished: bool = False  # finished shards stay readable in ``ShardDriver.finished``
+    # Pools that size themselves (replicas=(min, max) or "auto"): the policy's settings (None:
+    # sizes stay as built) and the most this run's pools may hold (None: what is free).
+    sizing: SizingSettings | None = None
+    pool_budget: Mapping[str, float] | None = None
 
 
 class ShardHost(Protocol):

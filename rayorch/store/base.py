@@ -215,6 +215,10 @@ class RunRegistry(ABC):
         """The run's manifest, or None when the run was started by a lone ``run()``."""
 
 
+POOL_LOG_MAX = 10_000
+"""Pool size changes a store keeps per run (the oldest go first)."""
+
+
 class DriverRegistry(ABC):
     """The drivers alive on a run (heartbeats, in the store's clock), its finished shards, and
     where its drivers write its outputs."""
@@ -251,8 +255,21 @@ class DriverRegistry(ABC):
         """The shards marked done."""
 
 
-class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry):
-    """A store of runs with all four interfaces: what drivers, workers and tools open.
+class PoolLog(ABC):
+    """What the drivers of a run did to its pools: size changes, for ``rayorch status``."""
+
+    @abstractmethod
+    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
+        """Append records of pool size changes (opaque bytes, in order: the driver's msgpack,
+        ``runtime/pool_sizer.py``) to the run's pool log; the newest ``POOL_LOG_MAX`` stay."""
+
+    @abstractmethod
+    def pool_sizes(self, run_id: str) -> list[bytes]:
+        """The run's pool log, oldest first (``rayorch status`` shows it)."""
+
+
+class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog):
+    """A store of runs with all five interfaces: what drivers, workers and tools open.
 
     Backends: :class:`~rayorch.store.memory.MemoryStore` (``memory://``),
     :class:`~rayorch.store.redis_store.RedisStore` (``redis://``, ``rediss://``) and
@@ -296,5 +313,6 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry):
         self.close()
 
 
-__all__ = ["DEFAULT_READ_LIMIT", "DriverRegistry", "FactLog", "LeaseHolder", "Leases",
-           "LineageStore", "RunInfo", "RunRegistry", "StoredFact", "shard_of"]
+__all__ = ["DEFAULT_READ_LIMIT", "POOL_LOG_MAX", "DriverRegistry", "FactLog", "LeaseHolder",
+           "Leases", "LineageStore", "PoolLog", "RunInfo", "RunRegistry", "StoredFact",
+           "shard_of"]

@@ -46,6 +46,10 @@ def done_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:done"
 
 
+def pools_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:pools"
+
+
 def grain_field(call: CallId, path: Path) -> str:
     """The Grain hash field (and differential-test key) of one Grain."""
     return f"{call}|{format_path(path)}"
@@ -106,4 +110,4 @@ class ShardKeys:
 
 
 __all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "done_key", "drivers_key", "grain_field",
-           "manifest_key", "meta_key", "valid_run_id"]
+           "manifest_key", "meta_key", "pools_key", "valid_run_id"]

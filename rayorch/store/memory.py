@@ -23,7 +23,13 @@ from typing import Any, ClassVar
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path
 from rayorch.core.vocabulary import CommitVerdict
-from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
+from rayorch.store.base import (
+    DEFAULT_READ_LIMIT,
+    POOL_LOG_MAX,
+    LeaseHolder,
+    LineageStore,
+    StoredFact,
+)
 from rayorch.store.errors import RunNotFoundError, StoreClosedError, StoreURLError
 from rayorch.store.gate import (
     GrainEntry,
@@ -68,6 +74,7 @@ class _Run:
     manifest: bytes | None = None
     drivers: dict[str, float] = field(default_factory=dict)  # driver -> deadline
     done: set[int] = field(default_factory=set)
+    pools: list[bytes] = field(default_factory=list)  # the pool log
 
 
 class MemoryStore(LineageStore):
@@ -249,6 +256,16 @@ class MemoryStore(LineageStore):
     def load_manifest(self, run_id: str) -> bytes | None:
         with self._lock:
             return self._run(run_id).manifest
+
+    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
+        with self._lock:
+            log = self._run(run_id).pools
+            log.extend(bytes(r) for r in records)
+            del log[:-POOL_LOG_MAX]
+
+    def pool_sizes(self, run_id: str) -> list[bytes]:
+        with self._lock:
+            return list(self._run(run_id).pools)
 
     def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
         with self._lock:

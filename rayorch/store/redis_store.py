@@ -39,7 +39,13 @@ from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.machine import barrier_fact
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
-from rayorch.store.base import DEFAULT_READ_LIMIT, LeaseHolder, LineageStore, StoredFact
+from rayorch.store.base import (
+    DEFAULT_READ_LIMIT,
+    POOL_LOG_MAX,
+    LeaseHolder,
+    LineageStore,
+    StoredFact,
+)
 from rayorch.store.errors import (
     LeaseHeldError,
     RunMismatchError,
@@ -59,6 +65,7 @@ from rayorch.store.keys import (
     grain_field,
     manifest_key,
     meta_key,
+    pools_key,
 )
 from rayorch.store.layout import (
     AppendBasis,
@@ -294,7 +301,7 @@ class RedisStore(LineageStore):
         with self._errors():
             pipe = client.pipeline(transaction=False)
             run_keys = [meta_key(run_id), manifest_key(run_id), drivers_key(run_id),
-                        done_key(run_id)]
+                        done_key(run_id), pools_key(run_id)]
             for shard in range(layout.info.shards):
                 run_keys += ShardKeys(run_id, shard).all_keys(layout.domains)
             for key in run_keys:  # one key per command: the keys span Redis Cluster slots
@@ -567,6 +574,17 @@ class RedisStore(LineageStore):
         with self._errors():
             raw: Any = self._client().get(manifest_key(run_id))
         return None if raw is None else bytes(raw)
+
+    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
+        self._layout(run_id)
+        with self._errors():
+            self._client().rpush(pools_key(run_id), *records)
+            self._client().ltrim(pools_key(run_id), -POOL_LOG_MAX, -1)
+
+    def pool_sizes(self, run_id: str) -> list[bytes]:
+        with self._errors():
+            raw: Any = self._client().lrange(pools_key(run_id), 0, -1)
+        return [bytes(r) for r in raw]
 
     def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
         # Server time (TIME in the script): a driver's wrong clock evicts nobody.

@@ -11,8 +11,6 @@ import asyncio
 import os
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +32,6 @@ ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
 RENDEZVOUS_S = 30.0
 """How long the first batches wait for each other; only a broken overlap waits this long
 (the test then fails on the peak it recorded, it does not hang)."""
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store_url(request: pytest.FixtureRequest, ray_local: None) -> Iterator[str]:
-    if request.param == "memory":
-        url = f"memory://inflight-{os.getpid()}-{time.monotonic_ns()}"
-        held = open_store(url)
-        yield url
-        held.close()
-    else:
-        yield request.getfixturevalue("redis_url")
 
 
 class Pages:

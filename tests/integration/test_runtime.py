@@ -11,7 +11,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,21 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 # Ray workers cannot import this test module by name: ship its classes by value.
 ray_cloudpickle = pytest.importorskip("ray.cloudpickle")
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-STORES = ["memory", "redis"]
-
-
-@pytest.fixture(params=STORES)
-def store_url(request: pytest.FixtureRequest, ray_local: None) -> Iterator[str]:
-    """A fresh lineage store URL of each kind (a private redis-server for Redis)."""
-    if request.param == "memory":
-        url = f"memory://rt-{os.getpid()}-{time.monotonic_ns()}"
-        held = open_store(url)  # a memory store lives while it is open: hold it for the test
-        yield url
-        held.close()
-    else:
-        yield request.getfixturevalue("redis_url")
-
 
 def log_call(log_dir: str | None, tag: str, values: list[Any]) -> None:
     """Append one line per record a UDF saw (files: many actor processes, one machine)."""

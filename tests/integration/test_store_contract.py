@@ -166,6 +166,20 @@ class TestDriverRegistry:
         assert store.run_info(run).sink == ("/data/out", "parquet")
 
 
+class TestPoolLog:
+    """The pool log: size changes of a run's pools, in order, gone with the run."""
+
+    def test_the_pool_log_keeps_records_in_order_and_goes_with_the_run(
+            self, store: LineageStore, run: str) -> None:
+        assert store.pool_sizes(run) == []
+        store.record_pool_sizes(run, [b"a", b"b"])
+        store.record_pool_sizes(run, [b"c"])
+        assert store.pool_sizes(run) == [b"a", b"b", b"c"]
+        store.delete_run(run)
+        with pytest.raises(RunNotFoundError):
+            store.record_pool_sizes(run, [b"d"])
+
+
 class TestLeases:
     """One live holder per shard; epochs only go forward; a deposed driver is fenced."""
 

@@ -11,9 +11,9 @@ from hypothesis import Phase
 
 from rayorch.core.facts import BarrierInstalled, ExpansionClosed, GrainCommitted, GrainFailed
 from rayorch.core.outcome import Item, Outcome
-from rayorch.core.reference import ReferenceResult
+from rayorch.core.reference import ReferenceResult, evaluate
 from rayorch.core.state import rebuild
-from rayorch.runtime.in_process import ExecutionResult
+from rayorch.runtime.in_process import ExecutionResult, ExecutorOptions, execute
 
 # One failing example of a property that runs whole programs costs up to a second: shrinking
 # it takes Hypothesis minutes (past pytest's timeout), explaining it more. Such properties
@@ -87,3 +87,20 @@ def assert_same_as_reference(run: ExecutionResult, ref: ReferenceResult) -> None
                       total_sources=len(ref.outputs))
     assert rebuilt.snapshot() == run.kernel.snapshot(), "the fact log does not rebuild the state"
     assert sorted(run.completion_order) == sorted(ref.outputs), "a source was emitted twice"
+
+
+def run_like_the_reference(spec: Any, schedule: ExecutorOptions, values: list[int]
+                           ) -> ExecutionResult:
+    """Run the random program ``spec`` over ``values`` with ``schedule`` and check it
+    against the reference interpreter; the run, for more checks."""
+    from programs import RandomPipeline
+
+    pipeline = RandomPipeline(spec)
+    plan = pipeline.compile()
+    rows = [(v,) for v in values]
+    pipeline.registry.clear()
+    reference = evaluate(plan, rows)
+    pipeline.registry.clear()
+    run = execute(plan, rows, schedule)
+    assert_same_as_reference(run, reference)
+    return run

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from invariance import assert_same_as_reference
-from programs import ProgramSpec, RandomPipeline, programs
+from invariance import run_like_the_reference
+from programs import ProgramSpec, programs
 
 from rayorch.core.plan import Policy
-from rayorch.core.reference import evaluate
-from rayorch.runtime.in_process import ExecutorOptions, execute
+from rayorch.runtime.in_process import ExecutorOptions
 
 schedules = st.builds(
     ExecutorOptions,
@@ -42,13 +41,6 @@ sources = st.lists(st.integers(0, 10_000), min_size=1, max_size=4, unique=True)
 def test_any_schedule_gives_the_reference_result(
     spec: ProgramSpec, schedule: ExecutorOptions, values: list[int]
 ) -> None:
-    pipeline = RandomPipeline(spec)
-    plan = pipeline.compile()
-    rows = [(v,) for v in values]
-    pipeline.registry.clear()
-    reference = evaluate(plan, rows)
-    pipeline.registry.clear()
-    run = execute(plan, rows, schedule)
-    assert_same_as_reference(run, reference)
+    run = run_like_the_reference(spec, schedule, values)
     run.kernel.validate()
     assert run.kernel.run_completed and run.kernel.in_flight == 0

@@ -25,7 +25,14 @@ from rayorch.store import (
     open_store,
     shard_of,
 )
-from rayorch.store.base import DriverRegistry, FactLog, Leases, LineageStore, RunRegistry
+from rayorch.store.base import (
+    DriverRegistry,
+    FactLog,
+    Leases,
+    LineageStore,
+    PoolLog,
+    RunRegistry,
+)
 from rayorch.store.errors import StoreClosedError
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
@@ -78,7 +85,7 @@ def test_a_backend_is_a_module_and_its_registration(monkeypatch: pytest.MonkeyPa
         open_store("nope://x")
 
 
-@pytest.mark.parametrize("interface", [FactLog, Leases, RunRegistry, DriverRegistry])
+@pytest.mark.parametrize("interface", [FactLog, Leases, RunRegistry, DriverRegistry, PoolLog])
 def test_each_store_interface_is_small(interface: type) -> None:
     methods = [name for name, value in vars(interface).items()
                if callable(value) and not name.startswith("__")]
