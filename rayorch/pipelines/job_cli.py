@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from rayorch.core.program import Replicas
 from rayorch.core.words import plural
 from rayorch.pipelines.job_output import (
     DOCUMENT_NAME,
@@ -309,6 +310,16 @@ class ProgressLines:
 
 
 # -- the command --------------------------------------------------------------------------
+def replicas_type(text: str) -> Replicas:
+    """``--replicas``: ``4``, ``1-8`` (the pool sizes itself between them) or ``auto``."""
+    from rayorch.core.program import parse_replicas
+
+    try:
+        return parse_replicas(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_help: str
                     ) -> None:
     """The options every ``rayorch run <job>`` takes: input, output, store, output handling,
@@ -480,6 +491,7 @@ __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "LINES_KEY", "MARKER", "PDF_JOB",
     "VIDEO_JOB", "JobLayout", "JobSummary", "JobWriter", "OutputDir", "ProgressLines",
     "StartupClock", "UsageError", "add_job_options", "add_job_parser", "check_store",
-    "format_seconds", "largest_first", "plural", "require_positive", "run_job", "slug",
+    "format_seconds", "largest_first", "plural", "replicas_type", "require_positive", "run_job",
+    "slug",
     "start_ray_for", "summary_dict", "summary_text",
 ]

@@ -36,11 +36,11 @@ import argparse
 import os
 from typing import Any
 
-from rayorch.core.program import Replicas
 from rayorch.pipelines.job_cli import (
     PDF_JOB,
     UsageError,
     add_job_parser,
+    replicas_type,
     require_positive,
     run_job,
 )
@@ -84,16 +84,6 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
     group.add_argument("--no-page-markers", action="store_true",
                        help="leave the <!-- page N engine=E --> markers out of the Markdown")
-
-
-def replicas_type(text: str) -> Replicas:
-    """``--replicas``: ``4``, ``1-8`` (the pool sizes itself between them) or ``auto``."""
-    from rayorch.core.program import parse_replicas
-
-    try:
-        return parse_replicas(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _pipeline(args: argparse.Namespace) -> Any:

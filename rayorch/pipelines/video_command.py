@@ -37,10 +37,10 @@ from rayorch.pipelines.job_cli import (
     UsageError,
     add_job_parser,
     plural,
+    replicas_type,
     require_positive,
     run_job,
 )
-from rayorch.pipelines.run_command import replicas_type
 from rayorch.storage import is_url
 
 
