@@ -261,7 +261,8 @@ def test_join_run_on_the_memory_store(ray_local: None) -> None:
     held.close()
 
 
-# -- the fault-injection harness, short -----------------------------------------------------------
+# -- the fault-injection harness, short (CI runs it after the default suite: .ci/run) -----------
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_fault_harness_short(tmp_path: Path) -> None:
     """2 drivers under SIGKILL of a driver and of actors, SIGSTOP/SIGCONT, a Redis restart,
