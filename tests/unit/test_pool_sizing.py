@@ -14,6 +14,7 @@ from rayorch.core.pool_sizing import (
     SizingError,
     SizingSettings,
     StageLoad,
+    _Plan,
     idle_limit_s,
     plan_sizes,
 )
@@ -183,6 +184,14 @@ def test_at_the_fixed_point_no_stage_is_much_more_pressed_than_one_that_could_gi
     sizes = dict(zip([s.name for s in stages], history[-1], strict=False))
     held = {key: sum(s.need.get(key, 0.0) * sizes[s.name] for s in stages) for key in capacity}
     free = {key: capacity[key] - held[key] for key in capacity}
+    # An unmeasured stage with work keeps its even share reserved (``grow_unmeasured``):
+    # what it does not hold yet is not free for the others.
+    plan = _Plan(stages, SETTINGS, capacity)
+    for t in stages:
+        if t.item_cost_s is None and (t.backlog or t.coming) and not t.draining:
+            missing = max(0, plan.fair_share(t.name) - sizes[t.name])
+            for key, amount in t.need.items():
+                free[key] = free.get(key, 0.0) - amount * missing
 
     def unit(s: StageLoad) -> float:
         return max((a / capacity[k] for k, a in s.need.items() if a and capacity[k] > 0),
