@@ -7,7 +7,7 @@ import dataclasses
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rayorch.core.pool_sizing import (
@@ -171,8 +171,24 @@ def test_sizes_converge_and_never_oscillate_under_a_steady_load(
     assert len(set(path)) == len(path), f"a state came back: {path}"
 
 
+# Found by the default suite after the merge: an unmeasured stage with work keeps its even
+# share reserved, so a measured stage may not take the actor the property thought fitted.
+_RESERVED_SHARE = ([
+    StageLoad(name="s0", size=1, min_size=1, max_size=1, need={"GPU": 1.0}, backlog=0,
+              in_flight=0, coming=0.0, item_cost_s=1.0, batch_size=1, holds_model=False,
+              idle_s=0.0, spare=0, draining=0, start_s=None),
+    StageLoad(name="s1", size=1, min_size=1, max_size=2, need={"GPU": 1.0}, backlog=1,
+              in_flight=0, coming=0.0, item_cost_s=None, batch_size=1, holds_model=False,
+              idle_s=0.0, spare=0, draining=0, start_s=None),
+    StageLoad(name="s2", size=3, min_size=3, max_size=4, need={"GPU": 0.5, "CPU": 1.0},
+              backlog=1, in_flight=3, coming=0.0, item_cost_s=8.0, batch_size=1,
+              holds_model=False, idle_s=0.0, spare=0, draining=0, start_s=None),
+], {"CPU": 4.0, "GPU": 4.0})
+
+
 @settings(max_examples=80)
 @given(steady_pools())
+@example(_RESERVED_SHARE)
 def test_at_the_fixed_point_no_stage_is_much_more_pressed_than_one_that_could_give(
         case: tuple[list[StageLoad], dict[str, float]]) -> None:
     """Convergence to a balanced split: once settled, a backed-up stage that cannot grow is
