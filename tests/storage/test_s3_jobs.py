@@ -262,9 +262,11 @@ def test_an_outage_and_throttling_stall_the_run_then_it_completes(
             while delivered_count(out) < 2 and time.monotonic() < deadline:
                 assert driver.poll() is None, log.read_text()[-3000:]
                 time.sleep(0.1)
-            proxy.throttle(6)  # the next six requests answer 503 SlowDown
-            time.sleep(2)
-            proxy.down(25)  # then every connection is reset for 25 s
+            # Both from the first deliveries on, gated on progress, not on time: every
+            # connection is reset for 25 s (the run cannot deliver meanwhile), then the next
+            # six requests answer 503 SlowDown.
+            proxy.down(25)
+            proxy.throttle(6)
             assert driver.wait(300) == 0, log.read_text()[-3000:]
         finally:
             if driver.poll() is None:
