@@ -15,7 +15,7 @@ from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
-from rayorch.storage import Location, StorageError, open_storage, parse_location
+from rayorch.storage import Location, Storage, StorageError, open_storage, parse_location
 
 
 def refuse(kind: str, detail: str) -> RecordFailure:
@@ -62,9 +62,9 @@ class InputFile:
             return self.data
         if self.path is not None:
             return self.path.read_bytes()
-        location = parse_location(str(self.url))
+        storage, key = self._object()
         try:
-            return open_storage(location.parent()).read(location.name())
+            return storage.read(key)
         except FileNotFoundError:
             raise refuse("missing", f"{self.name} does not exist") from None
         except StorageError as exc:
@@ -79,8 +79,13 @@ class InputFile:
             with self.path.open("rb") as fh:
                 fh.seek(start)
                 return fh.read()
+        storage, key = self._object()
+        return storage.read_range(key, start, self.size)
+
+    def _object(self) -> tuple[Storage, str]:
+        """The storage holding this object, and its key there."""
         location = parse_location(str(self.url))
-        return open_storage(location.parent()).read_range(location.name(), start, self.size)
+        return open_storage(location.parent()), location.name()
 
 
 def check_file(source: Any, what: str, head_bytes: int, *, whole: bool = False) -> InputFile:

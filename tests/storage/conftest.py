@@ -56,16 +56,12 @@ def s3_endpoint() -> Iterator[str]:
         proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_up(endpoint, proc)
-    saved = {k: os.environ.get(k) for k in [*S3_ENV, "AWS_ENDPOINT_URL"]}
-    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
     try:
-        yield endpoint
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+                env.setenv(key, value)
+            yield endpoint
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         if proc is not None:
             proc.terminate()
             proc.wait(10)
@@ -96,10 +92,8 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                              "--location", str(tmp_path_factory.mktemp("azurite")),
                              "--skipApiVersionCheck", "--loose"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
-           "AZURE_STORAGE_ENDPOINT": endpoint}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    settings = {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
+                "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY, "AZURE_STORAGE_ENDPOINT": endpoint}
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -112,13 +106,11 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail("Azurite did not start")
                 time.sleep(0.2)
-        yield endpoint
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in settings.items():
+                env.setenv(key, value)
+            yield endpoint
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         proc.terminate()
         proc.wait(10)
 
