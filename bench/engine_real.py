@@ -7,7 +7,7 @@ VLM (``python -m rayorch.testmodels DIR``) in one Ray actor, in-process
 * ``sync``: one ``LLM.chat`` per batch (``max_inflight=1``, rayorch's default pool: one batch
   running, one queued);
 * ``inflight``: ``async def __call__`` with ``max_inflight=N``: the batches' requests share
-  the engine (``rayorch.pipelines.ocr.ContinuousChat``).
+  the engine (``rayorch.pipelines.document.ocr.ContinuousChat``).
 
 Each page asks for a long-tailed number of tokens (``ignore_eos``: random weights would stop
 anywhere). Every request's entry and exit times come back with its output; the busy
@@ -74,7 +74,7 @@ def _engine(model: str) -> Any:
 
     use_in_process_engine()
     prepare_vllm()
-    from rayorch.pipelines.ocr import VllmChat
+    from rayorch.pipelines.document.ocr import VllmChat
 
     return VllmChat(model, images=1, max_tokens=16, gpu_memory_utilization=0.05,
                     max_model_len=1024, distributed_executor_backend="uni",
@@ -84,7 +84,7 @@ def _engine(model: str) -> Any:
 def _requests(pages: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
     import vllm
 
-    from rayorch.pipelines.ocr import build_vlm_messages
+    from rayorch.pipelines.document.ocr import build_vlm_messages
 
     conversations = [build_vlm_messages(page, "read the page") for page in pages]
     sampling = [vllm.SamplingParams(temperature=0.0, max_tokens=page["max_tokens"],
@@ -110,7 +110,7 @@ class InflightVlm:
     """Several batches in flight: their requests share the engine (ContinuousChat)."""
 
     def __init__(self, model: str) -> None:
-        from rayorch.pipelines.ocr import ContinuousChat
+        from rayorch.pipelines.document.ocr import ContinuousChat
 
         self.chat = ContinuousChat(_engine(model))
 

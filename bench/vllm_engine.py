@@ -46,7 +46,7 @@ def rendered_pages(count: int) -> list[dict[str, Any]]:
 
 def engine_figures(model: str, pages: list[dict[str, Any]], batch_size: int,
                    max_tokens: int) -> dict[str, Any]:
-    from rayorch.pipelines.ocr import VllmEngine
+    from rayorch.pipelines.document.ocr import VllmEngine
 
     started = time.perf_counter()
     engine = VllmEngine(model=model, max_tokens=max_tokens)

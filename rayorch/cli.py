@@ -231,7 +231,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def add_run_parser(sub: Any) -> None:
     """``rayorch run pdf ...`` (defined with the shipped pipelines)."""
-    from rayorch.pipelines.run_command import add_run_parser as add
+    from rayorch.pipelines.job.run_command import add_run_parser as add
 
     add(sub)
 

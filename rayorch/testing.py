@@ -360,7 +360,7 @@ def text_words(text: str) -> Counter[str]:
     >>> sorted(text_words("## The \\ufb01rst 12 words\\n- one").elements())
     ['The', 'first', 'one', 'words']
     """
-    from rayorch.pipelines.pdf_markdown import normalise_ligatures
+    from rayorch.pipelines.document.pdf_markdown import normalise_ligatures
 
     return Counter(w for w in normalise_ligatures(text).split()
                    if not _NOT_A_WORD.match(w) and not w.endswith("-"))

@@ -75,7 +75,7 @@ MODELS = ("vlm", "text")
 
 def _corpus() -> list[str]:
     """The tokenizer's training text: the shipped prompts plus plain English, fixed."""
-    from rayorch.pipelines.ocr import DEFAULT_VLM_PROMPT
+    from rayorch.pipelines.document.ocr import DEFAULT_VLM_PROMPT
     from rayorch.pipelines.video_annotate import DEFAULT_CAPTION_PROMPT
 
     words = ["the", "a", "page", "of", "document", "text", "table", "heading", "list",

@@ -20,8 +20,9 @@ from typing import Any
 from fetch_corpus import fetch_package  # a sibling script: scripts/ is on sys.path
 
 from rayorch.core.outcome import RecordFailure
-from rayorch.pipelines.ocr import engine_needs_image
-from rayorch.pipelines.pdf import AssembleDocument, OcrPage, PageText, RenderPdf
+from rayorch.pipelines.document.ocr import engine_needs_image
+from rayorch.pipelines.document.page_ocr import PageText
+from rayorch.pipelines.pdf import AssembleDocument, OcrPage, RenderPdf
 
 
 def pick_corpus(cache: Path, package: str, count: int, max_pages: int) -> list[str]:

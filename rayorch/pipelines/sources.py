@@ -23,6 +23,11 @@ def refuse(kind: str, detail: str) -> RecordFailure:
     return RecordFailure(f"{kind}: {' '.join(detail.split())}")
 
 
+def slug(text: str) -> str:
+    """A file-name-safe form of ``text`` (at most 80 characters)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:80] or "document"
+
+
 _PROPAGATED = re.compile(r"^[\w.@]+\[[\d.]+\] failed: ")
 
 
@@ -182,4 +187,5 @@ def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list
     return sorted(name for page in list_inputs(source, suffixes, what) for name, _ in page)
 
 
-__all__ = ["InputFile", "check_file", "failure_kind", "find_files", "list_inputs", "refuse"]
+__all__ = ["InputFile", "check_file", "failure_kind", "find_files", "list_inputs", "refuse",
+           "slug"]

@@ -30,8 +30,7 @@ from typing import Any
 import rayorch as ro
 from rayorch import F, RecordFailure
 from rayorch.core.program import Replicas
-from rayorch.pipelines.job_cli import LINES_KEY, JobSummary, JobWriter, OutputDir, slug
-from rayorch.pipelines.sources import find_files, refuse
+from rayorch.pipelines.sources import find_files, refuse, slug
 from rayorch.pipelines.video_annotate import (
     AnnotatorError,
     ClipAnnotator,
@@ -278,31 +277,3 @@ class VideoPipeline(ro.Pipeline):
 def find_videos(source: str | Path) -> list[str]:
     """The video paths under a directory (recursive, sorted, by suffix), or the file itself."""
     return find_files(source, VIDEO_SUFFIXES, "video")
-
-
-def _finished(value: Any) -> bool:
-    return isinstance(value, dict) and "clips" in value
-
-
-def _write_clips(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
-    """A video's row and its clip lines (a clip file under ``--output`` named relative to it)."""
-    root = out.local_dir().resolve()
-    lines = []
-    for clip in value["clips"]:
-        line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}
-        if "file" in line and Path(line["file"]).is_relative_to(root):
-            line["file"] = str(Path(line["file"]).relative_to(root))
-        lines.append(line)
-    return {"source": value["path"], "clips": len(lines), "duration_s": value["duration_s"],
-            "fps": value["fps"], "width": value["width"], "height": value["height"],
-            "cuts": value["cuts"], LINES_KEY: lines}
-
-
-def _count_clips(summary: JobSummary, value: dict[str, Any]) -> None:
-    summary.add_ok(len(value["clips"]))
-
-
-VIDEO_WRITER = JobWriter(_finished, _write_clips, _count_clips)
-"""A video's ``videos.jsonl`` row and its ``clips.jsonl`` lines (one per clip, in time
-order; the clip files ``--write-clips`` copies are made by ``ProbeVideo``). Results are
-``AssembleVideo`` dicts, else failed videos."""

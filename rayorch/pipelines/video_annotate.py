@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from rayorch import RayorchError
-from rayorch.pipelines import ocr
-from rayorch.pipelines.ocr import join_in_reading_order
+from rayorch.pipelines.document import ocr
+from rayorch.pipelines.document.ocr import join_in_reading_order
 
 ClipFrames = dict[str, Any]
 """``{"video", "clip", "start_s", "end_s", "frames", "signals", "keyframes": [{"t", "jpeg"?}]}``."""
@@ -150,7 +150,7 @@ class VllmCaptioner:
 
     A batch of clips becomes one ``LLM.chat`` call (greedy decoding), each conversation
     holding the clip's keyframes as images. ``max_model_len`` defaults to the model's own
-    limit; memory options as :class:`~rayorch.pipelines.ocr.VllmChat` takes them. Other
+    limit; memory options as :class:`~rayorch.pipelines.document.ocr.VllmChat` takes them. Other
     keyword options go to ``vllm.LLM``.
     """
 
@@ -176,7 +176,7 @@ class VllmCaptioner:
 
     async def annotate_async(self, clips: list[ClipFrames]) -> list[dict[str, Any]]:
         """:meth:`annotate` for a module with several batches in flight: the batches' clips
-        share the engine (:class:`~rayorch.pipelines.ocr.ContinuousChat`)."""
+        share the engine (:class:`~rayorch.pipelines.document.ocr.ContinuousChat`)."""
         if getattr(self, "_continuous", None) is None:
             self._continuous = ocr.ContinuousChat(self._chat)
         captions = await self._continuous.answers(self._conversations(clips))

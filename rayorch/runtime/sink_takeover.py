@@ -1,6 +1,6 @@
 """A new run taking a file sink's directory over: what a job's ``--resume`` does to its sink.
 
-A job's ``--resume`` (:mod:`rayorch.pipelines.job_output`) is a new run, so the earlier
+A job's ``--resume`` (:mod:`rayorch.pipelines.job.output`) is a new run, so the earlier
 run's failed sources run again: :func:`prune_parts` keeps the records the job accepts,
 :func:`take_over` makes the new run the directory's owner with those parts listed as
 ``kept`` (delivered by an earlier run: ``rayorch audit`` of the new run counts them), and

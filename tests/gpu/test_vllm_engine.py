@@ -37,7 +37,7 @@ def _words(text: str) -> set[str]:
 
 def test_vllm_engine_transcribes_rendered_pages_in_order() -> None:
     model = _model_or_skip()
-    from rayorch.pipelines.ocr import get_engine
+    from rayorch.pipelines.document.ocr import get_engine
     from rayorch.pipelines.pdf import RenderPdf
 
     render = RenderPdf(needs_image=True, dpi=110)

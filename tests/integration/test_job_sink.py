@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rayorch.pipelines.job_cli import DOCUMENT_NAME, MARKER
+from rayorch.pipelines.job.cli import DOCUMENT_NAME, MARKER
 from rayorch.runtime.sinks import SINK_MANIFEST, read_outputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -29,9 +29,9 @@ from rayorch.core.facts import GrainRetried
 from rayorch.core.machine import item_result
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.core.reference import evaluate
-from rayorch.pipelines.job_cli import EXIT_FAILED
+from rayorch.pipelines.document.render import TEXT_FLAGS
+from rayorch.pipelines.job.cli import EXIT_FAILED
 from rayorch.pipelines.pdf import (
-    TEXT_FLAGS,
     OcrPage,
     PdfPipeline,
     RenderPages,

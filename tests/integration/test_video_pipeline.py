@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rayorch.cli import main as cli_main
-from rayorch.pipelines.job_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from rayorch.pipelines.job.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from rayorch.pipelines.sources import failure_kind
 from rayorch.runtime.sinks import read_outputs
 

@@ -28,7 +28,7 @@ class Answer:
     """An async module: each batch's chunks become requests of the shared engine."""
 
     def __init__(self, model: str) -> None:
-        from rayorch.pipelines.ocr import ContinuousChat, VllmChat
+        from rayorch.pipelines.document.ocr import ContinuousChat, VllmChat
 
         self.chat = ContinuousChat(VllmChat(model, max_model_len=256))
 

@@ -17,7 +17,7 @@ import ray
 import rayorch as ro
 from rayorch import F
 from rayorch.actors.pool import PoolError
-from rayorch.pipelines.ocr import VllmChat
+from rayorch.pipelines.document.ocr import VllmChat
 from rayorch.pipelines.vllm_runtime import vllm_num_gpus
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(900)]

@@ -15,7 +15,7 @@ import pytest
 import rayorch
 from rayorch.cli import EXIT_BROKEN_PIPE
 from rayorch.cli import main as cli_main
-from rayorch.pipelines.job_cli import EXIT_USAGE, OutputDir
+from rayorch.pipelines.job.cli import EXIT_USAGE, OutputDir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,7 +100,7 @@ def test_a_missing_extra_is_named() -> None:
 
     memory_only = (
         "import sys\n"
-        "import rayorch, rayorch.cli, rayorch.driver, rayorch.pipelines.run_command\n"
+        "import rayorch, rayorch.cli, rayorch.driver, rayorch.pipelines.job.run_command\n"
         "import rayorch.pipelines.pdf, rayorch.replicas, rayorch.inspect.timeline\n"
         "from rayorch.store import open_store\n"
         "open_store('memory://x').close()\n"

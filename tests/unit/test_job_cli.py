@@ -16,7 +16,7 @@ import pytest
 
 import rayorch as ro
 from rayorch.cli import main as cli_main
-from rayorch.pipelines.job_cli import (
+from rayorch.pipelines.job.cli import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -26,8 +26,8 @@ from rayorch.pipelines.job_cli import (
     UsageError,
     plural,
 )
-from rayorch.pipelines.pdf_outputs import PDF_WRITER
-from rayorch.pipelines.video import VIDEO_WRITER
+from rayorch.pipelines.job.pdf_outputs import PDF_WRITER
+from rayorch.pipelines.job.video_outputs import VIDEO_WRITER
 from rayorch.runtime.sinks import read_outputs
 
 REPO = Path(__file__).resolve().parents[2]

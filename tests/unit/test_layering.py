@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import rayorch.core
@@ -98,9 +99,14 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+@functools.cache
+def rayorch_graph() -> dict[str, set[str]]:
+    """:func:`import_graph` of rayorch itself (parsed once for the tests here)."""
+    return import_graph(Path(rayorch.core.__file__).parent.parent.parent, "rayorch")
+
+
 def test_rayorch_has_no_import_circle() -> None:
-    root = Path(rayorch.core.__file__).parent.parent.parent
-    cycles = import_cycles(import_graph(root, "rayorch"))
+    cycles = import_cycles(rayorch_graph())
     assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
@@ -121,9 +127,60 @@ def test_the_circle_finder_sees_circles_through_packages_and_functions(tmp_path:
 def test_storage_sits_between_core_and_the_store() -> None:
     """``rayorch.storage`` imports only the core (and its client library); the store, the
     runtime and the jobs reach bytes through it, never the other way round."""
-    root = Path(rayorch.core.__file__).parent.parent.parent
-    graph = import_graph(root, "rayorch")
+    graph = rayorch_graph()
     upward = sorted(f"{module} imports {dep}" for module, deps in graph.items()
                     if module.startswith("rayorch.storage") for dep in deps
                     if not dep.startswith(("rayorch.core", "rayorch.storage")))
     assert not upward, upward
+
+
+JOB_SIDE = "rayorch.pipelines.job"
+PUBLIC_FACES = {"rayorch.pipelines", "rayorch.pipelines.pdf"}
+"""The package and the PDF job's public face: they may name both sides (``PDF_WRITER``)."""
+
+
+def _actor_side(graph: dict[str, set[str]]) -> list[str]:
+    """The pipeline modules that run inside actors: all of ``rayorch.pipelines`` but the job
+    side and the public faces."""
+    return sorted(m for m in graph if m.startswith("rayorch.pipelines.")
+                  and m not in PUBLIC_FACES and not m.startswith(JOB_SIDE))
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph[todo.pop()]:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_actor_side_pipeline_modules_never_reach_the_job_side() -> None:
+    """What runs inside actors (document/, the video modules, sources) never imports the
+    jobs' CLI, output or summary, directly, through another module or inside a function."""
+    graph = rayorch_graph()
+    actor_side = _actor_side(graph)
+    assert "rayorch.pipelines.document.render" in actor_side
+    assert "rayorch.pipelines.video" in actor_side
+    offenders = sorted(f"{module} reaches {dep}" for module in actor_side
+                       for dep in _reaches(graph, module) if dep.startswith(JOB_SIDE))
+    assert not offenders, offenders
+
+
+def test_importing_the_actor_side_loads_no_job_module() -> None:
+    """The same rule as loaded: a fresh interpreter imports every actor-side pipeline module
+    and finds no ``rayorch.pipelines.job`` module in ``sys.modules``."""
+    import subprocess
+    import sys
+
+    root = Path(rayorch.core.__file__).parent.parent.parent
+    actor_side = _actor_side(rayorch_graph())
+    script = ("import importlib, sys\n"
+              f"for name in {actor_side!r}:\n"
+              "    importlib.import_module(name)\n"
+              f"print(sorted(m for m in sys.modules if m.startswith({JOB_SIDE!r})))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True, cwd=root)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rayorch.core.errors import RayorchError
-from rayorch.pipelines.ocr import (
+from rayorch.pipelines.document.ocr import (
     DEFAULT_VLM_PROMPT,
     ENGINES,
     OcrBox,

@@ -10,13 +10,13 @@ import pytest
 
 import rayorch as ro
 from rayorch.core.plan import NodeKind
-from rayorch.pipelines.job_cli import JobSummary, OutputDir
-from rayorch.pipelines.ocr import OcrEngineError, Page
+from rayorch.pipelines.document.ocr import OcrEngineError, Page
+from rayorch.pipelines.document.page_ocr import PageText
+from rayorch.pipelines.job.cli import JobSummary, OutputDir
 from rayorch.pipelines.pdf import (
     PDF_WRITER,
     AssembleDocument,
     OcrPage,
-    PageText,
     PdfPipeline,
     RenderPdf,
     document_warnings,

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import rayorch as ro
-from rayorch.pipelines.pdf import MAX_PAGE_SIDE_PT, RenderPdf, failure_kind
+from rayorch.pipelines.document.render import MAX_PAGE_SIDE_PT
+from rayorch.pipelines.pdf import RenderPdf, failure_kind
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra
 

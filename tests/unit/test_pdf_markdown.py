@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from rayorch.pipelines.document.pdf_markdown import normalise_ligatures, text_layer_quality
 from rayorch.pipelines.pdf import AssembleDocument, RenderPdf
-from rayorch.pipelines.pdf_markdown import normalise_ligatures, text_layer_quality
 
 pymupdf: Any = pytest.importorskip("pymupdf")
 
@@ -141,8 +141,8 @@ def test_fast_line_reader_agrees_with_pymupdf_dict() -> None:
     Line boxes are MuPDF's (the dict recomputes them from font ascenders), so only their
     left and right edges are compared; the heights differ by a point or two.
     """
-    from rayorch.pipelines.pdf import TEXT_FLAGS
-    from rayorch.pipelines.pdf_markdown import page_lines, textpage_lines
+    from rayorch.pipelines.document.pdf_markdown import page_lines, textpage_lines
+    from rayorch.pipelines.document.render import TEXT_FLAGS
 
     pages = lines = same = fast = 0
     for path in sorted(EXAMPLES.glob("*.pdf")):

@@ -9,7 +9,8 @@ import msgpack
 import pytest
 
 import rayorch as ro
-from rayorch.pipelines.pdf import TEXT_FLAGS, RenderPdf, find_pdfs
+from rayorch.pipelines.document.render import TEXT_FLAGS
+from rayorch.pipelines.pdf import RenderPdf, find_pdfs
 from rayorch.testing import shared_share, text_words
 
 pymupdf: Any = pytest.importorskip("pymupdf")  # the [pdf] extra

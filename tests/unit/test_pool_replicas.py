@@ -73,8 +73,8 @@ def test_a_fixed_size_keeps_the_plan_fingerprint_it_had() -> None:
 @pytest.mark.parametrize(("text", "value"), [("4", 4), ("1-8", (1, 8)), ("auto", "auto")])
 def test_the_job_commands_take_replicas_as_a_number_a_range_or_auto(text: str, value: Any
                                                                      ) -> None:
+    from rayorch.pipelines.job.run_command import replicas_type
     from rayorch.pipelines.pdf import PdfPipeline
-    from rayorch.pipelines.run_command import replicas_type
 
     assert replicas_type(text) == value
     plan = PdfPipeline("text", replicas=value, render_replicas=value).compile()
@@ -86,7 +86,7 @@ def test_the_job_commands_take_replicas_as_a_number_a_range_or_auto(text: str, v
 def test_a_wrong_replicas_option_names_the_forms(text: str) -> None:
     import argparse
 
-    from rayorch.pipelines.run_command import replicas_type
+    from rayorch.pipelines.job.run_command import replicas_type
 
     with pytest.raises(argparse.ArgumentTypeError, match="range min-max"):
         replicas_type(text)

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from rayorch.pipelines import vllm_runtime
-from rayorch.pipelines.ocr import OcrEngineError, engine_memory_options, require_vllm_runtime
+from rayorch.pipelines.document.ocr import (
+    OcrEngineError,
+    engine_memory_options,
+    require_vllm_runtime,
+)
 from rayorch.pipelines.pdf import PdfPipeline
 from rayorch.pipelines.video import VideoPipeline
 from rayorch.pipelines.video_annotate import AnnotatorError

@@ -30,17 +30,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rayorch.pipelines.job_cli import (
-    VIDEO_JOB,
-    JobSummary,
-    OutputDir,
-    UsageError,
-    add_job_parser,
-    plural,
-    replicas_type,
-    require_positive,
-    run_job,
-)
+from rayorch.pipelines.job.cli import add_job_parser, replicas_type, require_positive, run_job
+from rayorch.pipelines.job.layouts import VIDEO_JOB
+from rayorch.pipelines.job.output import UsageError
 from rayorch.storage import is_url
 
 
@@ -76,22 +68,10 @@ def add_video_parser(jobs: Any) -> None:
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
 
 
-def outputs_text(out: OutputDir, summary: JobSummary) -> str:
-    """What a video run left in ``--output``, for the summary."""
-    clips = out.lines_written
-    written = [f"{out.path}/videos.jsonl (one line per video)",
-               f"{out.path}/clips.jsonl " + (f"({plural(clips, 'line')}, one per clip)" if clips
-                                             else "(empty: no clip was made)")]
-    folder = out.local_dir() / str(VIDEO_JOB.folder)
-    if folder.is_dir():
-        files = sum(1 for p in folder.rglob("*") if p.is_file())
-        written.append(f"{folder}/ ({plural(files, 'clip file')})")
-    return ", ".join(written)
-
-
 def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
-    from rayorch.pipelines.video import VIDEO_WRITER, VideoPipeline, find_videos
+    from rayorch.pipelines.job.video_outputs import VIDEO_WRITER, outputs_text
+    from rayorch.pipelines.video import VideoPipeline, find_videos
 
     if is_url(args.input) or is_url(args.output):
         raise UsageError("rayorch run video reads and writes local paths only; the pdf job "

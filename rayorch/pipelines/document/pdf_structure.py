@@ -1,6 +1,6 @@
 """Page structures that span several text lines: the title, a table of contents, code.
 
-Each takes the lines of :func:`rayorch.pipelines.pdf_markdown.page_lines` (in MuPDF's
+Each takes the lines of :func:`rayorch.pipelines.document.pdf_markdown.page_lines` (in MuPDF's
 order) and says which of them it consumes:
 
 * :func:`title_lines`: page 1's largest-size lines, taken together (a title set on two or

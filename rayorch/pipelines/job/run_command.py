@@ -36,19 +36,14 @@ import argparse
 import os
 from typing import Any
 
-from rayorch.pipelines.job_cli import (
-    PDF_JOB,
-    UsageError,
-    add_job_parser,
-    replicas_type,
-    require_positive,
-    run_job,
-)
+from rayorch.pipelines.job.cli import add_job_parser, replicas_type, require_positive, run_job
+from rayorch.pipelines.job.layouts import PDF_JOB
+from rayorch.pipelines.job.output import UsageError
 
 
 def add_run_parser(sub: Any) -> None:
     """Register ``rayorch run`` and its jobs, ``rayorch run pdf`` and ``rayorch run video``."""
-    from rayorch.pipelines.video_command import add_video_parser
+    from rayorch.pipelines.job.video_command import add_video_parser
 
     parser = sub.add_parser(
         "run",
@@ -103,8 +98,8 @@ def _pipeline(args: argparse.Namespace) -> Any:
 
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
+    from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, outputs_text
     from rayorch.pipelines.pdf import list_pdfs
-    from rayorch.pipelines.pdf_outputs import PDF_WRITER, outputs_text
 
     sizes = dict(list_pdfs(args.input))
     sources = sorted(sizes)

@@ -22,20 +22,20 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult, Outcome
+from rayorch.pipelines.job.layouts import JobLayout, job_layout
+from rayorch.pipelines.job.summary import JobSummary
+from rayorch.pipelines.sources import slug
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 from rayorch.storage import Storage, StorageError, check_key, open_storage
-
-if TYPE_CHECKING:
-    from rayorch.pipelines.job_cli import JobSummary
 
 MARKER = ".rayorch-output.json"
 DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
@@ -47,38 +47,6 @@ LINES_KEY = "lines"
 class UsageError(RayorchError):
     """A command line that cannot run as given (exit code 2); the message says what to do."""
 
-
-@dataclass(frozen=True)
-class JobLayout:
-    """What one job writes into ``--output``, and the words its messages use."""
-
-    job: str
-    """The job's name (``rayorch run <job>``), recorded in the marker."""
-    unit: str
-    """What one source is: ``"document"``, ``"video"``."""
-    part: str
-    """What a source is made of: ``"page"``, ``"clip"``."""
-    rows: str
-    """One row per source: ``{"id", "source", "status", "cause", ...}``."""
-    row_defaults: dict[str, Any] = field(default_factory=dict)
-    """Fields every row carries (a failed source keeps these values)."""
-    file_field: str | None = None
-    """The row field naming the source's own file (``NNNNN-slug.ext``), if it has one."""
-    lines: str | None = None
-    """A shared JSONL file of per-source lines, in source order."""
-    line_count: str = "parts"
-    """The row field that counts the source's lines."""
-    folder: str | None = None
-    """A folder of files named by the lines' ``"file"`` field (relative to ``--output``)."""
-
-
-
-PDF_JOB = JobLayout("pdf", unit="document", part="page", rows="documents.jsonl",
-                    row_defaults={"pages": 0, "markdown": None}, file_field="markdown")
-VIDEO_JOB = JobLayout("video", unit="video", part="clip", rows="videos.jsonl",
-                      row_defaults={"clips": 0, "duration_s": None}, lines="clips.jsonl",
-                      line_count="clips", folder="clips")
-JOBS = {layout.job: layout for layout in (PDF_JOB, VIDEO_JOB)}
 
 @dataclass(frozen=True)
 class JobWriter:
@@ -100,21 +68,6 @@ class JobWriter:
         else:
             source = sources[index] if 0 <= index < len(sources) else None
             summary.add_failed(str(source), failure_cause(value))
-
-
-def job_layout(job: JobLayout | str) -> JobLayout:
-    """The layout of ``job`` (a layout, or the name of a shipped job)."""
-    if isinstance(job, JobLayout):
-        return job
-    try:
-        return JOBS[job]
-    except KeyError:
-        raise RayorchError(f"unknown job {job!r}: choose one of {', '.join(JOBS)}") from None
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of ``text`` (at most 80 characters)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:80] or "document"
 
 
 def failure_cause(value: Any) -> str:
@@ -408,5 +361,5 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
         folder.rmdir()
 
 
-__all__ = ["DOCUMENT_NAME", "JOBS", "LINES_KEY", "MARKER", "PDF_JOB", "VIDEO_JOB", "JobLayout",
-           "JobWriter", "OutputDir", "UsageError", "failure_cause", "job_layout", "slug"]
+__all__ = ["DOCUMENT_NAME", "LINES_KEY", "MARKER", "JobWriter", "OutputDir", "UsageError",
+           "failure_cause"]

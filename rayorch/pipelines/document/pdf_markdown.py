@@ -12,8 +12,8 @@ One pass over each page's blocks, lines and spans gives:
 * running page numbers and margin line numbers dropped (a line that is only a number,
   or ``Page N``/``N of M``/a roman numeral, in the top, bottom or side margin);
 * a table of contents as a nested list, monospaced runs as fenced code
-  (:mod:`rayorch.pipelines.pdf_structure`);
-* optionally, ruled tables as pipe tables (:mod:`rayorch.pipelines.pdf_tables`).
+  (:mod:`rayorch.pipelines.document.pdf_structure`);
+* optionally, ruled tables as pipe tables (:mod:`rayorch.pipelines.document.pdf_tables`).
 
 Everything else keeps PyMuPDF's text and line breaks, so the words are the ones
 ``page.get_text()`` gives. Why no library: docs/ARCHITECTURE.md, "PDF to Markdown".
@@ -35,8 +35,8 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rayorch.pipelines.pdf_structure import code_runs, toc_entries
-from rayorch.pipelines.pdf_tables import Table
+from rayorch.pipelines.document.pdf_structure import code_runs, toc_entries
+from rayorch.pipelines.document.pdf_tables import Table
 
 _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
                             "\ufb04": "ffl", "\ufb05": "ft", "\ufb06": "st"})
@@ -407,7 +407,7 @@ def page_markdown(lines: list[Line], width: float, height: float, scale: FontSca
 
     ``words`` are the document's (:class:`DocumentWords`; this page's when not given), for
     joining hyphenated words. A table of contents becomes a list, monospaced runs fenced
-    code (:mod:`rayorch.pipelines.pdf_structure`).
+    code (:mod:`rayorch.pipelines.document.pdf_structure`).
     """
     last = len(lines) - 1
     kept = [line for i, line in enumerate(lines) if len(line.text) > _MAX_NUMBER_CHARS

@@ -1,7 +1,7 @@
 """What ``rayorch run pdf`` writes: one ``.md`` per document, ``documents.jsonl``, a summary.
 
 The rules for the output directory, the run's file sink, the summary and the exit code
-are the job commands' (:mod:`rayorch.pipelines.job_cli`); :data:`PDF_WRITER` fills them
+are the job commands' (:mod:`rayorch.pipelines.job.cli`); :data:`PDF_WRITER` fills them
 for PDFs: a document's ``.md`` is written just before its record (its ``documents.jsonl``
 row) goes to a part file.
 """
@@ -11,7 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rayorch.pipelines.job_cli import JobSummary, JobWriter, OutputDir, plural, summary_dict
+from rayorch.core.words import plural
+from rayorch.pipelines.job.cli import summary_dict
+from rayorch.pipelines.job.output import JobWriter, OutputDir
+from rayorch.pipelines.job.summary import JobSummary
 
 
 def _page_list(numbers: list[int]) -> str:

@@ -2,7 +2,8 @@
 
 :class:`OcrPage` runs one batch at a time; :class:`AsyncOcrPage` serves a module with
 several batches in flight (``max_inflight``), which share one engine (vLLM). The engines
-themselves are :mod:`rayorch.pipelines.ocr`; the job wiring is :mod:`rayorch.pipelines.pdf`.
+themselves are :mod:`rayorch.pipelines.document.ocr`; the job wiring is
+:mod:`rayorch.pipelines.pdf`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from rayorch import RecordFailure
-from rayorch.pipelines.ocr import (
+from rayorch.pipelines.document.ocr import (
     OcrEngine,
     OcrEngineError,
     Page,
     engine_needs_image,
     get_engine,
 )
-from rayorch.pipelines.pdf_markdown import normalise_ligatures
+from rayorch.pipelines.document.pdf_markdown import normalise_ligatures
 
 PageText = dict[str, Any]
 """``{"page": n, "text": str, "engine": name}``: one page's recognized text."""
@@ -26,8 +27,8 @@ PageText = dict[str, Any]
 class OcrPage:
     """One OCR engine per actor (chosen by name), batched over pages of many documents.
 
-    ``engine`` is a name for :func:`~rayorch.pipelines.ocr.get_engine` (built with
-    ``engine_options``) or an already built :class:`~rayorch.pipelines.ocr.OcrEngine`.
+    ``engine`` is a name for :func:`~rayorch.pipelines.document.ocr.get_engine` (built with
+    ``engine_options``) or an already built :class:`~rayorch.pipelines.document.ocr.OcrEngine`.
     Returns per page a :data:`PageText`, or a ``RecordFailure`` for a page the engine
     cannot read (e.g. no image for an engine that needs one). ``lazy`` builds a named
     engine at its first page (``--ocr auto``: most corpora never need it).

@@ -1,0 +1,146 @@
+"""A job run's summary: counts of sources and parts, failures, warnings, rate; its text.
+
+The counts grow as results are delivered (the job's writer counts each one); the text is
+what ``rayorch run <job>`` prints when the run ends, the exit code follows from it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rayorch.core.words import plural
+from rayorch.pipelines.job.layouts import JobLayout, job_layout
+from rayorch.pipelines.sources import failure_kind
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MAX_NAMED_FAILURES = 10
+
+
+@dataclass
+class JobSummary:
+    """Counts of a job run (sources and their parts), its failures and warnings, its clock.
+
+    ``job`` is a :class:`JobLayout` or a shipped job's name; its words (``document``/
+    ``page``, ``video``/``clip``) and rows file name are the ones the summary uses.
+    """
+
+    job: JobLayout | str
+    total: int
+    done: int = 0
+    """Sources this run finished, ok or failed (``kept`` ones not included)."""
+    succeeded: int = 0
+    parts: int = 0
+    kept: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    """``(source, cause)`` of each failed source, in the words of its row."""
+    warnings: list[str] = field(default_factory=list)
+    engines: Counter[str] = field(default_factory=Counter)
+    run_started: float | None = None
+    """``time.monotonic()`` when the run began (its actors may still be starting)."""
+    run_ended: float | None = None
+    actors_up: Callable[[], float | None] = field(default=lambda: None, repr=False)
+    """When the run's actors were all up (``None`` while some start): :meth:`rate` counts
+    from then on, when that is later than ``run_started``."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    layout: JobLayout = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layout = job_layout(self.job)
+
+    def add_ok(self, parts: int) -> None:
+        with self.lock:
+            self.done += 1
+            self.succeeded += 1
+            self.parts += parts
+
+    def add_failed(self, source: str, cause: str) -> None:
+        with self.lock:
+            self.done += 1
+            self.failures.append((source, cause))
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    def exit_code(self, *, allow_failures: bool = False) -> int:
+        """0 when every source succeeded (or ``allow_failures``), else 1."""
+        return EXIT_OK if not self.failures or allow_failures else EXIT_FAILED
+
+    def failure_kinds(self) -> dict[str, int]:
+        return dict(sorted(Counter(failure_kind(c) for _, c in self.failures).items()))
+
+    def rate(self) -> float | None:
+        """Parts per second after start-up: parts so far over the time since every actor
+        was up (the run's start when that was earlier) until now or the run's end. The
+        progress lines and the summary both say this figure."""
+        now = self.run_ended or time.monotonic()
+        start = self.run_started or now
+        up = self.actors_up()
+        if up is not None and start < up <= now:
+            start = up
+        return self.parts / (now - start) if now > start else None
+
+    def progress_line(self) -> str:
+        unit, part = self.layout.unit, self.layout.part
+        with self.lock:
+            rate = self.rate()
+            shown = "-" if rate is None else f"{rate:.1f}"
+            return (f"rayorch: {self.done + self.kept}/{self.total} {unit}s, "
+                    f"{plural(self.parts, part)}, {shown} {part}s/s after start-up, "
+                    f"{plural(self.failed, 'failure')}")
+
+    def failure_lines(self) -> list[str]:
+        lines = [f"  {source}: {cause}" for source, cause in self.failures[:MAX_NAMED_FAILURES]]
+        more = len(self.failures) - MAX_NAMED_FAILURES
+        if more > 0:
+            lines.append(f"  ... and {more} more (see {self.layout.rows})")
+        return lines
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 600 else f"{seconds / 60:.1f} min"
+
+
+def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> str:
+    """The summary a job prints: counts, rate, start-up, failed files, warnings, outputs."""
+    unit, part = summary.layout.unit, summary.layout.part
+    done = result[f"{unit}s"]
+    if result["run_id"] is None:
+        return (f"nothing to run: all {plural(done, unit)} were done by the earlier run\n"
+                f"output: {outputs}")
+    head = (f"run {result['run_id']} done: {plural(done, unit)} "
+            f"({result['succeeded']} ok, {result['failed']} failed")
+    head += f", {result['kept']} kept from the earlier run)" if result["kept"] else ")"
+    engines = ", ".join(f"{n} {e}" for e, n in result[f"{part}_engines"].items())
+    rate = result[f"{part}s_per_s"]
+    lines = [
+        head,
+        f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} after "
+        f"start-up = {'-' if rate is None else f'{rate:.1f}'} {part}s/s "
+        f"({result['engine_option']} {result['engine']}"
+        + (f"; {part}s by engine: {engines})" if engines else ")"),
+        f"start-up {format_seconds(result['startup_s'])} (Ray "
+        f"{format_seconds(result['ray_start_s'])}, pools "
+        f"{format_seconds(result['pools_start_s'])}); wall {format_seconds(result['wall_s'])}",
+    ]
+    if summary.failures:
+        lines.append(f"failed ({plural(summary.failed, unit)}):")
+        lines.extend(summary.failure_lines())
+    else:
+        lines.append("failures: none")
+    if summary.warnings:
+        lines.append(f"warnings ({len(summary.warnings)}):")
+        lines.extend(f"  {w}" for w in summary.warnings[:MAX_NAMED_FAILURES])
+        if len(summary.warnings) > MAX_NAMED_FAILURES:
+            lines.append(f"  ... and {len(summary.warnings) - MAX_NAMED_FAILURES} more")
+    lines.append(f"output: {outputs}")
+    return "\n".join(lines)
+
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_NAMED_FAILURES", "JobSummary",
+           "format_seconds", "summary_text"]

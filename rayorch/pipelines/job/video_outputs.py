@@ -1,0 +1,60 @@
+"""What ``rayorch run video`` writes: ``videos.jsonl``, ``clips.jsonl``, the clip files.
+
+The rules for the output directory, the run's file sink, the summary and the exit code
+are the job commands' (:mod:`rayorch.pipelines.job.cli`); :data:`VIDEO_WRITER` fills them
+for videos.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rayorch.core.words import plural
+from rayorch.pipelines.job.layouts import VIDEO_JOB
+from rayorch.pipelines.job.output import LINES_KEY, JobWriter, OutputDir
+from rayorch.pipelines.job.summary import JobSummary
+
+
+def _finished(value: Any) -> bool:
+    return isinstance(value, dict) and "clips" in value
+
+
+def _write_clips(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
+    """A video's row and its clip lines (a clip file under ``--output`` named relative to it)."""
+    root = out.local_dir().resolve()
+    lines = []
+    for clip in value["clips"]:
+        line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}
+        if "file" in line and Path(line["file"]).is_relative_to(root):
+            line["file"] = str(Path(line["file"]).relative_to(root))
+        lines.append(line)
+    return {"source": value["path"], "clips": len(lines), "duration_s": value["duration_s"],
+            "fps": value["fps"], "width": value["width"], "height": value["height"],
+            "cuts": value["cuts"], LINES_KEY: lines}
+
+
+def _count_clips(summary: JobSummary, value: dict[str, Any]) -> None:
+    summary.add_ok(len(value["clips"]))
+
+
+VIDEO_WRITER = JobWriter(_finished, _write_clips, _count_clips)
+"""A video's ``videos.jsonl`` row and its ``clips.jsonl`` lines (one per clip, in time
+order; the clip files ``--write-clips`` copies are made by ``ProbeVideo``). Results are
+``AssembleVideo`` dicts, else failed videos."""
+
+
+def outputs_text(out: OutputDir, summary: JobSummary) -> str:
+    """What a video run left in ``--output``, for the summary."""
+    clips = out.lines_written
+    written = [f"{out.path}/videos.jsonl (one line per video)",
+               f"{out.path}/clips.jsonl " + (f"({plural(clips, 'line')}, one per clip)" if clips
+                                             else "(empty: no clip was made)")]
+    folder = out.local_dir() / str(VIDEO_JOB.folder)
+    if folder.is_dir():
+        files = sum(1 for p in folder.rglob("*") if p.is_file())
+        written.append(f"{folder}/ ({plural(files, 'clip file')})")
+    return ", ".join(written)
+
+
+__all__ = ["VIDEO_WRITER", "outputs_text"]
