@@ -148,3 +148,13 @@ def test_a_page_item_that_cannot_be_read_says_why(page: object, why: str) -> Non
     problem = page_problem(page)
     assert problem is not None and why in problem
     assert page_problem(_page()) is None
+
+
+def test_words_the_model_missed_become_a_text_region_of_their_own() -> None:
+    page = _page()
+    image = Image.open(io.BytesIO(page["png"]))  # type: ignore[arg-type]
+    regions = page_regions(page, [("title", 0.9, (0.1, 0.1, 0.9, 0.2))], image)
+    assert [(r["kind"], [w[4] for w in r["words"]]) for r in regions] == [
+        ("title", ["Title"]), ("text", ["Body"])]
+    assert regions[1]["score"] == 0.0
+    assert regions[1]["bbox"] == [0.12, 0.55, 0.4, 0.6]  # the word's own box, in page fractions

@@ -163,9 +163,7 @@ def words_inside(words: Sequence[Sequence[Any]], box_pt: Box) -> list[list[Any]]
     >>> words_inside([[10, 10, 20, 20, "in"], [50, 50, 60, 60, "out"]], (0, 0, 30, 30))
     [[10, 10, 20, 20, 'in']]
     """
-    x0, y0, x1, y1 = box_pt
-    return [list(w) for w in words
-            if x0 <= (w[0] + w[2]) / 2 <= x1 and y0 <= (w[1] + w[3]) / 2 <= y1]
+    return [list(w) for w in _inside(words, box_pt)]
 
 
 def clamp_box(box: Sequence[float]) -> Box:
@@ -251,14 +249,55 @@ class CdlaLayoutModel:
         return found
 
 
+def uncovered_words(words: Sequence[Sequence[Any]], boxes_pt: Sequence[Box]
+                    ) -> list[Box]:
+    """Boxes (PDF points) around the clusters of words no box holds: text the layout model
+    missed. Words join a cluster when they lie within a line height of each other.
+
+    >>> uncovered_words([[0, 0, 10, 10, "a"], [12, 0, 20, 10, "b"], [0, 90, 9, 99, "c"]], [])
+    [(0, 0, 20, 10), (0, 90, 9, 99)]
+    """
+    held = {id(w) for box in boxes_pt for w in _inside(words, box)}
+    left = [w for w in words if id(w) not in held]
+    clusters: list[list[float]] = []
+    for x0, y0, x1, y1 in sorted((w[0], w[1], w[2], w[3]) for w in left[:MAX_UNCOVERED]):
+        reach = max(y1 - y0, 1.0)
+        for cluster in clusters:
+            if (x0 - reach <= cluster[2] and cluster[0] <= x1 + reach
+                    and y0 - reach <= cluster[3] and cluster[1] <= y1 + reach):
+                cluster[:] = [min(cluster[0], x0), min(cluster[1], y0),
+                              max(cluster[2], x1), max(cluster[3], y1)]
+                break
+        else:
+            clusters.append([x0, y0, x1, y1])
+    return [(c[0], c[1], c[2], c[3]) for c in clusters]
+
+
+MAX_UNCOVERED = 5000
+"""At most this many uncovered words are clustered (a page of them is one odd page)."""
+
+
+def _inside(words: Sequence[Sequence[Any]], box_pt: Box) -> list[Sequence[Any]]:
+    x0, y0, x1, y1 = box_pt
+    return [w for w in words if x0 <= (w[0] + w[2]) / 2 <= x1 and y0 <= (w[1] + w[3]) / 2 <= y1]
+
+
 def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: Any
                  ) -> list[dict[str, Any]]:
     """One page's region items from its detections: merged, ordered, cropped, with words.
 
-    The text-layer words go with the regions only when the page's layer is ``usable``."""
-    kept = merge_detections(detections) or [("text", 0.0, (0.0, 0.0, 1.0, 1.0))]
+    The text-layer words go with the regions only when the page's layer is ``usable``; words
+    no region holds become ``text`` regions of their own (score 0), so no text is lost."""
     width_pt, height_pt = float(page["width_pt"]), float(page["height_pt"])
     words = (page.get("words") or []) if page.get("layer") == "usable" else []
+    kept = merge_detections(detections)
+    if kept and words:
+        boxes_pt = [(b[0] * width_pt, b[1] * height_pt, b[2] * width_pt, b[3] * height_pt)
+                    for _, _, b in kept]
+        kept += [("text", 0.0, clamp_box((x0 / width_pt, y0 / height_pt, x1 / width_pt,
+                                          y1 / height_pt)))
+                 for x0, y0, x1, y1 in uncovered_words(words, boxes_pt)]
+    kept = kept or [("text", 0.0, (0.0, 0.0, 1.0, 1.0))]
     regions = []
     for order, k in enumerate(reading_order([box for _, _, box in kept])):
         kind, score, box = kept[k]
