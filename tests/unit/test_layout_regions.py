@@ -158,3 +158,19 @@ def test_words_the_model_missed_become_a_text_region_of_their_own() -> None:
         ("title", ["Title"]), ("text", ["Body"])]
     assert regions[1]["score"] == 0.0
     assert regions[1]["bbox"] == [0.12, 0.55, 0.4, 0.6]  # the word's own box, in page fractions
+
+
+def test_a_ruled_grid_the_model_calls_an_equation_is_a_table() -> None:
+    from PIL import ImageDraw
+
+    image = Image.new("L", (400, 400), 255)
+    draw = ImageDraw.Draw(image)
+    for r in range(6):  # a 5 x 3 ruled grid at (50..230, 100..220)
+        draw.line((50, 100 + r * 24, 230, 100 + r * 24), fill=0)
+    for c in range(4):
+        draw.line((50 + c * 60, 100, 50 + c * 60, 220), fill=0)
+    draw.text((60, 300), "x = y + 1", fill=0)
+    page = {**_page(), "png": b"", "words": []}
+    regions = page_regions(page, [("equation", 0.8, (0.1, 0.24, 0.6, 0.56)),
+                                  ("equation", 0.8, (0.1, 0.72, 0.4, 0.8))], image)
+    assert [r["kind"] for r in regions] == ["table", "equation"]

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from rayorch.pipelines.document.recognise import (
+np = pytest.importorskip("numpy")
+pytest.importorskip("cv2")
+from PIL import Image, ImageDraw  # noqa: E402
+
+from rayorch.pipelines.document.recognise import (  # noqa: E402
     crop_transform,
     region_problem,
     usable_words_text,
 )
-from rayorch.pipelines.document.table_structure import (
+from rayorch.pipelines.document.table_structure import (  # noqa: E402
     TableStructureError,
     assign_texts,
     parse_structure,
+    ruled_grid,
     spans,
     table_content,
 )
@@ -112,3 +117,59 @@ def test_a_region_item_that_cannot_be_read_says_why() -> None:
     assert region_problem(good) is None
     assert "lacks crop" in str(region_problem({k: v for k, v in good.items() if k != "crop"}))
     assert "unknown region kind 'poem'" in str(region_problem({**good, "kind": "poem"}))
+
+
+def _grid_image(rows: int = 5, cols: int = 3, *, merged_row: int | None = None,
+                text_above: bool = False) -> np.ndarray:
+    """A drawn ruled table: ``rows`` x ``cols`` cells of 60 x 24 px, one pixel rules; the
+    vertical rules skip ``merged_row`` (one cell across it)."""
+    top = 30 if text_above else 5
+    image = Image.new("L", (cols * 60 + 10, top + rows * 24 + 5), 255)
+    draw = ImageDraw.Draw(image)
+    if text_above:
+        draw.rectangle((5, 8, 150, 16), fill=0)  # a line of a paragraph above the table
+    for r in range(rows + 1):
+        draw.line((5, top + r * 24, 5 + cols * 60, top + r * 24), fill=0)
+    for c in range(cols + 1):
+        for r in range(rows):
+            if merged_row == r and 0 < c < cols:
+                continue
+            draw.line((5 + c * 60, top + r * 24, 5 + c * 60, top + (r + 1) * 24), fill=0)
+    return np.asarray(image)
+
+
+def test_a_ruled_grid_is_read_from_its_rules() -> None:
+    got = ruled_grid(_grid_image())
+    assert got is not None
+    rows, boxes = got
+    assert rows == [[(1, 1)] * 3] * 5
+    assert len(boxes) == 15
+    left, top, right, bottom = boxes[4]  # row 1, column 1
+    assert 60 <= left <= 70 and 120 <= right <= 130 and 24 <= top <= 34 and 48 <= bottom <= 58
+
+
+def test_a_row_no_inner_rule_crosses_is_one_cell_spanning_the_columns() -> None:
+    got = ruled_grid(_grid_image(merged_row=0))
+    assert got is not None and got[0][0] == [(3, 1)] and got[0][1] == [(1, 1)] * 3
+
+
+def test_text_inside_the_crop_above_the_table_is_no_row_of_it() -> None:
+    got = ruled_grid(_grid_image(text_above=True))
+    assert got is not None and len(got[0]) == 5
+
+
+@pytest.mark.parametrize("drawing", ["paragraph", "chart", "one rule"])
+def test_what_is_no_ruled_grid_is_said_so(drawing: str) -> None:
+    image = Image.new("L", (200, 130), 255)
+    draw = ImageDraw.Draw(image)
+    if drawing == "paragraph":
+        for y in range(10, 120, 14):
+            draw.rectangle((5, y, 190, y + 7), fill=0)  # lines of text, as ink
+    elif drawing == "chart":
+        draw.line((10, 120, 190, 120), fill=0, width=2)
+        draw.line((10, 5, 10, 120), fill=0, width=2)
+        for k in range(6):
+            draw.rectangle((20 + k * 28, 120 - 15 * (k + 1), 40 + k * 28, 120), fill=80)
+    else:
+        draw.line((5, 60, 195, 60), fill=0)
+    assert ruled_grid(np.asarray(image)) is None

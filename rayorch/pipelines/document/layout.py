@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rayorch import RayorchError, RecordFailure
+from rayorch.pipelines.document.table_structure import ruled_grid
 
 Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin: fractions of the page (0..1) unless said otherwise."""
@@ -44,6 +45,10 @@ CDLA_KINDS: dict[str, str] = {
 """The CDLA model's labels and the region kind of each (today the same names)."""
 CONTAINED = 0.8
 """A box this much inside another one covers the same content (see :func:`merge_detections`)."""
+RULED_TABLE_SUSPECTS = frozenset({"equation"})
+"""Kinds the CDLA model gives small ruled tables of numbers; a region of one of these kinds
+whose crop is a grid of rules (:func:`~rayorch.pipelines.document.table_structure.ruled_grid`)
+is a table."""
 GUTTER = 0.003
 """Each box is narrowed by this fraction of the page on each side before looking for the gaps
 between columns and bands, so boxes a model drew a hair too wide still leave their gap."""
@@ -188,14 +193,19 @@ def open_png(png: Any) -> Any:
     return image
 
 
-def crop_png(image: Any, box: Box) -> bytes:
-    """The part of ``image`` (PIL) inside ``box`` (fractions), as PNG bytes (at least 1x1)."""
+def pixel_box(image: Any, box: Box) -> tuple[int, int, int, int]:
+    """``box`` (fractions) in pixels of ``image`` (PIL), at least one pixel each way."""
     width, height = image.size
     left, top = int(box[0] * width), int(box[1] * height)
     right = max(left + 1, min(width, round(box[2] * width)))
     bottom = max(top + 1, min(height, round(box[3] * height)))
+    return left, top, right, bottom
+
+
+def png_bytes(image: Any) -> bytes:
+    """A PIL image as PNG bytes."""
     out = io.BytesIO()
-    image.crop((left, top, right, bottom)).save(out, format="PNG")
+    image.save(out, format="PNG")
     return out.getvalue()
 
 
@@ -288,6 +298,8 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
 
     The text-layer words go with the regions only when the page's layer is ``usable``; words
     no region holds become ``text`` regions of their own (score 0), so no text is lost."""
+    import numpy
+
     width_pt, height_pt = float(page["width_pt"]), float(page["height_pt"])
     words = (page.get("words") or []) if page.get("layer") == "usable" else []
     kept = merge_detections(detections)
@@ -302,9 +314,12 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
     for order, k in enumerate(reading_order([box for _, _, box in kept])):
         kind, score, box = kept[k]
         box_pt = (box[0] * width_pt, box[1] * height_pt, box[2] * width_pt, box[3] * height_pt)
+        crop = image.crop(pixel_box(image, box))
+        if kind in RULED_TABLE_SUSPECTS and ruled_grid(numpy.asarray(crop.convert("L"))):
+            kind = "table"
         regions.append({
             "page": page["page"], "order": order, "kind": kind, "bbox": list(box),
-            "score": round(score, 4), "crop": crop_png(image, box),
+            "score": round(score, 4), "crop": png_bytes(crop),
             "words": words_inside(words, box_pt), "width_pt": width_pt, "height_pt": height_pt,
         })
     return regions

