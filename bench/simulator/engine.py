@@ -167,7 +167,7 @@ class VirtualPools(ModulePools):
         self._idle[call].appendleft(slot)
 
     def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
-               rows: tuple[tuple[Any, ...], ...]) -> int:
+               rows: tuple[tuple[Any, ...], ...], alone: bool = False) -> int:
         cid, module = call.id, self._modules[call.id]
         fn = self._functions.get((cid, slot))
         if fn is None:

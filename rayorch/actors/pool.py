@@ -80,6 +80,8 @@ class InFlightBatch:
     submitted: float
     started: float | None  # when it became one of the actor's oldest max_inflight batches
     kill_cause: str | None = None  # set when the driver killed its actor (timeout)
+    alone: bool = False  # a crash retry: the actor takes no other batch while it holds it
+    timed_out: bool = False  # its actor was killed because *it* ran past timeout_s
 
 
 @dataclass(slots=True)
@@ -108,6 +110,7 @@ class BatchOutcome:
     batch: InFlightBatch
     result: BatchResult | None
     physical_failure: str | None
+    crashed: bool = False  # its actor died under it (not its own timeout or ActorFailure)
 
 
 class ActorPool:
@@ -440,7 +443,7 @@ class ActorPool:
         best: ActorSlot | None = None
         for slot in self.slots:
             load = len(slot.queue) + slot.reserved
-            if load >= self.depth or not slot.ready or slot.draining:
+            if load >= self.depth or not slot.ready or slot.draining or _holds_alone(slot):
                 continue
             if best is None or load < len(best.queue) + best.reserved:
                 best = slot
@@ -452,6 +455,13 @@ class ActorPool:
         """Take back a promise made by :meth:`reserve` (no batch after all)."""
         slot.reserved -= 1
 
+    def idle(self, slot: ActorSlot) -> bool:
+        """Whether ``slot`` (reserved once) holds nothing else: no batch, no other promise.
+
+        Only this driver's batches are known: an actor shared with other drivers may run
+        theirs too (a crash retry is then not quite alone; core/crash_split.py bounds it)."""
+        return not slot.queue and slot.reserved <= 1
+
     def capacity(self) -> int:
         """How many more batches the pool accepts now."""
         return sum(self.depth - len(s.queue) - s.reserved for s in self.live_slots())
@@ -459,13 +469,14 @@ class ActorPool:
     def in_flight(self) -> int:
         return sum(len(slot.queue) for slot in self.slots)
 
-    def submit(self, slot: ActorSlot, task: BatchTask) -> InFlightBatch:
-        """Send ``task`` to ``slot``'s actor (reserved with :meth:`reserve`)."""
+    def submit(self, slot: ActorSlot, task: BatchTask, alone: bool = False) -> InFlightBatch:
+        """Send ``task`` to ``slot``'s actor (reserved with :meth:`reserve`); ``alone``: the
+        actor takes no other batch until this one is back."""
         slot.reserved = max(0, slot.reserved - 1)
         now = time.monotonic()
         ref = slot.handle.run_batch.remote(task)
         started = now if len(slot.queue) < self.inflight else None
-        batch = InFlightBatch(ref, task, slot, slot.incarnation, now, started)
+        batch = InFlightBatch(ref, task, slot, slot.incarnation, now, started, alone=alone)
         slot.queue.append(batch)
         return batch
 
@@ -498,7 +509,7 @@ class ActorPool:
                 for queued in slot.queue:
                     queued.kill_cause = queued.kill_cause or cause
                 self.replace(slot)
-            return BatchOutcome(batch, None, cause)
+            return BatchOutcome(batch, None, cause, crashed=not batch.timed_out)
         if result.physical_failure is not None:
             if current:
                 # The UDF said its actor is broken (ro.ActorFailure): replace it now, like a
@@ -529,7 +540,12 @@ class ActorPool:
         """Kill the actor running the overdue ``batch`` and start a fresh one."""
         timeout = self.module.options.timeout_s
         batch.kill_cause = f"batch of {self.module.name!r} ran past timeout_s={timeout}"
+        batch.timed_out = True
         self.replace(batch.slot)
+
+
+def _holds_alone(slot: ActorSlot) -> bool:
+    return any(batch.alone for batch in slot.queue)
 
 
 def _first_line(exc: BaseException) -> str:

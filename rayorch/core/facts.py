@@ -113,13 +113,22 @@ class BarrierInstalled(Fact):
 
 @dataclass(frozen=True, slots=True)
 class GrainRetried(Fact):
-    """A physical failure sent the Grain back to ready as attempt ``generation``."""
+    """A physical failure sent the Grain back to ready as attempt ``generation``.
+
+    ``limit`` is the largest batch the retry may share, ``charged`` whether the failure
+    counts against ``max_attempts`` and ``alone`` whether the retry needs an actor with
+    nothing else on it (a crash retry: core/crash_split.py). The defaults are what every
+    retry meant before crash splitting (one Grain per batch, charged, any actor).
+    """
 
     tag: ClassVar[str] = "grain_retried"
     call: CallId
     path: Path
     generation: int
     cause: str
+    limit: int = 1
+    charged: bool = True
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True)

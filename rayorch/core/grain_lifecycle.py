@@ -13,6 +13,7 @@ that is not logged again).
 from __future__ import annotations
 
 from rayorch.core.commit import commit_verdict
+from rayorch.core.crash_split import retry_decision, uncharged_budget
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
     REPORT_PRESENT,
@@ -214,15 +215,23 @@ class GrainLifecycle(ItemPropagation):
         generation = self._gen.get(grain, 0)
         info = self.tables.calls.get(fact.call)
         if info is not None and phase == IN_FLIGHT and fact.generation == generation + 1:
-            if fact.generation >= info.max_attempts:
+            uncharged = self._uncharged.get(grain, 0)
+            if fact.charged and generation - uncharged + 1 >= info.max_attempts:
                 raise self._reject(
                     f"GrainRetried {format_grain(grain)} to generation {fact.generation}, but "
                     f"max_attempts is {info.max_attempts}: write GrainFailed instead", grain)
+            if not fact.charged:
+                if uncharged >= uncharged_budget(info.batch_size):
+                    raise self._reject(
+                        f"GrainRetried {format_grain(grain)} to generation {fact.generation} "
+                        f"uncharged, but it had its {uncharged} uncharged crash retries: "
+                        "charge it", grain)
+                self._uncharged[grain] = uncharged + 1
             self._phase[grain] = READY
             self._gen[grain] = fact.generation
             self._in_flight -= 1
             self._ready[fact.call] += 1
-            self.queues[fact.call].push_recovery(grain, fact.generation)
+            self.queues[fact.call].push_recovery(grain, fact.generation, fact.limit, fact.alone)
             return
         if phase == BARRED:
             return  # a barrier already suppressed the grain: changes nothing
@@ -257,22 +266,32 @@ class GrainLifecycle(ItemPropagation):
 
 
     def physical_failure(
-        self, batch: list[tuple[GrainKey, int]], cause: str, ts: float = 0.0
+        self, batch: list[tuple[GrainKey, int]], cause: str, ts: float = 0.0, *,
+        crashed: bool = False, alone: bool = False,
     ) -> list[Fact]:
-        """Facts for a failed attempt: GrainRetried (gen + 1) or GrainFailed after max_attempts.
+        """Facts for a failed attempt: GrainRetried (gen + 1) or GrainFailed (core/crash_split).
 
-        Only Grains still in flight with that generation are affected (not barred, not sealed).
-        The caller writes and applies the returned facts.
+        ``crashed``: the actor died under the attempt; ``alone``: the attempt had its actor
+        to itself. Only Grains still in flight with that generation are affected (not
+        barred, not sealed). The caller writes and applies the returned facts.
         """
+        live = [(grain, generation) for grain, generation in batch
+                if self._phase.get(grain) == IN_FLIGHT
+                and self._gen.get(grain, 0) == generation]
         facts: list[Fact] = []
-        for grain, generation in batch:
-            if self._phase.get(grain) != IN_FLIGHT or self._gen.get(grain, 0) != generation:
-                continue
+        for grain, generation in live:
             call, path = grain
-            if generation + 1 >= self.tables.calls[call].max_attempts:
+            info = self.tables.calls[call]
+            uncharged = self._uncharged.get(grain, 0)
+            decision = retry_decision(
+                crashed=crashed, alone=alone, size=len(live), uncharged=uncharged,
+                charged=generation - uncharged, max_attempts=info.max_attempts,
+                batch_size=info.batch_size)
+            if decision.fail:
                 facts.append(GrainFailed(call, path, generation, cause, ts=ts))
             else:
-                facts.append(GrainRetried(call, path, generation + 1, cause, ts=ts))
+                facts.append(GrainRetried(call, path, generation + 1, cause, decision.limit,
+                                          decision.charged, decision.alone, ts=ts))
         return facts
 
     def in_flight_grains(self) -> list[tuple[GrainKey, int]]:

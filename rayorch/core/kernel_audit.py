@@ -25,6 +25,7 @@ def snapshot_kernel(kernel: ItemPropagation) -> dict[str, Any]:
         "items": dict(kernel._items),
         "phase": dict(kernel._phase),
         "gen": dict(kernel._gen),
+        "uncharged": dict(kernel._uncharged),
         "sealed_by": dict(kernel._sealed_by),
         "barriers": dict(kernel._barriers),
         "expansions": dict(kernel._expansions),

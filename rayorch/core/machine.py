@@ -70,11 +70,13 @@ class InputClosed(Event):
 
 @dataclass(frozen=True, slots=True)
 class SlotFree(Event):
-    """An actor of ``call``'s pool can take one batch of at most ``limit`` Grains."""
+    """An actor of ``call``'s pool can take one batch of at most ``limit`` Grains;
+    ``idle``: nothing else is on that actor (a crash retry waits for one)."""
 
     call: CallId
     limit: int
     ts: float = 0.0
+    idle: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +89,18 @@ class BatchCommitted(Event):
 
 @dataclass(frozen=True, slots=True)
 class BatchFailed(Event):
-    """A batch of ``call`` failed physically (crash, timeout, lost, rejected by the store)."""
+    """A batch of ``call`` failed physically (crash, timeout, lost, rejected by the store).
+
+    ``crashed``: its actor died under it (not its own timeout or ``ro.ActorFailure``);
+    ``alone``: it was sent as :class:`SendBatch` ``alone`` (core/crash_split.py).
+    """
 
     call: CallId
     tags: tuple[GrainTag, ...]
     cause: str
     ts: float = 0.0
+    crashed: bool = False
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +154,7 @@ class SendBatch(Instruction):
     call: CallId
     tags: tuple[GrainTag, ...]
     rows: tuple[tuple[Any, ...], ...]
+    alone: bool = False  # a crash retry: the actor runs nothing else while it holds it
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +246,11 @@ class ShardMachine:
     def ready_calls(self) -> list[CallId]:
         return self.kernel.ready_calls()
 
+    def needs_idle(self, call: CallId) -> bool:
+        """Whether ``call``'s next batch is a crash retry, which waits for an idle actor
+        (:class:`SlotFree` ``idle``): other work must not keep every actor busy."""
+        return self.kernel.queues[call].needs_idle()
+
     def load(self) -> MachineLoad:
         """Ready and suppressed Grains per Call, and Grains in flight; O(Calls)."""
         kernel = self.kernel
@@ -296,7 +310,7 @@ class ShardMachine:
         self._facts.extend(self.kernel.close_input())
 
     def _on_slot_free(self, event: SlotFree) -> None:
-        grains = self.kernel.take_batch(event.call, event.limit)
+        grains, alone = self.kernel.take_batch(event.call, event.limit, event.idle)
         if not grains:
             return
         tags: list[GrainTag] = []
@@ -309,7 +323,7 @@ class ShardMachine:
             tags.append((grain[1], generation))
             rows.append(values)
         self._flush_facts()  # the store must know the dispatches before a worker commits
-        self._outbox.append(SendBatch(event.call, tuple(tags), tuple(rows)))
+        self._outbox.append(SendBatch(event.call, tuple(tags), tuple(rows), alone))
 
     def _on_committed(self, event: BatchCommitted) -> None:
         unexplained: list[str] = []
@@ -335,7 +349,8 @@ class ShardMachine:
     def _on_failed(self, event: BatchFailed) -> None:
         grains: list[tuple[GrainKey, int]] = [((event.call, path), gen)
                                               for path, gen in event.tags]
-        for fact in self.kernel.physical_failure(grains, event.cause, ts=event.ts):
+        for fact in self.kernel.physical_failure(grains, event.cause, ts=event.ts,
+                                                 crashed=event.crashed, alone=event.alone):
             self._fold(fact)
 
     def _on_taken_over(self, event: TakenOver) -> None:

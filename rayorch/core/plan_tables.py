@@ -22,7 +22,8 @@ from rayorch.core.scheduler import CallQueue
 class CallInfo:
     """What the kernel needs of one Call, precomputed."""
 
-    __slots__ = ("domain", "id", "inputs", "max_attempts", "num_outputs", "outputs", "policy",
+    __slots__ = ("batch_size", "domain", "id", "inputs", "max_attempts", "num_outputs",
+                 "outputs", "policy",
                  "queue_push", "root", "single")
 
     def __init__(self, node: NodeSpec, options: ModuleOptions) -> None:
@@ -34,6 +35,7 @@ class CallInfo:
         self.single = len(set(node.inputs)) == 1
         self.num_outputs = len(node.outputs)
         self.max_attempts = options.max_attempts
+        self.batch_size = options.batch_size
         self.policy = options.policy
         self.root = node.domain == ROOT
         self.queue_push: Callable[[GrainKey], None] = lambda grain: None

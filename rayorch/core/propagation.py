@@ -16,6 +16,8 @@ Internal representation (kept flat for speed, see ``bench/kernel.py``):
   suppressed it). Waiting Grains and Grains decided without running (inputs Dropped,
   Failed or Suppressed, or suppressed before dispatch) have no phase entry.
 * ``_gen[grain]``: the generation, stored only when > 0.
+* ``_uncharged[grain]``: how many of its retries were not charged against ``max_attempts``
+  (crash splits, core/crash_split.py), stored only when > 0.
 * ``_expansions[(child_domain, parent_path)]``: child count, or DROPPED_X / FAILED_X.
 * ``_reduce_left[(node, parent)]``: a primitive node's countdown of the Items it still
   waits for under ``parent`` (a reduce's members; see ``KernelNode.countdown``).
@@ -66,6 +68,7 @@ class ItemPropagation:
         self._items: dict[tuple[int, Path], Any] = {}
         self._phase: dict[GrainKey, int] = {}
         self._gen: dict[GrainKey, int] = {}
+        self._uncharged: dict[GrainKey, int] = {}  # crash retries not charged (core/crash_split)
         self._sealed_by: dict[GrainKey, Fact] = {}
         self._barriers: dict[tuple[CallId, Path], str] = {}
         self._expansions: dict[tuple[str, Path], int] = {}
@@ -216,6 +219,7 @@ class ItemPropagation:
                 phase.pop(grain, None)
                 if gen:  # a retried Grain suppressed while ready keeps its generation only
                     gen.pop(grain, None)
+                    self._uncharged.pop(grain, None)
             for child in children[domain]:
                 expansions.pop((child, path), None)
                 if barriers:

@@ -202,13 +202,17 @@ class Kernel(GrainLifecycle):
             return room
         return max(0, min(room, self.max_active_sources - len(self._pending)))
 
-    def take_batch(self, call_id: CallId, limit: int) -> list[tuple[GrainKey, int]]:
-        """Pop up to ``limit`` ready Grains of ``call_id`` per its policy, with generations.
+    def take_batch(self, call_id: CallId, limit: int, idle: bool = True
+                   ) -> tuple[list[tuple[GrainKey, int]], bool]:
+        """Pop up to ``limit`` ready Grains of ``call_id`` per its policy, with generations;
+        and whether the batch must have its actor to itself (a crash retry, which is only
+        taken for an ``idle`` actor).
 
         The caller must then apply ``GrainDispatched`` for each (or drop this kernel).
         """
         gen = self._gen
-        return [(g, gen.get(g, 0)) for g in self.queues[call_id].take(limit)]
+        grains, alone = self.queues[call_id].take(limit, idle)
+        return [(g, gen.get(g, 0)) for g in grains], alone
 
     def fresh_ready(self, grain: GrainKey) -> bool:
         """``grain`` is ready and was never dispatched (generation 0): it may be reused."""

@@ -212,7 +212,7 @@ class LocalPools(ModulePools):
                     self._release(call, actor)
 
     def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
-               rows: tuple[tuple[Any, ...], ...]) -> int:
+               rows: tuple[tuple[Any, ...], ...], alone: bool = False) -> int:
         cid = call.id
         self._handles += 1
         stats = self.stats
@@ -288,9 +288,9 @@ class LocalPools(ModulePools):
         self._actors[call][actor] = None
         self._replaced += 1
 
-    def _failure(self, job: _Job, cause: str) -> Completion:
+    def _failure(self, job: _Job, cause: str, crashed: bool = False) -> Completion:
         self._release(job.call, job.actor)
-        return Completion(job.handle, job.call, job.tags, failure=cause)
+        return Completion(job.handle, job.call, job.tags, failure=cause, crashed=crashed)
 
     def _finish(self, job: _Job) -> Completion:
         if job.fault is not None:
@@ -301,7 +301,7 @@ class LocalPools(ModulePools):
                 self.bogus.extend(job.reports)  # the late reports of a timed-out batch
             cause = {"crash": CRASH_CAUSE, "injected": INJECTED_CAUSE}.get(job.fault,
                                                                            TIMEOUT_CAUSE)
-            return self._failure(job, cause)
+            return self._failure(job, cause, crashed=job.fault == "crash")
         if job.error is not None:
             return self._failure(job, job.error)
         self._release(job.call, job.actor)

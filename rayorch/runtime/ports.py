@@ -40,6 +40,7 @@ class Completion:
     verdicts: tuple[int, ...] | None = None  # None: the shell commits through the store
     failure: str | None = None  # set (and ``reports`` empty) when the batch failed physically
     busy_s: float | None = None  # how long the batch ran on its actor (None: not measured)
+    crashed: bool = False  # the actor died under the batch (not its own timeout/ActorFailure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +77,14 @@ class Pools(Protocol):
         """Give back a slot :meth:`reserve` handed out (no batch after all)."""
         ...
 
+    def idle(self, call: CallId, slot: Any) -> bool:
+        """Whether the reserved ``slot``'s actor holds nothing else (no batch, no promise)."""
+        ...
+
     def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
-               rows: tuple[tuple[Any, ...], ...]) -> int:
-        """Send one batch on ``slot``; the handle its :class:`Completion` will carry."""
+               rows: tuple[tuple[Any, ...], ...], alone: bool = False) -> int:
+        """Send one batch on ``slot``; the handle its :class:`Completion` will carry.
+        ``alone``: the actor takes no other batch until this one is back (a crash retry)."""
         ...
 
     def busy(self) -> bool:
@@ -126,6 +132,10 @@ class ModulePools:
 
     def one_parent(self, call: CallId) -> bool:
         return self._modules[call].options.policy is Policy.PARENT_BOUND
+
+    def idle(self, call: CallId, slot: Any) -> bool:
+        """An in-process actor's slot holds one batch at a time: a reserved one is idle."""
+        return True
 
 
 class Sink(Protocol):

@@ -54,11 +54,14 @@ class RayPools:
     def unreserve(self, call: CallId, slot: Any) -> None:
         self._pool_of[call].unreserve(slot)
 
+    def idle(self, call: CallId, slot: Any) -> bool:
+        return self._pool_of[call].idle(slot)
+
     def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
-               rows: tuple[tuple[Any, ...], ...]) -> int:
+               rows: tuple[tuple[Any, ...], ...], alone: bool = False) -> int:
         handle = next(self._handles)
         task = BatchTask(call, tags, rows, handle, self._run_id)
-        batch = self._pool_of[call.id].submit(slot, task)
+        batch = self._pool_of[call.id].submit(slot, task, alone)
         self._batches[batch.ref] = (handle, batch)
         return handle
 
@@ -86,7 +89,8 @@ class RayPools:
             result = outcome.result
             if outcome.physical_failure is not None or result is None:
                 out.append(Completion(handle, task.call.id, task.tags,
-                                      failure=outcome.physical_failure or "batch lost"))
+                                      failure=outcome.physical_failure or "batch lost",
+                                      crashed=outcome.crashed))
             else:
                 out.append(Completion(handle, task.call.id, task.tags, result.reports,
                                       result.verdicts, busy_s=busy_s))

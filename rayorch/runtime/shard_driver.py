@@ -114,7 +114,8 @@ class ShardDriver:
             self.stats.call(call)
         # Batches in flight: handle -> (Call, tags). What a shard has in flight is its
         # machine's (a take-over re-dispatches what none of these carries).
-        self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...]]] = {}
+        # handle -> (call, tags, sent alone)
+        self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...], bool]] = {}
         self._done: deque[Completion] = deque()  # collected from the pools, not yet settled
         self._held: tuple[int, OutputReady] | None = None  # handed to the caller, not acked
         # Outputs the caller has whose OutputEmitted is not known to be written (a store
@@ -229,7 +230,7 @@ class ShardDriver:
         self._close_input(st)
         for event in failed:
             self._perform(st, machine.handle(event))
-        live = frozenset((call, path, gen) for call, tags in self._batches.values()
+        live = frozenset((call, path, gen) for call, tags, _ in self._batches.values()
                          for path, gen in tags)
         self._perform(st, machine.handle(TakenOver(live, FAILOVER_CAUSE, self._now())))
         rerun = machine.rerun
@@ -339,7 +340,7 @@ class ShardDriver:
         self._rr += 1
         states = states[self._rr % len(states):] + states[: self._rr % len(states)]
         ready = {call for st in states for call in st.machine.ready_calls()}
-        planned: list[tuple[Any, CallSpec, list[tuple[ShardState, SendBatch]]]] = []
+        planned: list[tuple[Any, CallSpec, list[tuple[ShardState, SendBatch]], bool]] = []
         now = self._now()
         pools = self.pools
         for call in sorted(ready, key=self._call_rank.__getitem__):
@@ -349,18 +350,28 @@ class ShardDriver:
             while (slot := pools.reserve(call)) is not None:
                 parts: list[tuple[ShardState, SendBatch]] = []
                 room = limit
-                for st in states:
+                # A crash retry waits for an idle actor (core/crash_split.py): offer it the
+                # first idle slot, and let busy ones drain rather than fill them meanwhile.
+                waiting = [st for st in states if st.machine.needs_idle(call)]
+                idle = bool(waiting) and pools.idle(call, slot)
+                if waiting and not idle:
+                    pools.unreserve(call, slot)
+                    break
+                alone = False
+                for st in waiting + [st for st in states if st not in waiting]:
                     if room <= 0:
                         break
-                    for send in self._perform(st, st.machine.handle(SlotFree(call, room, now))):
+                    free = SlotFree(call, room, now, idle=idle and not parts)
+                    for send in self._perform(st, st.machine.handle(free)):
                         parts.append((st, send))
                         room -= len(send.tags)
-                    if parts and one_parent:
+                        alone = alone or send.alone
+                    if parts and (one_parent or alone):
                         break
                 if not parts:
                     pools.unreserve(call, slot)
                     break
-                planned.append((slot, spec, parts))
+                planned.append((slot, spec, parts, alone))
         if not planned:
             return
         self._moved = True
@@ -369,18 +380,18 @@ class ShardDriver:
         except BaseException:
             # Nothing was sent: give the slots back (a store outage rebuilds the shards,
             # so the Grains are dispatched again, or retried, from what the store holds).
-            for slot, spec, _ in planned:
+            for slot, spec, _, _ in planned:
                 pools.unreserve(spec.id, slot)
             raise
-        for slot, spec, parts in planned:
+        for slot, spec, parts, alone in planned:
             kept = [(st, send) for st, send in parts if self.shards.get(st.shard) is st]
             if not kept:
                 pools.unreserve(spec.id, slot)
                 continue
             tags = tuple(tag for _, send in kept for tag in send.tags)
             rows = tuple(row for _, send in kept for row in send.rows)
-            handle = pools.submit(slot, spec, tags, rows)
-            self._batches[handle] = (spec.id, tags)
+            handle = pools.submit(slot, spec, tags, rows, alone)
+            self._batches[handle] = (spec.id, tags, alone)
             self.stats.batches += 1
             self.counters.batches += 1
             self.stats.call(spec.id).in_flight += len(tags)
@@ -395,17 +406,18 @@ class ShardDriver:
             self._done.extend(self.pools.collect())
         while self._done:
             done = self._done.popleft()
-            if self._batches.pop(done.handle, None) is None:
+            sent = self._batches.pop(done.handle, None)
+            if sent is None:
                 continue  # not sent by this driver (a warm pool's earlier run)
-            self._settle(done)
+            self._settle(done, alone=sent[2])
 
-    def _settle(self, done: Completion) -> None:
+    def _settle(self, done: Completion, *, alone: bool = False) -> None:
         call = done.call
         if self.sizer is not None:
             self.sizer.observe(done)
         self.stats.call(call).in_flight -= len(done.tags)
         if done.failure is not None:
-            self._batch_failed(call, done.tags, done.failure)
+            self._batch_failed(call, done.tags, done.failure, crashed=done.crashed, alone=alone)
             return
         if done.verdicts is None:  # the worker did not commit (the memory store): here
             verdicts = [int(v) for v in self.store.commit(self.run_id, done.reports)]
@@ -430,7 +442,8 @@ class ShardDriver:
             st.folded(reports, codes)  # the store must still hold them when we next append
             self._perform(st, st.machine.handle(BatchCommitted(tuple(reports), tuple(codes))))
 
-    def _batch_failed(self, call: CallId, tags: Sequence[tuple[Path, int]], cause: str) -> None:
+    def _batch_failed(self, call: CallId, tags: Sequence[tuple[Path, int]], cause: str, *,
+                      crashed: bool = False, alone: bool = False) -> None:
         by_shard: dict[int, list[tuple[Path, int]]] = {}
         for path, gen in tags:
             by_shard.setdefault(self.info.shard_of(path[0]), []).append((path, gen))
@@ -439,7 +452,7 @@ class ShardDriver:
             st = self.shards.get(k)
             if st is None:
                 continue
-            event = BatchFailed(call, tuple(shard_tags), cause, now)
+            event = BatchFailed(call, tuple(shard_tags), cause, now, crashed, alone)
             with self._guard(k):
                 self._flush(st)
                 self._perform(st, st.machine.handle(event))
