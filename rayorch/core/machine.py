@@ -310,7 +310,7 @@ class ShardMachine:
         self._facts.extend(self.kernel.close_input())
 
     def _on_slot_free(self, event: SlotFree) -> None:
-        grains, alone = self.kernel.take_batch(event.call, event.limit, event.idle)
+        grains, alone = self.kernel.take_for(event.call, event.limit, event.idle)
         if not grains:
             return
         tags: list[GrainTag] = []

@@ -202,14 +202,17 @@ class Kernel(GrainLifecycle):
             return room
         return max(0, min(room, self.max_active_sources - len(self._pending)))
 
-    def take_batch(self, call_id: CallId, limit: int, idle: bool = True
-                   ) -> tuple[list[tuple[GrainKey, int]], bool]:
-        """Pop up to ``limit`` ready Grains of ``call_id`` per its policy, with generations;
-        and whether the batch must have its actor to itself (a crash retry, which is only
-        taken for an ``idle`` actor).
+    def take_batch(self, call_id: CallId, limit: int) -> list[tuple[GrainKey, int]]:
+        """Pop up to ``limit`` ready Grains of ``call_id`` per its policy, with generations.
 
         The caller must then apply ``GrainDispatched`` for each (or drop this kernel).
         """
+        return self.take_for(call_id, limit)[0]
+
+    def take_for(self, call_id: CallId, limit: int, idle: bool = True
+                 ) -> tuple[list[tuple[GrainKey, int]], bool]:
+        """:meth:`take_batch` for an actor that is ``idle`` or not; and whether the batch
+        must have its actor to itself (a crash retry, taken only for an idle actor)."""
         gen = self._gen
         grains, alone = self.queues[call_id].take(limit, idle)
         return [(g, gen.get(g, 0)) for g in grains], alone

@@ -65,8 +65,8 @@ class InlinePool(ActorPool):
 
 def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
                 feed: Any, sink: Any, mode: LeaseMode, driver_id: str,
-                sleep: Callable[[float], None] = lambda _: None, reuse: Any = None
-                ) -> ShardDriver:
+                sleep: Callable[[float], None] = lambda _: None, reuse: Any = None,
+                pool_class: type[InlinePool] = InlinePool) -> ShardDriver:
     """A driver of ``run_id`` whose batches finish when ``harness.wait`` says."""
     info = store.run_info(run_id)
     pools: dict[str, ActorPool] = {}
@@ -75,7 +75,7 @@ def make_driver(store: MemoryStore, plan: Plan, run_id: str, harness: Any, *,
         assert node.call is not None
         call_module[node.call.id] = node.call.module
         if node.call.module not in pools:
-            pools[node.call.module] = InlinePool(plan.module(node.call.module), None)
+            pools[node.call.module] = pool_class(plan.module(node.call.module), None)
     config = DriverConfig(mode, TTL, info.micro_batch, 4, progress=False, log=lambda _: None,
                           sleep=sleep)
     ports = RayPools(pools, call_module, run_id=run_id, log=config.log, wait=harness.wait)
