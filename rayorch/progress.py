@@ -23,7 +23,8 @@ class CallStats:
     done: int = 0
     failed: int = 0
     suppressed: int = 0
-    retried: int = 0
+    retried: int = 0  # attempts lost to physical failures (crashes, timeouts, ActorFailure)
+    uncharged: int = 0  # of those, retries not charged: a crash split (core/crash_split.py)
     rejected: int = 0
     first_done: float | None = None
     last_done: float | None = None

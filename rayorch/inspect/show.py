@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rayorch.core.facts import GrainReused, OutputEmitted, SourceAdmitted
+from rayorch.core.facts import GrainRetried, GrainReused, OutputEmitted, SourceAdmitted
 from rayorch.core.ids import CallId, DomainId, Path, format_grain, format_path
 from rayorch.core.run_view import GrainView, ShardView
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, REPORT_PRESENT
@@ -139,11 +139,19 @@ def _attempts(grain: GrainView) -> tuple[Attempt, ...]:
     return tuple(out)
 
 
+def _retry_terms(retry: GrainRetried) -> str:
+    """How a crash retry runs (core/crash_split.py); nothing for a plain retry."""
+    if not retry.alone:
+        return ""
+    charge = "" if retry.charged else ", not charged"
+    return f" (on an actor of its own, in a batch of at most {retry.limit}{charge})"
+
+
 def grain_story(grain: GrainView, barrier_cause: str | None) -> GrainStory:
     """A Grain's attempts and end; ``barrier_cause``: a GroupFailure barrier over it."""
     steps = sorted([(seq, f"dispatched as attempt {d.generation}") for seq, d in grain.dispatched]
-                   + [(seq, f"attempt {r.generation - 1} lost ({r.cause}), back to ready")
-                      for seq, r in grain.retried])
+                   + [(seq, f"attempt {r.generation - 1} lost ({r.cause}), back to ready"
+                      + _retry_terms(r)) for seq, r in grain.retried])
     ends = sorted([(seq, f"FAILED after {f.generation + 1} attempts: {f.cause}", FAILED,
                     f.cause) for seq, f in grain.failed]
                   + [(seq, f"committed attempt {c.generation}: present"

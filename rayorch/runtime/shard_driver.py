@@ -30,6 +30,7 @@ from typing import Any
 from rayorch.core.errors import NoProgressError, RayorchError
 from rayorch.core.facts import (
     GrainCommitted,
+    GrainRetried,
     OutputEmitted,
 )
 from rayorch.core.ids import CallId, Path
@@ -456,6 +457,7 @@ class ShardDriver:
             with self._guard(k):
                 self._flush(st)
                 self._perform(st, st.machine.handle(event))
+                uncharged = sum(isinstance(f, GrainRetried) and not f.charged for f in st.unsaved)
                 try:
                     self._flush(st)
                 except GrainSealedError as exc:
@@ -464,6 +466,7 @@ class ShardDriver:
                     continue
             stats = self.stats.call(call)
             stats.retried += len(shard_tags)
+            stats.uncharged += uncharged
 
     # == delivery ================================================================================
     def _deliver(self) -> Iterator[tuple[int, Any]]:

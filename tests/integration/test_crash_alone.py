@@ -72,8 +72,10 @@ def run_and_check(pipeline: Bad, sources: list[int], poison: tuple[int, ...], *,
     try:
         facts = [s.fact for s in store.iter_facts(handle.run_id, 0)]
         retried = Counter(f.path[0] for f in facts if isinstance(f, GrainRetried))
-        assert handle.stats.calls["bad"].retried == sum(retried.values()) + len(poison)
+        stats = handle.stats.calls["bad"]
+        assert stats.retried == sum(retried.values()) + len(poison)  # attempts lost
         charged = Counter(f.path[0] for f in facts if isinstance(f, GrainRetried) and f.charged)
+        assert stats.uncharged == sum(retried.values()) - sum(charged.values()) > 0
         assert set(charged) <= {sources.index(p) for p in poison}  # no neighbour is charged
         ended = {f.path[0]: f.generation for f in facts if isinstance(f, GrainFailed)}
         assert set(ended) == set(failed)

@@ -28,7 +28,9 @@ from rayorch.core.crash_split import uncharged_budget
 from rayorch.core.facts import GrainCommitted, GrainFailed, GrainRetried
 from rayorch.core.outcome import FailedResult
 from rayorch.core.reference import evaluate
-from rayorch.inspect.audit import audit_run
+from rayorch.core.run_view import fold_shard
+from rayorch.inspect.audit import audit_run, entity_story
+from rayorch.inspect.show import lineage, lineage_lines
 from rayorch.runtime.delivery import CallerSink, IteratorFeed
 from rayorch.runtime.shard_driver import LeaseMode
 from rayorch.store.memory import MemoryStore
@@ -149,7 +151,8 @@ class Scripted:
 
 
 def scripted_run(picks: list[int], sources: list[int], poison: frozenset[int],
-                 pipeline: OneStage, name: str) -> tuple[dict[int, Any], dict[int, list[Any]]]:
+                 pipeline: OneStage, name: str
+                 ) -> tuple[dict[int, Any], dict[int, list[Any]], MemoryStore]:
     store = MemoryStore(f"memory://crash-split-{name}")
     plan = pipeline.compile()
     store.open_run(name, plan, shards=1, micro_batch=len(sources))
@@ -161,13 +164,21 @@ def scripted_run(picks: list[int], sources: list[int], poison: frozenset[int],
     outputs = dict(driver.results())
     driver.close()
     assert audit_run(store, name).ok
-    return outputs, grain_facts(store, name)
+    return outputs, grain_facts(store, name), store
+
+
+def show_text(store: MemoryStore, run_id: str, index: int) -> str:
+    """What ``rayorch show RUN INDEX`` prints."""
+    stored = entity_story(store, run_id, (index,))
+    view = fold_shard(index, ((s.seq, s.fact) for s in stored))
+    return "\n".join(lineage_lines(lineage(view, (index,))))
 
 
 def test_a_batch_of_one_queued_behind_a_poison_one_is_not_charged() -> None:
     """Frozen from Hypothesis (crashes charged like any failure): two batches of one on one
     actor, the poison one first; its neighbour died with it and must not lose an attempt."""
-    outputs, facts = scripted_run([], [0, 1], frozenset({0}), OneStage(1, 1, 1, 1), "queued")
+    outputs, facts, _ = scripted_run([], [0, 1], frozenset({0}), OneStage(1, 1, 1, 1),
+                                     "queued")
     assert outputs[1] == 10 and isinstance(outputs[0], FailedResult)
     assert [type(f) for f in facts[1]] == [GrainRetried, GrainCommitted]
     assert not facts[1][0].charged and facts[1][0].alone
@@ -176,9 +187,13 @@ def test_a_batch_of_one_queued_behind_a_poison_one_is_not_charged() -> None:
 def test_a_crash_retry_has_its_actor_to_itself() -> None:
     """Frozen from Hypothesis (retries not isolated): a poison record and its batch-mate,
     batch_size 2, one actor: the halves go one at a time, the batch-mate is never charged."""
-    outputs, facts = scripted_run([0, 0, 0, 1, 0], [0, 1], frozenset({0}),
-                                  OneStage(2, 1, 1, 2), "isolated")
+    outputs, facts, store = scripted_run([0, 0, 0, 1, 0], [0, 1], frozenset({0}),
+                                         OneStage(2, 1, 1, 2), "isolated")
     assert outputs[1] == 10 and isinstance(outputs[0], FailedResult)
     assert all(not f.charged for f in facts[1] if isinstance(f, GrainRetried))
     poison = [f for f in facts[0] if isinstance(f, GrainRetried)]
     assert [(f.limit, f.charged) for f in poison] == [(1, False), (1, True)]  # split, blamed
+    shown = show_text(store, "isolated", 0)  # rayorch show says what happened
+    assert "(on an actor of its own, in a batch of at most 1, not charged)" in shown
+    assert "(on an actor of its own, in a batch of at most 1)" in shown
+    assert "FAILED after 3 attempts: actor of 'work' died" in shown
