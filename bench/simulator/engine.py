@@ -166,6 +166,11 @@ class VirtualPools(ModulePools):
     def unreserve(self, call: CallId, slot: Any) -> None:
         self._idle[call].appendleft(slot)
 
+    def idle(self, call: CallId, slot: Any) -> bool:
+        """No batch of ``call`` is on actor ``slot`` (an engine's actor holds several)."""
+        held = [*self._heap, *self._inside.values()]
+        return not any(job.call == call and job.actor == slot for job in held)
+
     def submit(self, slot: Any, call: CallSpec, tags: tuple[GrainTag, ...],
                rows: tuple[tuple[Any, ...], ...], alone: bool = False) -> int:
         cid, module = call.id, self._modules[call.id]

@@ -134,7 +134,7 @@ class ModulePools:
         return self._modules[call].options.policy is Policy.PARENT_BOUND
 
     def idle(self, call: CallId, slot: Any) -> bool:
-        """An in-process actor's slot holds one batch at a time: a reserved one is idle."""
+        """An actor that holds one batch at a time is idle once reserved (the executor's)."""
         return True
 
 
