@@ -43,10 +43,17 @@ class DiesOn:
         return [10 * x for x in xs]
 
 
+class DiesOnAsync(DiesOn):
+    """:class:`DiesOn` as coroutines: ``max_inflight`` batches on one event loop."""
+
+    async def __call__(self, xs: list[int]) -> list[int]:  # type: ignore[override]
+        return DiesOn.__call__(self, xs)
+
+
 class Bad(ro.Pipeline):
     def __init__(self, poison: tuple[int, ...], how: str = "exit", *, batch_size: int,
-                 max_attempts: int = 1, max_inflight: int = 1) -> None:
-        self.bad = ro.RayModule(DiesOn, poison, how, batch_size=batch_size, num_cpus=0.25,
+                 max_attempts: int = 1, max_inflight: int = 1, udf: type = DiesOn) -> None:
+        self.bad = ro.RayModule(udf, poison, how, batch_size=batch_size, num_cpus=0.25,
                                 max_attempts=max_attempts, max_inflight=max_inflight)
 
     def forward(self, xs: Any) -> Any:
@@ -119,7 +126,9 @@ def test_two_poison_records_in_one_batch_fail_alone(ray_local: None) -> None:
 
 
 @pytest.mark.slow
-def test_a_crash_fails_alone_with_several_batches_in_flight(ray_local: None) -> None:
-    """``max_inflight=2``: two batches run at once on each actor, both die with it."""
-    run_and_check(Bad((5,), batch_size=2, max_attempts=2, max_inflight=2), list(range(10)),
-                  (5,), batch_size=2, max_attempts=2)
+@pytest.mark.parametrize("udf", [DiesOn, DiesOnAsync])
+def test_a_crash_fails_alone_with_several_batches_in_flight(ray_local: None, udf: type) -> None:
+    """``max_inflight=2``: two batches run at once on each actor (threads, or coroutines),
+    both die with it."""
+    run_and_check(Bad((5,), batch_size=2, max_attempts=2, max_inflight=2, udf=udf),
+                  list(range(10)), (5,), batch_size=2, max_attempts=2)
