@@ -345,6 +345,8 @@ class ShardDriver:
         now = self._now()
         pools = self.pools
         for call in sorted(ready, key=self._call_rank.__getitem__):
+            if planned and planned[-1][3]:
+                break  # a crash retry's actor takes nothing else: see below
             spec = self.call_specs[call]
             limit = pools.batch_limit(call)
             one_parent = pools.one_parent(call)
@@ -373,6 +375,8 @@ class ShardDriver:
                     pools.unreserve(call, slot)
                     break
                 planned.append((slot, spec, parts, alone))
+                if alone:  # its slot looks free until it is sent: plan nothing more now
+                    break
         if not planned:
             return
         self._moved = True

@@ -197,3 +197,14 @@ def test_a_crash_retry_has_its_actor_to_itself() -> None:
     assert "(on an actor of its own, in a batch of at most 1, not charged)" in shown
     assert "(on an actor of its own, in a batch of at most 1)" in shown
     assert "FAILED after 3 attempts: actor of 'work' died" in shown
+
+
+def test_no_fresh_batch_joins_a_crash_retry_planned_in_the_same_turn() -> None:
+    """Frozen from Hypothesis (the real code): two actors, poison records 1 and 4, batch 4.
+    In one dispatch turn [0] was planned alone on an idle actor, then a fresh [4] was
+    planned on the same actor (not sent yet, it looked free) and killed [0], charged."""
+    outputs, facts, _ = scripted_run([0, 0, 0, 1, 1, 0, 0, 0, 0, 0], list(range(5)),
+                                     frozenset({1, 4}), OneStage(4, 2, 1, 1), "same-turn")
+    assert [outputs[i] for i in (0, 2, 3)] == [0, 20, 30]
+    assert isinstance(outputs[1], FailedResult) and isinstance(outputs[4], FailedResult)
+    assert not any(isinstance(f, GrainRetried) and f.charged for f in facts[0])
