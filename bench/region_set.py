@@ -182,7 +182,7 @@ def build_set(directory: Path, documents: int = DOCUMENTS
 
 def page_item(page: Any, dpi: int = 144) -> dict[str, Any]:
     """A PyMuPDF page as the layout step's page item (PNG at ``dpi``, words in points)."""
-    from rayorch.pipelines.pdf_markdown import text_layer_quality
+    from rayorch.pipelines.document.pdf_markdown import text_layer_quality
 
     words = [[float(w[0]), float(w[1]), float(w[2]), float(w[3]), str(w[4])]
              for w in page.get_text("words")]

