@@ -181,3 +181,64 @@ def test_figures_and_the_content_list_are_written_beside_the_md_and_recorded(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".rayorch-output.json",
                                                           "_rayorch_sink.json",
                                                           "documents.jsonl"]
+
+
+class RecogniserFailingOddRegions:
+    """A recogniser following RecogniseRegion's protocol that cannot read odd regions."""
+
+    def __init__(self, engine: str = "text-layer") -> None:
+        self.engine = engine
+
+    def __call__(self, regions: list[dict[str, Any]]) -> list[Any]:
+        return [ro.RecordFailure(f"recognise: region {r['order']}: unreadable") if r["order"] % 2
+                else {**block(r["order"], r["kind"], text="read"), "engine": self.engine}
+                for r in regions]
+
+
+class LayoutFailingPage2:
+    """A layout model following DetectLayout's protocol that cannot read page 2."""
+
+    def __call__(self, pages: list[dict[str, Any]]) -> list[Any]:
+        return [ro.RecordFailure("layout: page 2: no regions") if p["page"] == 2
+                else [{"page": p["page"], "order": 0, "kind": "text", "bbox": [0, 0, 1, 1],
+                       "score": 0.9, "crop": p["png"], "words": []}] for p in pages]
+
+
+def text_png(text: str) -> bytes:
+    pymupdf: Any = pytest.importorskip("pymupdf")
+    doc = pymupdf.open()
+    page = doc.new_page(width=300, height=60)
+    page.insert_text((10, 40), text, fontsize=24)
+    return bytes(page.get_pixmap(dpi=144).tobytes("png"))
+
+
+def test_a_region_that_fails_falls_back_to_ocr_of_its_crop_and_its_siblings_stay() -> None:
+    pytest.importorskip("rapidocr_onnxruntime")
+    from rayorch.pipelines.document.regions import RecogniseOrFallback
+
+    regions = [{"page": 1, "order": i, "kind": "text", "bbox": [0.1, 0.1, 0.9, 0.2],
+                "crop": crop, "words": []}
+               for i, crop in enumerate([b"", text_png("Fallback words"), b"", b"not a png"])]
+    first, second, third, fourth = RecogniseOrFallback(RecogniserFailingOddRegions)(regions)
+    assert first["text"] == third["text"] == "read" and first["fallback"] is None
+    assert second["fallback"] == "ocr-crop" and second["engine"] == "rapidocr"
+    assert "Fallback" in second["text"] and second["cause"] == "recognise: region 1: unreadable"
+    assert fourth["fallback"] == "ocr-crop" and fourth["text"] == ""  # nothing to read: empty
+    assert fourth["cause"].startswith("recognise: region 3: unreadable; OCR of the crop: ")
+
+
+def test_a_page_layout_cannot_read_becomes_one_region_marked_as_its_fallback() -> None:
+    from rayorch.pipelines.document.regions import LayoutOrFallback, RecogniseOrFallback
+
+    pages = [{"page": n, "png": b"png", "words": [[1, 2, 3, 4, "w"]], "width_pt": 612.0,
+              "height_pt": 792.0} for n in (1, 2)]
+    ok, whole = LayoutOrFallback(LayoutFailingPage2)(pages)
+    assert ok[0]["score"] == 0.9 and "fallback" not in ok[0]
+    [region] = whole
+    assert (region["kind"], region["bbox"], region["crop"]) == ("text", [0.0, 0.0, 1.0, 1.0],
+                                                                b"png")
+    assert region["fallback"] == "ocr-page" and region["cause"] == "layout: page 2: no regions"
+    [from_layer] = RecogniseOrFallback(RecogniserFailingOddRegions)([region])
+    assert (from_layer["fallback"], from_layer["cause"]) == ("text-layer", region["cause"])
+    [from_ocr] = RecogniseOrFallback(RecogniserFailingOddRegions, engine="rapidocr")([region])
+    assert from_ocr["fallback"] == "ocr-page"
