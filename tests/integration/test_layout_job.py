@@ -4,8 +4,8 @@ its scanned copy (every page an image, no text layer).
 
 Both must come back with the table as a table, the headings as Markdown headings, the
 figure as an image file referenced from the ``.md``, a content list of those block types,
-and ``rayorch show`` listing the regions as children of the page. Real models from wheels
-on the CPU (the ``layout`` extra): ``bash scripts/test_layout.sh``.
+and ``rayorch show`` and ``rayorch status`` listing the regions as children of the pages.
+Real models from wheels on the CPU (the ``layout`` extra): ``bash scripts/test_layout.sh``.
 """
 
 from __future__ import annotations
@@ -88,6 +88,11 @@ def test_layout_job_on_a_report_and_its_scan_keeps_structure_and_shows_regions(
     run_id = json.loads(done.stdout)["run_id"]
     for index in range(2):
         check_show(rayorch("show", run_id, str(index), "--store", redis_url))
+    status = rayorch("status", run_id, "--store", redis_url)
+    assert status.returncode == 0, status.stdout + status.stderr
+    domains = re.findall(r"domain \S+: (\d+) child(?:ren)? of (\d+) parents?", status.stdout)
+    assert [int(parents) for _, parents in domains] == [2, 2], status.stdout  # docs, pages
+    assert int(domains[1][0]) >= 8, status.stdout  # the regions of both pages
 
 
 def check_document(out: Path, row: dict[str, Any]) -> None:
