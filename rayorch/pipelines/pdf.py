@@ -83,6 +83,12 @@ class PdfPipeline(ro.Pipeline):
     ``ocr_inflight`` > 1 lets each OCR actor run that many batches at once
     (:class:`AsyncOcrPage`: a vLLM engine then batches the pages of all of them).
 
+    ``"layout"`` runs the region grain (:meth:`regions`): ``batch_size`` and ``replicas``
+    are then the recognition stage's (regions per batch), ``layout_batch_size`` and
+    ``layout_replicas`` the layout stage's (pages per batch), ``dpi`` defaults to 144, and
+    ``max_fallback_share`` fails a document past that share of fallback blocks. Its result
+    is the ``AssembleRegionDocument`` dict (with ``content_list`` and ``figures``).
+
     >>> plan = PdfPipeline().compile()
     """
 
