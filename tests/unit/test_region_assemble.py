@@ -242,3 +242,35 @@ def test_a_page_layout_cannot_read_becomes_one_region_marked_as_its_fallback() -
     assert (from_layer["fallback"], from_layer["cause"]) == ("text-layer", region["cause"])
     [from_ocr] = RecogniseOrFallback(RecogniserFailingOddRegions, engine="rapidocr")([region])
     assert from_ocr["fallback"] == "ocr-page"
+
+
+def test_the_layout_engine_compiles_document_page_region_and_one_module_may_serve_both(
+        ) -> None:
+    from rayorch.core.plan import NodeKind
+    from rayorch.pipelines.pdf import PdfPipeline
+
+    pipeline = PdfPipeline("layout", batch_size=24, replicas=2, layout_batch_size=3)
+    plan = pipeline.compile()
+    assert [c.call.id for c in plan.calls if c.call] == [
+        "render", "layout", "keep", "recognise", "assemble_page", "assemble"]
+    domains = {call: plan.call_node(call).domain for call in ("render", "layout", "recognise",
+                                                               "assemble_page", "assemble")}
+    assert domains == {"render": "root", "layout": "root/0", "recognise": "root/0/0",
+                       "assemble_page": "root/0", "assemble": "root"}
+    kinds = [n.kind for n in plan.nodes]
+    assert kinds.count(NodeKind.EXPAND) == 2 and kinds.count(NodeKind.REDUCE) == 2
+    assert NodeKind.FILTER in kinds and NodeKind.BROADCAST in kinds  # furniture; the meta
+    recognise, layout = plan.options("recognise"), plan.options("layout")
+    assert (recognise.batch_size, recognise.replicas, layout.batch_size) == (24, 2, 3)
+    assert dict(plan.module("render").kwargs)["dpi"] == 144
+
+    class OneModelForBoth(PdfPipeline):
+        """A model that serves layout and recognition: one module, called at two places."""
+
+        def forward(self, pdfs: Any) -> Any:
+            return self.regions(pdfs, self.layout, self.layout)
+
+    shared = OneModelForBoth("layout").compile()
+    calls = [c.call for c in shared.calls if c.call]
+    assert [c.module for c in calls].count("layout") == 2  # two Calls, one pool
+    assert "recognise" not in [c.module for c in calls]
