@@ -196,9 +196,12 @@ class RecogniserFailingOddRegions:
 
 
 class LayoutFailingPage2:
-    """A layout model following DetectLayout's protocol that cannot read page 2."""
+    """A layout model following DetectLayout's protocol that cannot read page 2, and raises
+    for a batch holding page 3."""
 
     def __call__(self, pages: list[dict[str, Any]]) -> list[Any]:
+        if any(p["page"] == 3 for p in pages):
+            raise MemoryError("page 3 is too large")
         return [ro.RecordFailure("layout: page 2: no regions") if p["page"] == 2
                 else [{"page": p["page"], "order": 0, "kind": "text", "bbox": [0, 0, 1, 1],
                        "score": 0.9, "crop": p["png"], "words": []}] for p in pages]
@@ -231,9 +234,10 @@ def test_a_page_layout_cannot_read_becomes_one_region_marked_as_its_fallback() -
     from rayorch.pipelines.document.regions import LayoutOrFallback, RecogniseOrFallback
 
     pages = [{"page": n, "png": b"png", "words": [[1, 2, 3, 4, "w"]], "width_pt": 612.0,
-              "height_pt": 792.0} for n in (1, 2)]
-    ok, whole = LayoutOrFallback(LayoutFailingPage2)(pages)
-    assert ok[0]["score"] == 0.9 and "fallback" not in ok[0]
+              "height_pt": 792.0} for n in (1, 2, 3)]
+    ok, whole, raised = LayoutOrFallback(LayoutFailingPage2)(pages)
+    assert ok[0]["score"] == 0.9 and "fallback" not in ok[0]  # its batch-mate raised
+    assert raised[0]["cause"] == "layout: MemoryError: page 3 is too large"
     [region] = whole
     assert (region["kind"], region["bbox"], region["crop"]) == ("text", [0.0, 0.0, 1.0, 1.0],
                                                                 b"png")

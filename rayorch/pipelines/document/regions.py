@@ -33,6 +33,21 @@ Region = dict[str, Any]
 Block = dict[str, Any]
 
 
+def one_by_one_on_error(model: Any, items: list[Any], what: str) -> list[Any]:
+    """``model(items)``; when the batch raises, each item alone, so one bad item fails alone
+    (a ``RecordFailure`` with the exception's text), never its batch-mates."""
+    try:
+        return list(model(items))
+    except Exception:  # which item broke it is unknown: ask each one
+        out: list[Any] = []
+        for item in items:
+            try:
+                out.extend(model([item]))
+            except Exception as exc:
+                out.append(RecordFailure(f"{what}: {type(exc).__name__}: {exc}"))
+        return out
+
+
 class KeepRegions:
     """Per page ``(regions, wanted)`` (``num_outputs=2``): ``wanted[i]`` is False for the
     running page furniture (:data:`DROPPED_KINDS`)."""
@@ -60,7 +75,8 @@ class LayoutOrFallback:
 
     def __call__(self, pages: list[dict[str, Any]]) -> list[list[Region] | RecordFailure]:
         out: list[list[Region] | RecordFailure] = []
-        for page, regions in zip(pages, self.layout(pages), strict=True):
+        found = one_by_one_on_error(self.layout, pages, "layout")
+        for page, regions in zip(pages, found, strict=True):
             if isinstance(regions, RecordFailure) and isinstance(page, dict) and "png" in page:
                 out.append([whole_page_region(page, regions.cause)])
             else:
@@ -80,7 +96,8 @@ class RecogniseOrFallback:
 
     def __call__(self, regions: list[Region]) -> list[Block]:
         blocks: list[Block] = []
-        for region, block in zip(regions, self.recogniser(regions), strict=True):
+        found = one_by_one_on_error(self.recogniser, regions, "recognise")
+        for region, block in zip(regions, found, strict=True):
             if isinstance(block, RecordFailure):
                 blocks.append(self.crop_fallback(region, block.cause))
                 continue
@@ -110,4 +127,4 @@ class RecogniseOrFallback:
 
 
 __all__ = ["DROPPED_KINDS", "KeepRegions", "LayoutOrFallback", "RecogniseOrFallback",
-           "whole_page_region"]
+           "one_by_one_on_error", "whole_page_region"]
