@@ -105,11 +105,12 @@ class RapidOcrEngine:
         self._use_cls = use_cls
 
     def recognize(self, pages: list[Page]) -> list[str]:
-        texts = []
-        for page in pages:
-            boxes, _elapsed = self._ocr(page["png"], use_cls=self._use_cls)
-            texts.append(join_in_reading_order(boxes or []))
-        return texts
+        return [join_in_reading_order(self.boxes(page["png"])) for page in pages]
+
+    def boxes(self, image: Any) -> list[OcrBox]:
+        """The text boxes found on one image (PNG bytes or an array), in pixels of it."""
+        boxes, _elapsed = self._ocr(image, use_cls=self._use_cls)
+        return list(boxes or [])
 
 
 # -- vllm ---------------------------------------------------------------------------------
