@@ -3,8 +3,8 @@
 :class:`RecogniseRegion` reads a region by its kind:
 
 * text, title, captions, reference: the text-layer words inside the box when they are usable
-  (:func:`rayorch.pipelines.pdf_markdown.text_layer_quality`), else RapidOCR of the crop
-  (the project's engine, :class:`rayorch.pipelines.ocr.RapidOcrEngine`);
+  (:func:`rayorch.pipelines.document.pdf_markdown.text_layer_quality`), else RapidOCR of the crop
+  (the project's engine, :class:`rayorch.pipelines.document.ocr.RapidOcrEngine`);
 * table: SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled with the
   words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML when a
   cell spans. A structure that cannot be read falls back to the region's text (text layer, or
@@ -26,6 +26,8 @@ from typing import Any
 
 from rayorch import RecordFailure
 from rayorch.pipelines.document.layout import DROPPED_KINDS, REGION_KINDS, open_png
+from rayorch.pipelines.document.ocr import OcrBox, RapidOcrEngine, join_in_reading_order
+from rayorch.pipelines.document.pdf_markdown import normalise_ligatures, text_layer_quality
 from rayorch.pipelines.document.table_structure import (
     Cell,
     SlanetTableModel,
@@ -35,8 +37,6 @@ from rayorch.pipelines.document.table_structure import (
     ruled_grid,
     table_content,
 )
-from rayorch.pipelines.ocr import OcrBox, RapidOcrEngine, join_in_reading_order
-from rayorch.pipelines.pdf_markdown import normalise_ligatures, text_layer_quality
 
 Block = dict[str, Any]
 TEXT_KINDS = frozenset({"title", "text", "figure_caption", "table_caption", "reference"})
@@ -99,7 +99,7 @@ class RecogniseRegion:
     """Per region item, its block (an actor module; batched over regions of many pages).
 
     RapidOCR and SLANet load once, in the constructor, from their wheels. ``ocr_options`` go
-    to :class:`~rayorch.pipelines.ocr.RapidOcrEngine` (over :data:`REGION_OCR_OPTIONS`).
+    to :class:`~rayorch.pipelines.document.ocr.RapidOcrEngine` (over :data:`REGION_OCR_OPTIONS`).
     """
 
     def __init__(self, *, ocr_options: dict[str, Any] | None = None) -> None:

@@ -2,7 +2,8 @@
 fallbacks that keep one bad page or region from failing its siblings.
 
 * :class:`KeepRegions` splits a page's regions into those to recognise and the running
-  page furniture (header, footer, page number), which the pipeline drops with ``F.filter``:
+  page furniture (header, footer, page number: ``layout.DROPPED_KINDS``), which the
+  pipeline drops with ``F.filter``:
   they stay children of their page in the lineage, Dropped.
 * :class:`LayoutOrFallback` runs a layout model; a page it cannot read becomes one text
   region covering the page (``fallback`` ``"text-layer"`` or ``"ocr-page"``).
@@ -21,13 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from rayorch import RecordFailure
-
-DROPPED_KINDS = frozenset({"header", "footer", "page_number"})
-"""Region kinds layout returns but the pipeline never recognises (running page furniture)."""
-
-CROP_OCR_OPTIONS: dict[str, Any] = {"det_limit_type": "max"}
-"""RapidOCR's detector scales a crop down to its size limit, never up (its default scales a
-one-line crop up until its short side is 736 px: 15x slower here)."""
+from rayorch.pipelines.document.layout import DROPPED_KINDS
 
 Region = dict[str, Any]
 Block = dict[str, Any]
@@ -116,8 +111,9 @@ class RecogniseOrFallback:
         try:
             if self._crop_ocr is None:
                 from rayorch.pipelines.document.ocr import RapidOcrEngine
+                from rayorch.pipelines.document.recognise import REGION_OCR_OPTIONS
 
-                self._crop_ocr = RapidOcrEngine(**CROP_OCR_OPTIONS)
+                self._crop_ocr = RapidOcrEngine(**REGION_OCR_OPTIONS)
             [text] = self._crop_ocr.recognize([{"png": bytes(region["crop"])}])
         except Exception as exc:  # the block says why it is empty
             cause = f"{cause}; OCR of the crop: {type(exc).__name__}: {exc}"
@@ -126,5 +122,5 @@ class RecogniseOrFallback:
                 "engine": "rapidocr", "fallback": "ocr-crop", "cause": cause, "text": text}
 
 
-__all__ = ["DROPPED_KINDS", "KeepRegions", "LayoutOrFallback", "RecogniseOrFallback",
+__all__ = ["KeepRegions", "LayoutOrFallback", "RecogniseOrFallback",
            "one_by_one_on_error", "whole_page_region"]

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayorch import RayorchError
-from rayorch.pipelines.pdf_tables import pipe_table
+from rayorch.pipelines.document.pdf_tables import pipe_table
 
 Box = tuple[float, float, float, float]
 Cell = tuple[int, int]
