@@ -278,3 +278,20 @@ def test_the_layout_engine_compiles_document_page_region_and_one_module_may_serv
     calls = [c.call for c in shared.calls if c.call]
     assert [c.module for c in calls].count("layout") == 2  # two Calls, one pool
     assert "recognise" not in [c.module for c in calls]
+
+
+def test_the_cli_refuses_a_fallback_share_outside_0_to_1_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rayorch.cli import main as cli_main
+    from rayorch.pipelines.job.summary import EXIT_USAGE
+
+    source = Path(__file__).resolve().parents[2] / "examples" / "pdfs" / "qtree-qarrows.pdf"
+    argv = ["run", "pdf", "--input", str(source), "--output",
+            str(tmp_path / "out"), "--ocr", "layout", "--max-fallback-share", "1.5"]
+    try:
+        code = cli_main(argv)
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    assert code == EXIT_USAGE
+    assert "--max-fallback-share is a share from 0 to 1, not 1.5" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
