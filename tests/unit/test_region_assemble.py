@@ -215,6 +215,7 @@ def text_png(text: str) -> bytes:
     return bytes(page.get_pixmap(dpi=144).tobytes("png"))
 
 
+@pytest.mark.layout  # a real RapidOCR: seconds on a busy CPU, so in the layout suite
 def test_a_region_that_fails_falls_back_to_ocr_of_its_crop_and_its_siblings_stay() -> None:
     pytest.importorskip("rapidocr_onnxruntime")
     from rayorch.pipelines.document.regions import RecogniseOrFallback
