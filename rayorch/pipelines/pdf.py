@@ -40,7 +40,11 @@ from rayorch.pipelines.document.assemble import (
 )
 from rayorch.pipelines.document.ocr import OcrEngineError, engine_needs_image
 from rayorch.pipelines.document.page_ocr import AsyncOcrPage, OcrPage
-from rayorch.pipelines.document.region_assemble import AssemblePage, AssembleRegionDocument
+from rayorch.pipelines.document.region_assemble import (
+    AssemblePage,
+    AssembleRegionDocument,
+    check_fallback_share,
+)
 from rayorch.pipelines.document.region_render import LAYOUT_DPI, RenderLayoutPages
 from rayorch.pipelines.document.regions import (
     KeepRegions,
@@ -163,22 +167,23 @@ class PdfPipeline(ro.Pipeline):
         from rayorch.pipelines.document.layout import DetectLayout
         from rayorch.pipelines.document.recognise import RecogniseRegion
 
-        if not 0.0 <= max_fallback_share <= 1.0:
-            raise ro.RayorchError(f"max_fallback_share is a share from 0 to 1, not "
-                                  f"{max_fallback_share}")
+        check_fallback_share(max_fallback_share)  # here, before any actor starts
+        # Declared CPUs sum to under 2, so the default runs on a two-core machine through
+        # the API too (the CLI sizes its Ray to the plan); the models' ONNX threads use
+        # what is free.
         self.render = ro.RayModule(
             RenderLayoutPages, dpi=dpi, num_outputs=3,
-            batch_size=render_batch_size, replicas=render_replicas, num_cpus=1.0)
+            batch_size=render_batch_size, replicas=render_replicas, num_cpus=0.5)
         self.layout = ro.RayModule(
             LayoutOrFallback, batch_size=layout_batch_size, replicas=layout_replicas,
-            num_cpus=1.0,
+            num_cpus=0.5,
         ).pre_init(DetectLayout, **engine_options.get("layout", {}))
         self.keep = ro.RayModule(KeepRegions, num_outputs=2, batch_size=64, num_cpus=0.1)
         self.recognise = ro.RayModule(
             RecogniseOrFallback, batch_size=region_batch_size, replicas=region_replicas,
-            num_cpus=1.0,
+            num_cpus=0.5,
         ).pre_init(RecogniseRegion, **engine_options.get("recognise", {}))
-        self.assemble_page = ro.RayModule(AssemblePage, batch_size=16, num_cpus=0.25)
+        self.assemble_page = ro.RayModule(AssemblePage, batch_size=16, num_cpus=0.1)
         self.assemble = ro.RayModule(AssembleRegionDocument, batch_size=4, num_cpus=0.25,
                                      max_fallback_share=max_fallback_share,
                                      page_markers=page_markers)

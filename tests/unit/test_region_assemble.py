@@ -125,7 +125,7 @@ def test_the_fallback_budget_fails_a_document_past_its_share_with_the_causes() -
     assert "1 ocr-crop, 1 ocr-page" in failed.cause and "0.67 > --max-fallback-share 0.5" \
         in failed.cause
     assert "page 1 region 1: recognise: broken crop" in failed.cause
-    with pytest.raises(ValueError, match="share from 0 to 1"):
+    with pytest.raises(ro.RayorchError, match="share from 0 to 1"):
         AssembleRegionDocument(max_fallback_share=1.5)
 
 
@@ -268,6 +268,8 @@ def test_the_layout_engine_compiles_document_page_region_and_one_module_may_serv
     recognise, layout = plan.options("recognise"), plan.options("layout")
     assert (recognise.batch_size, recognise.replicas, layout.batch_size) == (24, 2, 3)
     assert dict(plan.module("render").kwargs)["dpi"] == 144
+    default = PdfPipeline("layout").compile()  # runs through the API on two cores
+    assert sum(m.options.replicas * m.options.num_cpus for m in default.modules) <= 2.0
 
     class OneModelForBoth(PdfPipeline):
         """A model that serves layout and recognition: one module, called at two places."""

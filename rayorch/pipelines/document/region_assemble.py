@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rayorch import RecordFailure
+from rayorch import RayorchError, RecordFailure
 from rayorch.pipelines.document.region_render import RegionMeta
 
 Block = dict[str, Any]
@@ -140,6 +140,12 @@ def assemble_page(blocks: list[Block], page: int, stem: str) -> PageResult:
             "causes": causes, "titled": titled}
 
 
+def check_fallback_share(share: float) -> None:
+    """Refuse a fallback budget that is not a share from 0 to 1 (``RayorchError``)."""
+    if not 0.0 <= share <= 1.0:
+        raise RayorchError(f"max_fallback_share is a share from 0 to 1, not {share}")
+
+
 def fallback_budget_problem(pages: list[PageResult], max_share: float) -> str | None:
     """Why a document's fallback blocks are too many (more than ``max_share`` of its
     blocks), naming the first causes; ``None`` when within the budget."""
@@ -193,9 +199,7 @@ class AssembleRegionDocument:
     ``RecordFailure`` past the fallback budget (``max_fallback_share``, 1.0 = off)."""
 
     def __init__(self, *, max_fallback_share: float = 1.0, page_markers: bool = True) -> None:
-        if not 0.0 <= max_fallback_share <= 1.0:
-            raise ValueError(f"max_fallback_share is a share from 0 to 1, "
-                             f"not {max_fallback_share}")
+        check_fallback_share(max_fallback_share)
         self.max_fallback_share = max_fallback_share
         self.page_markers = page_markers
 
@@ -225,5 +229,6 @@ class AssembleRegionDocument:
 
 
 __all__ = ["AssemblePage", "AssembleRegionDocument", "assemble_page", "block_markdown",
+           "check_fallback_share",
            "content_entry", "document_markdown", "fallback_budget_problem", "figure_name",
            "grid_box"]
