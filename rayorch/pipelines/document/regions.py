@@ -3,15 +3,14 @@ fallbacks that keep one bad page or region from failing its siblings.
 
 * :class:`KeepRegions` splits a page's regions into those to recognise and the running
   page furniture (header, footer, page number: ``layout.DROPPED_KINDS``), which the
-  pipeline drops with ``F.filter``:
-  they stay children of their page in the lineage, Dropped.
+  pipeline drops with ``F.filter``: they stay children of their page, Dropped.
 * :class:`LayoutOrFallback` runs a layout model; a page it cannot read becomes one text
   region covering the page (``fallback`` ``"text-layer"`` or ``"ocr-page"``).
 * :class:`RecogniseOrFallback` runs a recogniser; a region it cannot read becomes a text
   block read by OCR of its crop (``fallback`` ``"ocr-crop"``), its cause kept in the block.
 
 The models are plain classes passed in (``layout=``, ``recogniser=``), built once per
-actor; values are the plain dicts of issue 29's region contract.
+actor; values are the plain dicts of the region contract (docs/ARCHITECTURE.md, "The region grain").
 
 >>> KeepRegions()([[{"kind": "header"}, {"kind": "title"}]])
 [([{'kind': 'header'}, {'kind': 'title'}], [False, True])]
