@@ -8,7 +8,7 @@ full-resolution page image and attaches the text-layer words inside its box. A p
 the model finds nothing becomes one ``text`` region covering the page, so nothing is lost.
 Why this model: docs/ARCHITECTURE.md, "Layout models".
 
-Page items in, region items out (plain dicts, the shapes of the region contract in docs/ARCHITECTURE.md).
+Page items in, region items out (plain dicts: the region contract, docs/ARCHITECTURE.md).
 Besides the contract's keys a region carries its page's ``width_pt`` and ``height_pt``, so
 recognition can place the words (PDF points) inside the crop (pixels).
 

@@ -34,7 +34,7 @@ PageResult = dict[str, Any]
 one page assembled (``figures``: name -> PNG bytes; ``fallbacks``: fallback -> count)."""
 
 CONTENT_FIELDS = ("text", "table", "latex", "image")
-"""A block's content fields: exactly one is present (the region contract (docs/ARCHITECTURE.md, "The region grain"))."""
+"""A block's content fields: exactly one is present (the region contract)."""
 GRID = 1000
 """Content-list boxes are integers on a 0..1000 grid of the page (MinerU's)."""
 

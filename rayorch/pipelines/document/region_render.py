@@ -1,8 +1,9 @@
 """Render a PDF for the region grain (``--ocr layout``): every page as a page item.
 
-A page item is the input of the layout step (the region contract (docs/ARCHITECTURE.md, "The region grain")): the page image
-(PNG, in colour so figures keep theirs), its size in PDF points, the dpi it was rendered at
-and its text-layer words (PDF points, top-left origin; none on a scanned page)::
+A page item is the input of the layout step (the region contract, docs/ARCHITECTURE.md "The
+region grain"): the page image (PNG, in colour so figures keep theirs), its size in PDF
+points, the dpi it was rendered at and its text-layer words (PDF points, top-left origin;
+none on a scanned page)::
 
     {"page": n, "png": bytes, "width_pt": float, "height_pt": float, "dpi": int,
      "words": [[x0, y0, x1, y1, text], ...], "layer": "usable" | "garbage" | "none"}
