@@ -46,10 +46,11 @@ CDLA_KINDS: dict[str, str] = {
 """The CDLA model's labels and the region kind of each (today the same names)."""
 CONTAINED = 0.8
 """A box this much inside another one covers the same content (see :func:`merge_detections`)."""
-RULED_TABLE_SUSPECTS = frozenset({"equation"})
-"""Kinds the CDLA model gives small ruled tables of numbers; a region of one of these kinds
-whose crop is a grid of rules (:func:`~rayorch.pipelines.document.table_structure.ruled_grid`)
-is a table."""
+RULED_TABLE_SUSPECTS = frozenset({"equation", "text"})
+"""Kinds the CDLA model gives small ruled tables (of numbers: equation; of words: text); a
+region of one of these kinds whose crop is a grid of rules
+(:func:`~rayorch.pipelines.document.table_structure.ruled_grid`) is a table. Not figures: a
+chart's gridlines are rules too."""
 GUTTER = 0.003
 """Each box is narrowed by this fraction of the page on each side before looking for the gaps
 between columns and bands, so boxes a model drew a hair too wide still leave their gap."""
