@@ -72,6 +72,16 @@ def describe(seed: int) -> dict[str, Any]:
     return {"title": _title(rng, 3, 6), "parts": parts}
 
 
+def one_page(seed: int = 7) -> dict[str, Any]:
+    """A one-page description: a title, a paragraph, a ruled 5x3 table, a paragraph and a
+    raster figure with its caption (what tests/layout reads)."""
+    rng = random.Random(seed)
+    caption = f"Figure 1: {_title(rng, 3, 5)}"
+    return {"title": _title(rng, 3, 5), "parts": [
+        ("p", _paragraph(rng, (2, 3))), ("table", _table(rng)), ("p", _paragraph(rng, (2, 3))),
+        ("figure", {"seed": seed, "caption": caption})]}
+
+
 def figure_png(seed: int, width: int = 480, height: int = 280) -> bytes:
     """A raster bar chart (RGB PNG): what a figure in a scanned report looks like."""
     from PIL import Image, ImageDraw
