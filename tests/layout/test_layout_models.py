@@ -20,14 +20,21 @@ pymupdf = pytest.importorskip("pymupdf")
 
 from bench.markdown_quality import norm  # noqa: E402
 from bench.region_quality import cells_in_place, markdown_tables  # noqa: E402
-from bench.region_set import labels, one_page, page_item, render, scan_copy  # noqa: E402
+from bench.region_set import labels, one_page, render, scan_copy  # noqa: E402
 from rayorch import RecordFailure  # noqa: E402
 from rayorch.pipelines.document.layout import DROPPED_KINDS, DetectLayout  # noqa: E402
 from rayorch.pipelines.document.recognise import RecogniseRegion  # noqa: E402
+from rayorch.pipelines.document.region_render import RenderLayoutPages  # noqa: E402
 from rayorch.testing import word_recall  # noqa: E402
 
 pytestmark = [pytest.mark.layout, pytest.mark.timeout(900)]
 CORPORA = ("born-digital", "scanned")
+
+
+def page_item(path: Path) -> dict[str, Any]:
+    """Page 1 of ``path`` as the job renders it for layout (the page item)."""
+    [(items, _, _)] = RenderLayoutPages()([str(path)])
+    return dict(items[0])
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +63,7 @@ def read(models: tuple[DetectLayout, RecogniseRegion], page_files: dict[str, Any
     detect, recognise = models
     out = {}
     for corpus in CORPORA:
-        with pymupdf.open(page_files[corpus]) as doc:
-            [regions] = detect([page_item(doc[0])])
+        [regions] = detect([page_item(page_files[corpus])])
         assert not isinstance(regions, RecordFailure), regions
         out[corpus] = (regions, recognise([r for r in regions if r["kind"] not in DROPPED_KINDS]))
     return out
@@ -124,8 +130,7 @@ def test_a_bad_page_or_region_fails_alone_with_its_cause(
         models: tuple[DetectLayout, RecogniseRegion], read: dict[str, Any],
         page_files: dict[str, Any]) -> None:
     detect, recognise = models
-    with pymupdf.open(page_files["born-digital"]) as doc:
-        good = page_item(doc[0])
+    good = page_item(page_files["born-digital"])
     broken = {**good, "page": 2, "png": b"\x89PNG\r\n\x1a\n" + b"\0" * 40}
     got = detect([broken, good, {"page": 3}])
     assert isinstance(got[0], RecordFailure) and got[0].cause.startswith("layout: page 2: ")
@@ -157,8 +162,8 @@ def test_a_table_without_rules_goes_through_slanet(models: tuple[DetectLayout, R
     story.draw(device)
     writer.end_page()
     writer.close()
+    item = page_item(path)
     with pymupdf.open(path) as doc:
-        item = page_item(doc[0])
         words = [w for w in item["words"]]
         x0 = min(w[0] for w in words) - 4
         y0 = min(w[1] for w in words) - 4
