@@ -16,10 +16,11 @@ headings, two ruled 5x3 tables, one raster figure; the scanned copies have every
   level; a near match, difflib ratio >= 0.9, counts);
 * **figures**: image references (``![..](..)`` or ``<img``) up to the labeled figure count.
 
-Tools: ``layout`` (:class:`~rayorch.pipelines.document.layout.DetectLayout` then
-:class:`~rayorch.pipelines.document.recognise.RecogniseRegion`, in this process, blocks
-composed into Markdown here in reading order: a document's first title is ``#``, later titles
-``##``, figures written as PNG files beside it), ``auto-tables`` (``rayorch run pdf --ocr auto
+Tools: ``layout`` (the modules of ``--ocr layout`` called in this process:
+:class:`~rayorch.pipelines.document.region_render.RenderLayoutPages`,
+:class:`~rayorch.pipelines.document.layout.DetectLayout`,
+:class:`~rayorch.pipelines.document.recognise.RecogniseRegion`, then the job's page and
+document assembly, figures written as PNG files), ``auto-tables`` (``rayorch run pdf --ocr auto
 --tables``, a private local Ray), ``pymupdf4llm`` (as installed, in a subprocess). Speed of
 ``layout``: pages/s and regions/s of layout + recognition per corpus, the models loaded first
 and one page run untimed; the machine's cores are shared by whatever else runs.
@@ -45,7 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.markdown_quality import _match, norm, run_tool, structures  # noqa: E402
-from bench.region_set import build_set, page_item  # noqa: E402
+from bench.region_set import build_set  # noqa: E402
 
 SET_DIR = REPO / ".cache" / "region_set"
 OUT = REPO / "bench" / "out"
@@ -114,58 +115,46 @@ def score(markdowns: list[str], labels: list[dict[str, Any]]) -> dict[str, list[
 # -- the layout models, applied directly ------------------------------------------------------
 
 
-def blocks_markdown(blocks: list[dict[str, Any]], figures: Path, stem: str) -> str:
-    """A document's blocks (in reading order) as Markdown; images written under ``figures``."""
-    parts, titled = [], False
-    for block in blocks:
-        if block["kind"] in ("header", "footer", "page_number"):
-            continue
-        if "image" in block:
-            name = f"{stem}-p{block['page']}-{block['order']}.png"
-            (figures / name).write_bytes(block["image"])
-            parts.append(f"![{block['kind']}]({name})")
-        elif "table" in block:
-            parts.append(block["table"].get("markdown") or block["table"].get("html", ""))
-        elif "latex" in block:
-            parts.append(f"$$\n{block['latex']}\n$$")
-        elif block["kind"] == "title" and block["text"]:
-            parts.append(("## " if titled else "# ") + block["text"])
-            titled = True
-        elif block.get("text"):
-            parts.append(block["text"])
-    return "\n\n".join(parts) + "\n"
-
-
 def run_layout(pdfs: list[Path], figures: Path) -> tuple[list[str], dict[str, Any]]:
-    """Markdown per PDF from layout + recognition, and their speed."""
-    import pymupdf
-
+    """Markdown per PDF from layout + recognition, and their speed: the job's own modules
+    (render, the two models, page and document assembly) called in this process."""
     from rayorch import RecordFailure
     from rayorch.pipelines.document.layout import DROPPED_KINDS, DetectLayout
     from rayorch.pipelines.document.recognise import RecogniseRegion
+    from rayorch.pipelines.document.region_assemble import (
+        AssembleRegionDocument,
+        assemble_page,
+    )
+    from rayorch.pipelines.document.region_render import RenderLayoutPages
 
     started = time.perf_counter()
-    detect, recognise = DetectLayout(), RecogniseRegion()
+    render, detect, recognise = RenderLayoutPages(), DetectLayout(), RecogniseRegion()
     loaded = time.perf_counter() - started
-    with pymupdf.open(pdfs[0]) as doc:  # warm-up, untimed: ONNX Runtime's first runs
-        [regions] = detect([page_item(doc[0])])
-        recognise([r for r in regions if r["kind"] not in DROPPED_KINDS][:3])
+    [(items, _, _)] = render([str(pdfs[0])])  # warm-up, untimed: ONNX Runtime's first runs
+    [regions] = detect(items[:1])
+    recognise([r for r in regions if r["kind"] not in DROPPED_KINDS][:3])
+    assemble = AssembleRegionDocument(page_markers=False)
     markdowns, pages, regions_done, layout_s, recognise_s, failures = [], 0, 0, 0.0, 0.0, 0
     for path in pdfs:
-        with pymupdf.open(path) as doc:
-            items = [page_item(page) for page in doc]
+        [(items, numbers, meta)] = render([str(path)])
         t0 = time.perf_counter()
         per_page = detect(items)
         t1 = time.perf_counter()
-        wanted = [r for page in per_page if not isinstance(page, RecordFailure) for r in page
-                  if r["kind"] not in DROPPED_KINDS]
-        blocks = recognise(wanted)
+        wanted = [[r for r in page if r["kind"] not in DROPPED_KINDS]
+                  for page in per_page if not isinstance(page, RecordFailure)]
+        blocks = recognise([r for page in wanted for r in page])
         t2 = time.perf_counter()
         layout_s, recognise_s = layout_s + t1 - t0, recognise_s + t2 - t1
-        pages, regions_done = pages + len(items), regions_done + len(wanted)
+        pages, regions_done = pages + len(items), regions_done + len(blocks)
         failures += sum(isinstance(x, RecordFailure) for x in [*per_page, *blocks])
         good = [b for b in blocks if not isinstance(b, RecordFailure)]
-        markdowns.append(blocks_markdown(good, figures, path.stem))
+        done = [assemble_page([b for b in good if b["page"] == n], n, meta["figure_stem"])
+                for n in numbers]
+        [document] = assemble([done], [meta])
+        for name, png in document["figures"].items():
+            (figures / name).parent.mkdir(parents=True, exist_ok=True)
+            (figures / name).write_bytes(png)
+        markdowns.append(document["markdown"])
     total = layout_s + recognise_s
     return markdowns, {
         "pages": pages, "regions": regions_done, "failures": failures,

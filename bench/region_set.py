@@ -9,8 +9,7 @@ The labels come from the description, never from the PDF:
     docs = build_set(Path(".cache/region_set"))   # [(pdf, scanned pdf, labels)], built once
 
 Labels: ``{"title", "headings": [[level, text]], "tables": [[[cell, ...], ...]],
-"figures": n}`` (a table is its rows, header row first). :func:`page_item` turns a PDF page
-into the layout step's page item (the region contract's shape).
+"figures": n}`` (a table is its rows, header row first).
 """
 
 from __future__ import annotations
@@ -71,6 +70,16 @@ def describe(seed: int) -> dict[str, Any]:
         ("p", _paragraph(rng, (2, 4))),
     ]
     return {"title": _title(rng, 3, 6), "parts": parts}
+
+
+def one_page(seed: int = 7) -> dict[str, Any]:
+    """A one-page description: a title, a paragraph, a ruled 5x3 table, a paragraph and a
+    raster figure with its caption (what tests/layout reads)."""
+    rng = random.Random(seed)
+    caption = f"Figure 1: {_title(rng, 3, 5)}"
+    return {"title": _title(rng, 3, 5), "parts": [
+        ("p", _paragraph(rng, (2, 3))), ("table", _table(rng)), ("p", _paragraph(rng, (2, 3))),
+        ("figure", {"seed": seed, "caption": caption})]}
 
 
 def figure_png(seed: int, width: int = 480, height: int = 280) -> bytes:
@@ -178,15 +187,3 @@ def build_set(directory: Path, documents: int = DOCUMENTS
         docs.append((path, scanned, labels(description)))
     stamp.write_text(json.dumps(wanted))
     return docs
-
-
-def page_item(page: Any, dpi: int = 144) -> dict[str, Any]:
-    """A PyMuPDF page as the layout step's page item (PNG at ``dpi``, words in points)."""
-    from rayorch.pipelines.document.pdf_markdown import text_layer_quality
-
-    words = [[float(w[0]), float(w[1]), float(w[2]), float(w[3]), str(w[4])]
-             for w in page.get_text("words")]
-    quality = text_layer_quality(" ".join(w[4] for w in words))
-    return {"page": page.number + 1, "png": page.get_pixmap(dpi=dpi).tobytes("png"),
-            "width_pt": float(page.rect.width), "height_pt": float(page.rect.height),
-            "dpi": dpi, "words": words, "layer": "none" if quality == "empty" else quality}

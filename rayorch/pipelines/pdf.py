@@ -40,15 +40,30 @@ from rayorch.pipelines.document.assemble import (
 )
 from rayorch.pipelines.document.ocr import OcrEngineError, engine_needs_image
 from rayorch.pipelines.document.page_ocr import AsyncOcrPage, OcrPage
+from rayorch.pipelines.document.region_assemble import (
+    AssemblePage,
+    AssembleRegionDocument,
+    check_fallback_share,
+)
+from rayorch.pipelines.document.region_render import LAYOUT_DPI, RenderLayoutPages
+from rayorch.pipelines.document.regions import (
+    KeepRegions,
+    LayoutOrFallback,
+    RecogniseOrFallback,
+)
 from rayorch.pipelines.document.render import DEFAULT_DPI, RenderPages, RenderPdf
 from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, document_warnings, summary_dict
 from rayorch.pipelines.sources import failure_kind, find_files, list_inputs
 from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
 
-OCR_MODES = ("auto", "text", "rapidocr", "vllm")
+OCR_MODES = ("auto", "text", "rapidocr", "vllm", "layout")
 """``--ocr`` choices: ``auto`` (text layer, OCR where it is missing or garbage), ``text``
 (text layer only), ``rapidocr`` (CPU OCR of every page), ``vllm`` (a VLM served by vLLM: on a
-GPU, or on the CPU with vLLM's CPU build, slower)."""
+GPU, or on the CPU with vLLM's CPU build, slower), ``layout`` (the region grain: layout
+regions of every page, each recognised by its kind; CPU models from wheels, extra
+``layout``)."""
+REGION_ENGINES = frozenset({"layout"})
+"""The ``--ocr`` choices that run the region grain (document -> page -> region)."""
 FALLBACK_ENGINE = "rapidocr"
 """The engine ``auto`` uses for pages without a usable text layer."""
 
@@ -72,6 +87,12 @@ class PdfPipeline(ro.Pipeline):
     ``ocr_inflight`` > 1 lets each OCR actor run that many batches at once
     (:class:`AsyncOcrPage`: a vLLM engine then batches the pages of all of them).
 
+    ``"layout"`` runs the region grain (:meth:`regions`): ``batch_size`` and ``replicas``
+    are then the recognition stage's (regions per batch), ``layout_batch_size`` and
+    ``layout_replicas`` the layout stage's (pages per batch), ``dpi`` defaults to 144, and
+    ``max_fallback_share`` fails a document past that share of fallback blocks. Its result
+    is the ``AssembleRegionDocument`` dict (with ``content_list`` and ``figures``).
+
     >>> plan = PdfPipeline().compile()
     """
 
@@ -81,7 +102,7 @@ class PdfPipeline(ro.Pipeline):
         *,
         replicas: Replicas = 1,
         batch_size: int = 16,
-        dpi: int = DEFAULT_DPI,
+        dpi: int | None = None,
         render_replicas: Replicas = 1,
         render_batch_size: int = 2,
         tables: bool = False,
@@ -90,11 +111,23 @@ class PdfPipeline(ro.Pipeline):
         ocr_num_gpus: float | None = None,
         ocr_inflight: int = 1,
         page_markers: bool = True,
+        layout_batch_size: int = 4,
+        layout_replicas: Replicas = 1,
+        max_fallback_share: float = 1.0,
     ) -> None:
         super().__init__()
         if engine not in OCR_MODES:
             valid = ", ".join(repr(m) for m in OCR_MODES)
             raise OcrEngineError(f"unknown OCR engine {engine!r}: choose one of {valid}")
+        self.engine = engine
+        if engine in REGION_ENGINES:
+            self._region_modules(
+                dpi=dpi or LAYOUT_DPI, render_replicas=render_replicas,
+                render_batch_size=render_batch_size, layout_batch_size=layout_batch_size,
+                layout_replicas=layout_replicas, region_batch_size=batch_size,
+                region_replicas=replicas, max_fallback_share=max_fallback_share,
+                page_markers=page_markers, engine_options=engine_options or {})
+            return
         auto = engine == "auto"
         ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
         ocr_options.update(engine_options or {})
@@ -103,7 +136,7 @@ class PdfPipeline(ro.Pipeline):
             needs_image=not auto and engine_needs_image(engine),
             ocr_fallback=auto,
             tables=tables,
-            dpi=dpi,
+            dpi=dpi or DEFAULT_DPI,
             num_outputs=3,
             batch_size=render_batch_size,
             replicas=render_replicas,
@@ -123,11 +156,60 @@ class PdfPipeline(ro.Pipeline):
         self.assemble = ro.RayModule(AssembleDocument, page_markers=page_markers,
                                      batch_size=8, num_cpus=0.25)
 
+    def _region_modules(self, *, dpi: int, render_replicas: Replicas,
+                        render_batch_size: int, layout_batch_size: int,
+                        layout_replicas: Replicas, region_batch_size: int,
+                        region_replicas: Replicas, max_fallback_share: float,
+                        page_markers: bool, engine_options: dict[str, Any]) -> None:
+        """The region grain's modules (``--ocr layout``): render, layout, keep, recognise,
+        assemble_page, assemble. ``engine_options`` may hold ``layout`` and ``recognise``
+        (each a dict of its model's constructor options)."""
+        from rayorch.pipelines.document.layout import DetectLayout
+        from rayorch.pipelines.document.recognise import RecogniseRegion
+
+        check_fallback_share(max_fallback_share)  # here, before any actor starts
+        # Declared CPUs sum to under 2, so the default runs on a two-core machine through
+        # the API too (the CLI sizes its Ray to the plan); the models' ONNX threads use
+        # what is free.
+        self.render = ro.RayModule(
+            RenderLayoutPages, dpi=dpi, num_outputs=3,
+            batch_size=render_batch_size, replicas=render_replicas, num_cpus=0.5)
+        self.layout = ro.RayModule(
+            LayoutOrFallback, batch_size=layout_batch_size, replicas=layout_replicas,
+            num_cpus=0.5,
+        ).pre_init(DetectLayout, **engine_options.get("layout", {}))
+        self.keep = ro.RayModule(KeepRegions, num_outputs=2, batch_size=64, num_cpus=0.1)
+        self.recognise = ro.RayModule(
+            RecogniseOrFallback, batch_size=region_batch_size, replicas=region_replicas,
+            num_cpus=0.5,
+        ).pre_init(RecogniseRegion, **engine_options.get("recognise", {}))
+        self.assemble_page = ro.RayModule(AssemblePage, batch_size=16, num_cpus=0.1)
+        self.assemble = ro.RayModule(AssembleRegionDocument, batch_size=4, num_cpus=0.25,
+                                     max_fallback_share=max_fallback_share,
+                                     page_markers=page_markers)
+
     def forward(self, pdfs: Any) -> Any:
+        if self.engine in REGION_ENGINES:
+            return self.regions(pdfs, self.layout, self.recognise)
         pages, to_ocr, meta = self.render(pdfs)
         page, wanted = F.expand_aligned(pages, to_ocr)
         texts = self.ocr(F.filter(page, wanted))
         return self.assemble(F.reduce(texts), meta)
+
+
+    def regions(self, pdfs: Any, layout: Any, recognise: Any) -> Any:
+        """The region grain, document -> page -> region, with ``layout`` (page items ->
+        per page its region items) and ``recognise`` (region item -> block): one module may
+        serve both (two Calls, one pool). Regions of many pages and documents batch
+        together per stage; each page is reduced in reading order, each document from its
+        pages. The running page furniture is Dropped before recognition."""
+        pages, numbers, meta = self.render(pdfs)
+        page, number = F.expand_aligned(pages, numbers)
+        regions, wanted = self.keep(layout(page))
+        region, kept = F.expand_aligned(regions, wanted)
+        blocks = recognise(F.filter(region, kept))
+        done = self.assemble_page(F.reduce(blocks), number, F.broadcast(meta, like=number))
+        return self.assemble(F.reduce(done), meta)
 
 
 def find_pdfs(source: str | Path) -> list[str]:
@@ -142,7 +224,8 @@ def list_pdfs(source: str | Path) -> list[tuple[str, int]]:
 
 
 __all__ = [
-    "OCR_MODES", "PDF_WRITER", "AssembleDocument", "AsyncOcrPage", "OcrPage", "PdfPipeline",
+    "OCR_MODES", "PDF_WRITER", "REGION_ENGINES", "AssembleDocument", "AsyncOcrPage", "OcrPage",
+    "PdfPipeline",
     "RenderPages", "RenderPdf", "assemble_markdown", "document_pages", "document_warnings",
     "failure_kind", "find_pdfs", "list_pdfs", "summary_dict",
 ]

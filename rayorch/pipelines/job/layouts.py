@@ -29,12 +29,17 @@ class JobLayout:
     line_count: str = "parts"
     """The row field that counts the source's lines."""
     folder: str | None = None
-    """A folder of files named by the lines' ``"file"`` field (relative to ``--output``)."""
+    """A folder of the sources' files (relative to ``--output``): the files its lines'
+    ``"file"`` field or its ``extra_files`` name."""
+    extra_files: tuple[str, ...] = ()
+    """Row fields naming more of a source's files, each a name or a list of names (a row
+    without the field has none): a resumed source keeps them, a stale one is removed."""
 
 
 
 PDF_JOB = JobLayout("pdf", unit="document", part="page", rows="documents.jsonl",
-                    row_defaults={"pages": 0, "markdown": None}, file_field="markdown")
+                    row_defaults={"pages": 0, "markdown": None}, file_field="markdown",
+                    folder="figures", extra_files=("content_list", "figures"))
 VIDEO_JOB = JobLayout("video", unit="video", part="clip", rows="videos.jsonl",
                       row_defaults={"clips": 0, "duration_s": None}, lines="clips.jsonl",
                       line_count="clips", folder="clips")

@@ -208,6 +208,20 @@ class OutputDir:
         _put(self.storage, name, content.encode("utf-8"))
         return name
 
+    def write_in_folder(self, name: str, data: bytes) -> str:
+        """Write one of a source's files into the job's folder whole (one atomic write);
+        ``name`` is relative to ``--output`` and lies in ``layout.folder``. Returns it."""
+        folder = self.layout.folder
+        try:
+            key = check_key(name)
+        except StorageError as exc:
+            raise UsageError(f"--output {self.url}: {exc}") from None
+        if folder is None or not key.startswith(f"{folder}/"):
+            raise UsageError(f"--output {self.url}: {name!r} is not in the job's folder "
+                             f"{folder!r}")
+        _put(self.storage, key, data)
+        return key
+
     def finish(self, complete: bool) -> None:
         """Write the rows (and lines) of every delivered source in id order; record the
         run's end.
@@ -304,7 +318,8 @@ def _finished(storage: Storage, layout: JobLayout, count: int) -> dict[int, dict
         mine = row.get(LINES_KEY, [])
         return isinstance(mine, list) and len(mine) == row.get(layout.line_count, len(mine)) \
             and all(_inside(storage, line["file"]) for line in mine
-                    if isinstance(line, dict) and "file" in line)
+                    if isinstance(line, dict) and "file" in line) \
+            and all(_inside(storage, name) for name in _extra_files(layout, row))
 
     return {record.index: orjson.loads(record.value_json or b"null")
             for record in prune_parts(storage.url, whole)}
@@ -324,11 +339,23 @@ def _inside(storage: Storage, name: Any) -> bool:
     return target.is_relative_to(root.resolve()) and target.is_file()
 
 
+def _extra_files(layout: JobLayout, row: dict[str, Any]) -> list[Any]:
+    """The names a row's ``layout.extra_files`` fields hold (unchecked: read back rows are
+    untrusted)."""
+    names: list[Any] = []
+    for field_name in layout.extra_files:
+        value = row.get(field_name)
+        if value is not None:
+            names.extend(value if isinstance(value, list) else [value])
+    return names
+
+
 def _owned_files(layout: JobLayout, kept: dict[int, dict[str, Any]]) -> set[str]:
     names = {str(row.get(layout.file_field)) for row in kept.values()} if layout.file_field \
         else set()
     names |= {str(line["file"]) for row in kept.values() for line in row.get(LINES_KEY, ())
               if "file" in line}
+    names |= {str(name) for row in kept.values() for name in _extra_files(layout, row)}
     return names
 
 
@@ -346,19 +373,24 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
                 storage.delete(shared)
     except StorageError as exc:
         raise UsageError(f"--output {storage.url}: {exc}") from None
-    path = storage.local_path("")
-    folder = path / layout.folder if layout.folder and path is not None else None
-    if path is None or folder is None or not folder.is_dir() or folder.is_symlink():
+    if layout.folder:
+        _remove_folder(storage, layout.folder, keep)
+
+
+def _remove_folder(storage: Storage, folder: str, keep: set[str]) -> None:
+    """Remove the files in ``folder`` except ``keep``, then its empty folders (a symlinked
+    folder is the user's: left alone)."""
+    path = storage.local_path(folder)
+    if path is not None and path.is_symlink():
         return
-    kept = {(path / name).resolve() for name in keep}
-    for entry in sorted(folder.rglob("*"), reverse=True):  # files before their folders
-        if entry.is_dir() and not entry.is_symlink():
-            if not any(entry.iterdir()):
-                entry.rmdir()
-        elif entry.resolve() not in kept:
-            entry.unlink()
-    if not any(folder.iterdir()):
-        folder.rmdir()
+    try:
+        for page in storage.walk(folder):
+            for info in page:
+                if info.key not in keep:
+                    storage.delete(info.key)
+        storage.remove_empty_dirs(folder)
+    except StorageError as exc:
+        raise UsageError(f"--output {storage.url}: {exc}") from None
 
 
 __all__ = ["DOCUMENT_NAME", "LINES_KEY", "MARKER", "JobWriter", "OutputDir", "UsageError",

@@ -8,6 +8,7 @@ row) goes to a part file.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,21 @@ def _finished(value: Any) -> bool:
 
 
 def _write_document(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
-    name = out.write_document(index, Path(value["path"]).stem, ".md", value["markdown"])
+    """A document's files and its row; a region-grain document (``--ocr layout``) also
+    writes its figures into ``figures/`` and its content list beside its ``.md``."""
+    stem = Path(value["path"]).stem
+    row: dict[str, Any] = {}
+    if "content_list" in value:
+        row["figures"] = [out.write_in_folder(name, png)
+                          for name, png in sorted(value["figures"].items())]
+        content = json.dumps(value["content_list"], ensure_ascii=False, indent=1) + "\n"
+        row["content_list"] = out.write_document(index, stem, ".content_list.json", content)
+        row["blocks"] = value["blocks"]
+        row["fallbacks"] = value["fallbacks"]
+    name = out.write_document(index, stem, ".md", value["markdown"])
     return {"source": value["path"], "pages": value["pages"], "markdown": name,
             "page_engines": value.get("page_engines"),
-            "empty_pages": value.get("empty_pages", [])}
+            "empty_pages": value.get("empty_pages", []), **row}
 
 
 def _count_document(summary: JobSummary, value: dict[str, Any]) -> None:
@@ -63,8 +75,10 @@ def _count_document(summary: JobSummary, value: dict[str, Any]) -> None:
 
 
 PDF_WRITER = JobWriter(_finished, _write_document, _count_document)
-"""One ``.md`` per document (``NNNNN-<stem>.md``) and its row; the summary's pages,
-engines and warnings. Results are ``AssembleDocument`` dicts, else failed documents."""
+"""One ``.md`` per document (``NNNNN-<stem>.md``) and its row; with ``--ocr layout`` also
+``NNNNN-<stem>.content_list.json`` and the figures under ``figures/``; the summary's pages,
+engines and warnings. Results are ``AssembleDocument`` (or ``AssembleRegionDocument``)
+dicts, else failed documents."""
 
 
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:

