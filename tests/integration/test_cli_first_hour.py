@@ -86,6 +86,7 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.long
 def test_the_readme_commands_run_one_after_another(workdir: Path, redis_url: str) -> None:
     commands = readme_commands()
 
@@ -178,6 +179,7 @@ def test_a_resumed_run_keeps_the_document_ids_in_its_lineage(workdir: Path,
     assert not_run.returncode == 1 and "no facts about entity 0" in not_run.stdout
 
 
+@pytest.mark.long
 def test_the_quickstart_prints_outcomes_in_words(tmp_path: Path) -> None:
     """``python examples/quickstart.py`` (memory store): a failed document reads as words,
     and nothing suggests auditing a lineage that ended with the script."""

@@ -156,6 +156,7 @@ def check_exactly_once(redis_url: str, run_id: str, caller: list[int],
         store.close()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_ordered_caller_killed_while_source_0_is_slow_loses_nothing(
     ray_local: None, redis_url: str, tmp_path: Path

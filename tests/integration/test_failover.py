@@ -311,6 +311,7 @@ def last_written_index(out_dir: Path) -> int:
     return int(json.loads(last.read_text().splitlines()[0])["index"])
 
 
+@pytest.mark.long
 @pytest.mark.timeout(150)
 def test_plain_pipeline_run_on_redis_is_resumable_after_sigkill(
     ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -54,6 +54,7 @@ def parts_of(out: Path) -> list[Path]:
     return sorted(out.glob("part-*.jsonl"))
 
 
+@pytest.mark.long
 def test_a_killed_job_resumed_has_every_document_once_readable_and_audited(
     redis_url: str, tmp_path: Path,
 ) -> None:

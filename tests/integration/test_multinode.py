@@ -124,6 +124,7 @@ class _Blocker:
         return 1
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_worker_node_removed_mid_run_actors_move_and_nothing_is_lost(tmp_path: Path) -> None:

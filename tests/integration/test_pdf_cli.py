@@ -125,6 +125,7 @@ def rows_of(out: Path) -> list[dict[str, Any]]:
 
 
 # -- the tests ----------------------------------------------------------------------------
+@pytest.mark.long
 def test_scanned_page_gets_text_by_default_with_progress_when_piped(
     other_cluster: OtherCluster, inputs: dict[str, Any]
 ) -> None:
@@ -160,6 +161,7 @@ def test_scanned_page_gets_text_by_default_with_progress_when_piped(
     assert "attaching" not in err
 
 
+@pytest.mark.long
 def test_rerun_into_the_same_output_is_refused_resumed_or_overwritten(
     other_cluster: OtherCluster, inputs: dict[str, Any]
 ) -> None:
@@ -241,6 +243,7 @@ print("LISTEN", sorted(found))
 """
 
 
+@pytest.mark.long
 def test_pipeline_run_starts_a_private_loopback_ray_or_attaches_when_told(
     other_cluster: OtherCluster, tmp_path: Path
 ) -> None:

@@ -162,6 +162,7 @@ def page_sections(markdown: str) -> list[tuple[int, str, str]]:
             for n, engine, text in zip(parts[1::3], parts[2::3], parts[3::3])]
 
 
+@pytest.mark.long
 def test_pages_in_pymupdf_order_and_bad_inputs_fail_alone(
     sources: list[str], clean: list[Any]
 ) -> None:
@@ -243,6 +244,7 @@ class EveryPageThroughOcr(PdfPipeline):
             )
 
 
+@pytest.mark.long
 def test_ocr_actor_sigkilled_mid_run_changes_no_output(
     sources: list[str], tmp_path: Path
 ) -> None:
@@ -273,6 +275,7 @@ def test_redis_run_matches_memory_run_and_passes_audit(
 
 
 # -- ``rayorch run pdf`` end to end ----------------------------------------------------
+@pytest.mark.long
 def test_run_pdf_command_writes_documents_and_counts_failures(
     input_dir: Path, sources: list[str], clean: list[Any], tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

@@ -100,6 +100,7 @@ class Bursty(ro.Pipeline):
         return self.join(F.reduce(self.work(F.expand(self.split(xs)))))
 
 
+@pytest.mark.long
 def test_a_pool_grows_and_shrinks_mid_run_and_every_output_arrives_once(
         store_url: str, tmp_path: Path) -> None:
     sources = list(range(BURST + SLOW))

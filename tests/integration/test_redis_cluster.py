@@ -120,6 +120,7 @@ def _wait_outputs(out: Path, count: int, proc: subprocess.Popen[bytes], log: Pat
     return done
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_master_killed_mid_run_the_run_completes_audits_and_resumes(
     ray_local: None, own_cluster: RedisClusterNodes, tmp_path: Path,

@@ -85,6 +85,7 @@ def test_memory_executor_reruns_only_new_sources_and_changed_calls(ray_local: No
             assert audit_run(store, third.run_id).ok
 
 
+@pytest.mark.long
 def test_redis_changed_last_stage_runs_no_earlier_grain(
         ray_local: None, redis_url: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

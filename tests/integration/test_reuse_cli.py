@@ -60,6 +60,7 @@ def documents(out: Path) -> dict[str, str]:
 
 # The memory variant is `slow` (-m slow): the same runs, ~25 s more; the memory store's reuse is
 # in the default suite through tests/integration/test_reuse.py (one ro.Executor).
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["redis", pytest.param("memory", marks=pytest.mark.slow)])
 def test_rerun_renders_only_new_pdfs_and_an_assemble_change_runs_no_ocr(
         kind: str, ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -88,6 +89,7 @@ def test_rerun_renders_only_new_pdfs_and_an_assemble_change_runs_no_ocr(
         held.close()
 
 
+@pytest.mark.long
 def test_video_rerun_decodes_and_annotates_only_new_and_changed_videos(
         ray_local: None, redis_url: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -610,6 +610,7 @@ class TwoStages(ro.Pipeline):
         return self.second(self.first(xs))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_eight_concurrent_runs_that_each_fit_alone_all_complete(
     ray_local: None, monkeypatch: pytest.MonkeyPatch

@@ -165,6 +165,7 @@ def _in_flight(url: str, run_id: str) -> int:
         return len(flying)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_commits_the_store_lost_after_acknowledging_them_are_run_again_not_built_on(
     ray_local: None, redis_aof_server: RedisServer, tmp_path: Path,

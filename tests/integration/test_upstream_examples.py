@@ -76,6 +76,7 @@ class MyPipeline(ro.Pipeline):
         return self.second(self.first(values))
 
 
+@pytest.mark.long
 def test_readme_minimal_pipeline_prints_3_4_5(capsys: pytest.CaptureFixture[str]) -> None:
     pipeline = MyPipeline()
     result = pipeline.run(
