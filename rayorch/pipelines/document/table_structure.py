@@ -176,14 +176,14 @@ def _rule_positions(mask: Any, axis: int, minimum: int) -> list[float]:
     counts = mask.sum(axis=1 - axis)
     hits = np.flatnonzero(counts >= minimum)
     positions: list[float] = []
-    start = prev = None
-    for i in [*hits.tolist(), None]:
-        if i is not None and prev is not None and i == prev + 1:
-            prev = i
-            continue
-        if start is not None:
-            positions.append((start + prev) / 2)
-        start = prev = i
+    runs: list[list[int]] = []
+    for i in hits.tolist():
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run in runs:
+        positions.append((run[0] + run[-1]) / 2)
     return positions
 
 
