@@ -243,6 +243,7 @@ def test_deposed_caller_driver_wakes_up_and_hands_nothing_over(
     check_exactly_once(redis_url, run_id, caller.received, written, redelivered=0)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_caller_rides_out_a_redis_restart_longer_than_its_quick_retries(
     ray_local: None, redis_aof_server: Any

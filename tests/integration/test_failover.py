@@ -188,6 +188,7 @@ def test_resume_after_all_drivers_died_and_status(
 
 
 # -- Redis killed and restarted mid-run (AOF) ----------------------------------------------------
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_redis_restart_mid_run_loses_no_fact_and_the_run_completes(
     ray_local: None, redis_aof_server: Any, tmp_path: Path

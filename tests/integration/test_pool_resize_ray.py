@@ -161,6 +161,7 @@ class GrowsIntoAWall(ro.Pipeline):
         return self.step(xs)
 
 
+@pytest.mark.long
 def test_an_added_actor_that_fails_to_build_leaves_the_run_going_at_the_size_it_had(
         ray_local: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The first actors failing to build is the run's error; an added one is not."""

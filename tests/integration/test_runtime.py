@@ -478,6 +478,7 @@ class GpuHolder:
         return os.getpid()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(120)
 def test_a_replica_that_cannot_be_scheduled_is_said_and_the_others_serve(
     ray_local: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]

@@ -235,6 +235,7 @@ def test_redis_lineage_store_run_passes_audit(
     assert [line for r in records for line in r["value"]["lines"]] == clips
 
 
+@pytest.mark.long
 def test_real_debian_videos_cut_and_decode_every_clip() -> None:
     """Real footage (python3-imageio, gnome-user-docs); the WebM's sparse cues make seeks
     land after the keyframe a clip needs, so every clip must still decode its frames."""

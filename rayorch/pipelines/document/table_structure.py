@@ -167,10 +167,15 @@ rules down this share of a row's height at least."""
 SIDE = 0.15
 """A vertical rule this near (a share of the width) to a side of the crop is the table's side."""
 
+THICKEST_RULE = 5
+"""Pixels: the thickest run of lines read as one rule (a 2 pt rule at 150 dpi is 4 px)."""
+
 
 def _rule_positions(mask: Any, axis: int, minimum: int) -> list[float]:
     """The centres of the runs of lines in ``mask`` (rows: axis 0, columns: axis 1) holding
-    at least ``minimum`` line pixels."""
+    at least ``minimum`` line pixels, each run at most :data:`THICKEST_RULE` lines (or 1% of
+    the image's extent across it) thick: a thicker run is solid ink (a bar of text on a scan,
+    a filled box), not a rule."""
     import numpy as np
 
     counts = mask.sum(axis=1 - axis)
@@ -182,8 +187,10 @@ def _rule_positions(mask: Any, axis: int, minimum: int) -> list[float]:
             runs[-1].append(i)
         else:
             runs.append([i])
+    thickest = max(THICKEST_RULE, mask.shape[axis] // 100)
     for run in runs:
-        positions.append((run[0] + run[-1]) / 2)
+        if len(run) <= thickest:
+            positions.append((run[0] + run[-1]) / 2)
     return positions
 
 
