@@ -21,9 +21,11 @@ Tools: ``layout`` (the modules of ``--ocr layout`` called in this process:
 :class:`~rayorch.pipelines.document.layout.DetectLayout`,
 :class:`~rayorch.pipelines.document.recognise.RecogniseRegion`, then the job's page and
 document assembly, figures written as PNG files), ``auto-tables`` (``rayorch run pdf --ocr auto
---tables``, a private local Ray), ``pymupdf4llm`` (as installed, in a subprocess). Speed of
-``layout``: pages/s and regions/s of layout + recognition per corpus, the models loaded first
-and one page run untimed; the machine's cores are shared by whatever else runs.
+--tables``, a private local Ray), ``layout-job`` (``rayorch run pdf --ocr layout``, the same
+way: its scores and end-to-end pages/s, Ray's start included), ``pymupdf4llm`` (as
+installed, in a subprocess). Speed of ``layout``: pages/s and regions/s of layout +
+recognition per corpus, the models loaded first and one page run untimed; the machine's
+cores are shared by whatever else runs.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from bench.region_set import build_set  # noqa: E402
 
 SET_DIR = REPO / ".cache" / "region_set"
 OUT = REPO / "bench" / "out"
-TOOLS = ("layout", "auto-tables", "pymupdf4llm")
+TOOLS = ("layout", "layout-job", "auto-tables", "pymupdf4llm")
 CORPORA = ("born-digital", "scanned")
 IN_PLACE = 0.75
 _HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.MULTILINE)
@@ -167,8 +169,15 @@ def run_layout(pdfs: list[Path], figures: Path) -> tuple[list[str], dict[str, An
 # -- the other tools ----------------------------------------------------------------------------
 
 
-def run_auto_tables(pdfs: list[Path]) -> tuple[list[str], dict[str, Any]]:
-    """Markdown per PDF from ``rayorch run pdf --ocr auto --tables`` (one run over all)."""
+def run_job(pdfs: list[Path], ocr: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Markdown per PDF from one ``rayorch run pdf`` over all of them (a private local Ray),
+    and its end-to-end seconds and pages/s (Ray's start included)."""
+    import pymupdf
+
+    pages = 0
+    for path in pdfs:
+        with pymupdf.open(path) as doc:
+            pages += doc.page_count
     with tempfile.TemporaryDirectory() as tmp:
         source, out = Path(tmp) / "in", Path(tmp) / "out"
         source.mkdir()
@@ -177,17 +186,25 @@ def run_auto_tables(pdfs: list[Path]) -> tuple[list[str], dict[str, Any]]:
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--input", str(source),
-             "--output", str(out), "--ocr", "auto", "--tables", "--no-progress"],
+             "--output", str(out), *ocr, "--no-progress"],
             capture_output=True, text=True, cwd=REPO, timeout=3600,
             env={**os.environ, "PYTHONPATH": str(REPO)})
         seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise RuntimeError(f"rayorch run pdf failed: {done.stderr.strip()[-300:]}")
         markdowns = []
-        for path in pdfs:
-            found = list(out.rglob(f"{path.stem}.md"))
+        for path in pdfs:  # the job names its files NNNNN-<stem>.md
+            found = sorted(out.rglob(f"*{path.stem}.md"))
             markdowns.append(found[0].read_text() if found else "")
-    return markdowns, {"e2e_s": round(seconds, 1)}
+    return markdowns, {"e2e_s": round(seconds, 1), "e2e_pages_per_s": round(pages / seconds, 3)}
+
+
+def run_auto_tables(pdfs: list[Path]) -> tuple[list[str], dict[str, Any]]:
+    return run_job(pdfs, ["--ocr", "auto", "--tables"])
+
+
+def run_layout_job(pdfs: list[Path]) -> tuple[list[str], dict[str, Any]]:
+    return run_job(pdfs, ["--ocr", "layout"])
 
 
 def run_pymupdf4llm(pdfs: list[Path]) -> tuple[list[str], dict[str, Any]]:
@@ -196,7 +213,8 @@ def run_pymupdf4llm(pdfs: list[Path]) -> tuple[list[str], dict[str, Any]]:
         "convert_s": round(sum(r["seconds"] for r in results), 2)}
 
 
-RUNNERS = {"auto-tables": run_auto_tables, "pymupdf4llm": run_pymupdf4llm}
+RUNNERS = {"layout-job": run_layout_job, "auto-tables": run_auto_tables,
+           "pymupdf4llm": run_pymupdf4llm}
 
 
 def measure(tools: tuple[str, ...] = TOOLS, documents: int | None = None) -> dict[str, Any]:
