@@ -58,15 +58,26 @@ def documents(out: Path) -> dict[str, str]:
     return {Path(p).name: p.read_text() for p in map(Path, sorted(out.rglob("*.md")))}
 
 
-# The memory variant is `slow` (-m slow): the same runs, ~25 s more; the memory store's reuse is
-# in the default suite through tests/integration/test_reuse.py (one ro.Executor).
+def test_a_memory_store_cannot_be_reused_from_the_cli(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A memory:// store ends with the process that made it: ``--reuse`` with one is a usage
+    error before anything runs (no Ray, nothing written)."""
+    code = main(["run", "pdf", "--input", str(EXAMPLES), "--output", str(tmp_path / "out"),
+                 "--store", "memory://", "--reuse", "latest", "--no-progress"])
+    assert code == 2
+    assert "--reuse needs the store of the earlier run" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# On Redis only: the CLI refuses --reuse with a memory:// store (it ends with its process;
+# test_a_memory_store_cannot_be_reused_from_the_cli); the memory store's reuse is in the
+# default suite through tests/integration/test_reuse.py (one ro.Executor).
 @pytest.mark.long
-@pytest.mark.parametrize("kind", ["redis", pytest.param("memory", marks=pytest.mark.slow)])
 def test_rerun_renders_only_new_pdfs_and_an_assemble_change_runs_no_ocr(
-        kind: str, ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        request: pytest.FixtureRequest) -> None:
-    url = request.getfixturevalue("redis_url") if kind == "redis" else "memory://reuse-cli"
-    held = open_store(url)  # a memory store lives while someone holds it (here: the test)
+        ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    url = redis_url
+    held = open_store(url)
     try:
         pdfs = corpus(tmp_path)
         first = run_pdf(pdfs, tmp_path / "a", url, capsys)
