@@ -14,6 +14,9 @@ and recognition requests of earlier ones are decoded together.
 * Recognition: each crop, upright and sized as MinerU sizes it, with the prompt of its kind
   (text, table: OTSL -> HTML, formula: LaTeX); figures keep their crop.
 
+:class:`MineruSteps` holds the steps and the policy below over any engine (its unit tests run
+it on scripted answers); :class:`MineruEngine` binds it to vLLM.
+
 Quality policy, per request: an answer that fails validation (no readable layout, no OTSL
 table, a repetition loop, the token limit: :mod:`~rayorch.pipelines.document.mineru_blocks`)
 is asked again at a higher temperature (``retries``); past them a page becomes one
@@ -35,7 +38,7 @@ import math
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -116,44 +119,24 @@ class RequestLog:
         return {"requests": dict(self.total), "peak": self.peak, "mixed": self.mixed}
 
 
-class MineruEngine:
-    """MinerU2.5's layout and recognition on one in-process vLLM engine (an async module).
+Ask = Callable[[str, bytes, float, str, int], Awaitable[tuple[str, str | None]]]
+"""``ask(key, png, temperature, tag, attempt)``: one request's ``(text, finish_reason)``."""
 
-    ``model``: a MinerU2.5 directory or hub id (``opendatalab/MinerU2.5-2509-1.2B``).
-    ``max_tokens``: per answer (``None``: up to the model's context, as MinerU does);
-    ``temperature``: the first attempt's; ``retries``: attempts more, each 0.4 hotter;
-    ``prompts``: any of ``layout``, ``text``, ``table``, ``equation`` instead of MinerU's.
-    ``layout_regex``: TEST OPTION ONLY, vLLM's structured outputs hold the layout answer to
-    this regex (:data:`~rayorch.pipelines.document.mineru_blocks.TEST_LAYOUT_REGEX`: a model
-    with random weights writes no layout). ``request_log``: a file the :class:`RequestLog`
-    appends to. Memory options and other keyword options go to
-    :class:`~rayorch.pipelines.document.ocr.VllmChat` (``vllm.LLM``).
+
+class MineruSteps:
+    """The two steps and the quality policy over any engine (``ask``: one request).
+
+    ``temperature`` is the first attempt's, ``retries`` the attempts more (each hotter:
+    :func:`~rayorch.pipelines.document.mineru_blocks.sampling_ladder`); ``max_tokens`` names
+    the limit in a cause. :class:`MineruEngine` is these steps on a vLLM engine.
     """
 
-    def __init__(self, *, model: str, max_tokens: int | None = None, temperature: float = 0.0,
-                 retries: int = 1, prompts: dict[str, str] | None = None,
-                 layout_regex: str | None = None, request_log: str | None = None,
-                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                 **llm_options: Any) -> None:
+    def __init__(self, ask: Ask, *, max_tokens: int | None = None, temperature: float = 0.0,
+                 retries: int = 1) -> None:
         check_sampling(max_tokens, temperature, retries)
-        self.prompts = prompts_for(prompts)
-        require_vllm_runtime("choose --ocr layout (CPU models from wheels)", "the mineru module")
-        from rayorch.pipelines.document.ocr import ContinuousChat, VllmChat
-
-        options = {"limit_mm_per_prompt": {"image": 1, "video": 0}, **llm_options}
-        self.chat = ContinuousChat(VllmChat(
-            model, images=1, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len, **options))
-        import vllm
-        from vllm.sampling_params import RepetitionDetectionParams, StructuredOutputsParams
-
-        self._vllm: Any = vllm
-        self._loop_check = RepetitionDetectionParams(**REPETITION)
-        self._layout_rule = (StructuredOutputsParams(regex=layout_regex)
-                             if layout_regex else None)
+        self.ask = ask
         self.max_tokens = max_tokens
         self.temperatures = sampling_ladder(float(temperature), retries)
-        self.log = RequestLog(request_log)
         self._crop_ocr = CropOcr()
         self._ocr_thread = ThreadPoolExecutor(1, thread_name_prefix="rayorch-mineru-ocr")
 
@@ -163,8 +146,6 @@ class MineruEngine:
         if step == "recognise":
             return list(await asyncio.gather(*(self.recognise(region) for region in items)))
         raise OcrEngineError(f"unknown MinerU step {step!r}: choose one of {', '.join(STEPS)}")
-
-    # -- the two steps ------------------------------------------------------------------------
 
     async def layout(self, page: Any) -> list[Region] | RecordFailure:
         """One page item's region items (a whole-page region when its layout fails)."""
@@ -193,14 +174,15 @@ class MineruEngine:
         kind = str(region["kind"])
         if region.get("fallback"):  # the layout step could not read its page
             return await self._fallback(region, kind, str(region.get("cause") or "layout"))
+        if kind in DROPPED_KINDS:  # the pipeline drops these before this step
+            return _block(region, "none", text="")
         key = prompt_key(kind)
-        if kind in DROPPED_KINDS or key is None:
-            return _block(region, "crop" if key is None else "none",
-                          **({"image": bytes(region["crop"])} if key is None else {"text": ""}))
         try:
             request = request_image(region)
         except Exception as exc:  # a crop that is no image
             return await self._fallback(region, kind, f"recognise: {where}: {_said(exc)}")
+        if key is None:  # a figure: its crop
+            return _block(region, "crop", image=bytes(region["crop"]))
         content, attempts, cause = await self._answer(
             key, request, lambda text: read_answer(kind, text), f"{key}/{where}")
         if content is None:
@@ -210,8 +192,6 @@ class MineruEngine:
             block["attempts"] = attempts
         return block
 
-    # -- requests, retries and fallbacks ------------------------------------------------------
-
     async def _answer(self, key: str, png: bytes, read: Callable[[str], Any], tag: str
                       ) -> tuple[Any, int, str | None]:
         """``(read(answer), attempts, None)`` for the first answer that passes, else
@@ -219,48 +199,18 @@ class MineruEngine:
         problems = []
         for attempt, temperature in enumerate(self.temperatures, 1):
             try:
-                out = await self._request(key, png, temperature, tag, attempt)
+                text, finish_reason = await self.ask(key, png, temperature, tag, attempt)
             except Exception as exc:  # the engine refused it: asking again will not help
                 problems.append(f"try {attempt}: the engine failed: {_said(exc)}")
                 return None, attempt, "; ".join(problems)
-            completion = out.outputs[0]
-            problem = finish_problem(completion.finish_reason, self.max_tokens)
+            problem = finish_problem(finish_reason, self.max_tokens)
             if problem is None:
                 try:
-                    return read(completion.text), attempt, None
+                    return read(text), attempt, None
                 except InvalidAnswer as exc:
                     problem = str(exc)
             problems.append(f"try {attempt} at temperature {temperature:g}: {problem}")
         return None, len(self.temperatures), "; ".join(problems)
-
-    async def _request(self, key: str, png: bytes, temperature: float, tag: str,
-                       attempt: int) -> Any:
-        """One request in the engine: MinerU's prompt and penalties for ``key``, a seed of
-        ``tag`` and ``attempt`` (the same request samples the same way in any schedule)."""
-        greedy = temperature == 0.0
-        sampling = self._vllm.SamplingParams(
-            temperature=temperature, top_p=0.01 if greedy else 1.0, top_k=1 if greedy else 0,
-            max_tokens=self.max_tokens, seed=zlib.crc32(f"{tag}/{attempt}".encode()),
-            skip_special_tokens=False, repetition_detection=self._loop_check,
-            structured_outputs=self._layout_rule if key == "layout" else None,
-            **sampling_penalties(key))
-        conversation: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": png_data_url(png)}},
-                {"type": "text", "text": self.prompts[key]}]}]
-        step = "layout" if key == "layout" else "recognise"
-        self.log.enter(step)
-        record: dict[str, Any] = {"step": step, "key": key, "tag": tag, "attempt": attempt,
-                                  "enqueued": time.monotonic()}
-        try:
-            [(out, _, finished)] = await self.chat.timed_outputs([conversation], sampling)
-            record.update(finished=finished, tokens=len(out.outputs[0].token_ids),
-                          finish=out.outputs[0].finish_reason)
-            return out
-        finally:
-            record.setdefault("finished", time.monotonic())
-            self.log.leave(step, record)
 
     async def _fallback(self, region: Region, kind: str, cause: str) -> Block:
         """What stands in for a region no answer passed for (:func:`fallback_for`)."""
@@ -285,6 +235,75 @@ class MineruEngine:
             self._ocr_thread, lambda: self._crop_ocr.block(region, cause, fallback=how))
 
 
+class MineruEngine(MineruSteps):
+    """MinerU2.5's layout and recognition on one in-process vLLM engine (an async module).
+
+    ``model``: a MinerU2.5 directory or hub id (``opendatalab/MinerU2.5-2509-1.2B``).
+    ``max_tokens``: per answer (``None``: up to the model's context, as MinerU does);
+    ``temperature``: the first attempt's; ``retries``: attempts more, each 0.4 hotter;
+    ``prompts``: any of ``layout``, ``text``, ``table``, ``equation`` instead of MinerU's.
+    ``layout_regex``: TEST OPTION ONLY, vLLM's structured outputs hold the layout answer to
+    this regex (:data:`~rayorch.pipelines.document.mineru_blocks.TEST_LAYOUT_REGEX`: a model
+    with random weights writes no layout). ``request_log``: a file the :class:`RequestLog`
+    appends to. Memory options and other keyword options go to
+    :class:`~rayorch.pipelines.document.ocr.VllmChat` (``vllm.LLM``).
+    """
+
+    def __init__(self, *, model: str, max_tokens: int | None = None, temperature: float = 0.0,
+                 retries: int = 1, prompts: dict[str, str] | None = None,
+                 layout_regex: str | None = None, request_log: str | None = None,
+                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
+                 **llm_options: Any) -> None:
+        super().__init__(self._request, max_tokens=max_tokens, temperature=temperature,
+                         retries=retries)
+        self.prompts = prompts_for(prompts)
+        require_vllm_runtime("choose --ocr layout (CPU models from wheels)", "the mineru module")
+        from rayorch.pipelines.document.ocr import ContinuousChat, VllmChat
+
+        options = {"limit_mm_per_prompt": {"image": 1, "video": 0}, **llm_options}
+        self.chat = ContinuousChat(VllmChat(
+            model, images=1, gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len, **options))
+        import vllm
+        from vllm.sampling_params import RepetitionDetectionParams, StructuredOutputsParams
+
+        self._vllm: Any = vllm
+        self._loop_check = RepetitionDetectionParams(**REPETITION)
+        self._layout_rule = (StructuredOutputsParams(regex=layout_regex)
+                             if layout_regex else None)
+        self.log = RequestLog(request_log)
+
+    async def _request(self, key: str, png: bytes, temperature: float, tag: str,
+                       attempt: int) -> tuple[str, str | None]:
+        """One request in the engine: MinerU's prompt and penalties for ``key``, a seed of
+        ``tag`` and ``attempt`` (the same request samples the same way in any schedule)."""
+        greedy = temperature == 0.0
+        sampling = self._vllm.SamplingParams(
+            temperature=temperature, top_p=0.01 if greedy else 1.0, top_k=1 if greedy else 0,
+            max_tokens=self.max_tokens, seed=zlib.crc32(f"{tag}/{attempt}".encode()),
+            skip_special_tokens=False, repetition_detection=self._loop_check,
+            structured_outputs=self._layout_rule if key == "layout" else None,
+            **sampling_penalties(key))
+        conversation: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": png_data_url(png)}},
+                {"type": "text", "text": self.prompts[key]}]}]
+        step = "layout" if key == "layout" else "recognise"
+        self.log.enter(step)
+        record: dict[str, Any] = {"step": step, "key": key, "tag": tag, "attempt": attempt,
+                                  "enqueued": time.monotonic()}
+        try:
+            [(out, _, finished)] = await self.chat.timed_outputs([conversation], sampling)
+            completion = out.outputs[0]
+            record.update(finished=finished, tokens=len(completion.token_ids),
+                          finish=completion.finish_reason)
+            return str(completion.text), completion.finish_reason
+        finally:
+            record.setdefault("finished", time.monotonic())
+            self.log.leave(step, record)
+
+
 def _said(exc: BaseException) -> str:
     """An exception as a block's cause: its type and its text, cut to :data:`MAX_CAUSE`."""
     return f"{type(exc).__name__}: {exc}"[:MAX_CAUSE]
@@ -299,4 +318,4 @@ def _block(region: Region, engine: str, *, fallback: str | None = None,
     return block
 
 
-__all__ = ["STEPS", "MineruEngine", "RequestLog", "check_sampling"]
+__all__ = ["STEPS", "Ask", "MineruEngine", "MineruSteps", "RequestLog", "check_sampling"]
