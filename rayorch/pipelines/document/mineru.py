@@ -141,11 +141,23 @@ class MineruSteps:
         self._ocr_thread = ThreadPoolExecutor(1, thread_name_prefix="rayorch-mineru-ocr")
 
     async def __call__(self, items: list[Any], *, step: str = "layout") -> list[Any]:
-        if step == "layout":
-            return list(await asyncio.gather(*(self.layout(page) for page in items)))
-        if step == "recognise":
-            return list(await asyncio.gather(*(self.recognise(region) for region in items)))
-        raise OcrEngineError(f"unknown MinerU step {step!r}: choose one of {', '.join(STEPS)}")
+        if step not in STEPS:
+            raise OcrEngineError(f"unknown MinerU step {step!r}: choose one of "
+                                 f"{', '.join(STEPS)}")
+        return list(await asyncio.gather(*(self._one(step, item) for item in items)))
+
+    async def _one(self, step: str, item: Any) -> Any:
+        """One page or region through ``step``; whatever goes wrong stays with it (a page
+        becomes its whole-page region, a region OCR of its crop)."""
+        try:
+            return await (self.layout(item) if step == "layout" else self.recognise(item))
+        except Exception as exc:
+            cause = f"{step}: {_said(exc)}"
+            if step == "recognise":
+                return await self._ocr(item, cause, "ocr-crop")
+            if isinstance(item, dict) and "png" in item and "page" in item:
+                return [whole_page_region(item, cause)]
+            return RecordFailure(cause)
 
     async def layout(self, page: Any) -> list[Region] | RecordFailure:
         """One page item's region items (a whole-page region when its layout fails)."""
@@ -209,6 +221,8 @@ class MineruSteps:
                     return read(text), attempt, None
                 except InvalidAnswer as exc:
                     problem = str(exc)
+                except Exception as exc:  # its text may quote the answer: name its type only
+                    problem = f"an unreadable answer ({type(exc).__name__})"
             problems.append(f"try {attempt} at temperature {temperature:g}: {problem}")
         return None, len(self.temperatures), "; ".join(problems)
 
