@@ -27,6 +27,7 @@ layer for ``auto``) carry a PNG and are OCR Grains.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +57,21 @@ from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, document_warnings, sum
 from rayorch.pipelines.sources import failure_kind, find_files, list_inputs
 from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
 
-OCR_MODES = ("auto", "text", "rapidocr", "vllm", "layout")
+OCR_MODES = ("auto", "text", "rapidocr", "vllm", "layout", "mineru")
 """``--ocr`` choices: ``auto`` (text layer, OCR where it is missing or garbage), ``text``
 (text layer only), ``rapidocr`` (CPU OCR of every page), ``vllm`` (a VLM served by vLLM: on a
 GPU, or on the CPU with vLLM's CPU build, slower), ``layout`` (the region grain: layout
 regions of every page, each recognised by its kind; CPU models from wheels, extra
-``layout``)."""
-REGION_ENGINES = frozenset({"layout"})
+``layout``), ``mineru`` (the region grain with MinerU2.5's two steps, layout and recognition,
+on one vLLM engine: ``engine_options={"model": DIR}``)."""
+REGION_ENGINES = frozenset({"layout", "mineru"})
 """The ``--ocr`` choices that run the region grain (document -> page -> region)."""
 FALLBACK_ENGINE = "rapidocr"
 """The engine ``auto`` uses for pages without a usable text layer."""
+DEFAULT_MINERU_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
+MINERU_INFLIGHT = 4
+"""Batches a ``mineru`` actor runs at once (``ocr_inflight``): layout and recognition batches
+of many pages share its engine."""
 
 def ocr_module_cpus(engine: str) -> float:
     """CPUs an OCR actor declares: rapidocr works all the time, ``auto`` now and then, a
@@ -92,6 +98,10 @@ class PdfPipeline(ro.Pipeline):
     ``layout_replicas`` the layout stage's (pages per batch), ``dpi`` defaults to 144, and
     ``max_fallback_share`` fails a document past that share of fallback blocks. Its result
     is the ``AssembleRegionDocument`` dict (with ``content_list`` and ``figures``).
+    ``"mineru"`` runs the same grain with one module for both steps
+    (:class:`~rayorch.pipelines.document.mineru.MineruEngine`: ``engine_options`` are its
+    options, ``model`` first): ``replicas`` actors, each one engine, ``batch_size`` pages or
+    regions per batch, ``ocr_inflight`` (default 4) batches at once.
 
     >>> plan = PdfPipeline().compile()
     """
@@ -109,7 +119,7 @@ class PdfPipeline(ro.Pipeline):
         engine_options: dict[str, Any] | None = None,
         ocr_num_cpus: float | None = None,
         ocr_num_gpus: float | None = None,
-        ocr_inflight: int = 1,
+        ocr_inflight: int | None = None,
         page_markers: bool = True,
         layout_batch_size: int = 4,
         layout_replicas: Replicas = 1,
@@ -126,8 +136,10 @@ class PdfPipeline(ro.Pipeline):
                 render_batch_size=render_batch_size, layout_batch_size=layout_batch_size,
                 layout_replicas=layout_replicas, region_batch_size=batch_size,
                 region_replicas=replicas, max_fallback_share=max_fallback_share,
-                page_markers=page_markers, engine_options=engine_options or {})
+                page_markers=page_markers, engine_options=engine_options or {},
+                inflight=ocr_inflight or MINERU_INFLIGHT)
             return
+        ocr_inflight = ocr_inflight or 1
         auto = engine == "auto"
         ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
         ocr_options.update(engine_options or {})
@@ -160,13 +172,12 @@ class PdfPipeline(ro.Pipeline):
                         render_batch_size: int, layout_batch_size: int,
                         layout_replicas: Replicas, region_batch_size: int,
                         region_replicas: Replicas, max_fallback_share: float,
-                        page_markers: bool, engine_options: dict[str, Any]) -> None:
-        """The region grain's modules (``--ocr layout``): render, layout, keep, recognise,
-        assemble_page, assemble. ``engine_options`` may hold ``layout`` and ``recognise``
-        (each a dict of its model's constructor options)."""
-        from rayorch.pipelines.document.layout import DetectLayout
-        from rayorch.pipelines.document.recognise import RecogniseRegion
-
+                        page_markers: bool, engine_options: dict[str, Any],
+                        inflight: int) -> None:
+        """The region grain's modules: render, the model modules, keep, assemble_page,
+        assemble. For ``layout`` ``engine_options`` may hold ``layout`` and ``recognise``
+        (each a dict of its model's constructor options); for ``mineru`` they are
+        :class:`MineruEngine`'s, one module (``mineru``) serving both steps."""
         check_fallback_share(max_fallback_share)  # here, before any actor starts
         # Declared CPUs sum to under 2, so the default runs on a two-core machine through
         # the API too (the CLI sizes its Ray to the plan); the models' ONNX threads use
@@ -174,21 +185,48 @@ class PdfPipeline(ro.Pipeline):
         self.render = ro.RayModule(
             RenderLayoutPages, dpi=dpi, num_outputs=3,
             batch_size=render_batch_size, replicas=render_replicas, num_cpus=0.5)
-        self.layout = ro.RayModule(
-            LayoutOrFallback, batch_size=layout_batch_size, replicas=layout_replicas,
-            num_cpus=0.5,
-        ).pre_init(DetectLayout, **engine_options.get("layout", {}))
+        if self.engine == "mineru":
+            self._mineru_module(engine_options, region_replicas, region_batch_size, inflight)
+        else:
+            from rayorch.pipelines.document.layout import DetectLayout
+            from rayorch.pipelines.document.recognise import RecogniseRegion
+
+            self.layout = ro.RayModule(
+                LayoutOrFallback, batch_size=layout_batch_size, replicas=layout_replicas,
+                num_cpus=0.5,
+            ).pre_init(DetectLayout, **engine_options.get("layout", {}))
+            self.recognise = ro.RayModule(
+                RecogniseOrFallback, batch_size=region_batch_size, replicas=region_replicas,
+                num_cpus=0.5,
+            ).pre_init(RecogniseRegion, **engine_options.get("recognise", {}))
         self.keep = ro.RayModule(KeepRegions, num_outputs=2, batch_size=64, num_cpus=0.1)
-        self.recognise = ro.RayModule(
-            RecogniseOrFallback, batch_size=region_batch_size, replicas=region_replicas,
-            num_cpus=0.5,
-        ).pre_init(RecogniseRegion, **engine_options.get("recognise", {}))
         self.assemble_page = ro.RayModule(AssemblePage, batch_size=16, num_cpus=0.1)
+        engine: dict[str, Any] = {"engine": "mineru"} if self.engine == "mineru" else {}
         self.assemble = ro.RayModule(AssembleRegionDocument, batch_size=4, num_cpus=0.25,
                                      max_fallback_share=max_fallback_share,
-                                     page_markers=page_markers)
+                                     page_markers=page_markers, **engine)
+
+    def _mineru_module(self, options: dict[str, Any], replicas: Replicas, batch_size: int,
+                       inflight: int) -> None:
+        """``self.mineru``: one :class:`MineruEngine` pool for both steps (one engine per
+        actor); its options are checked here, before any actor starts."""
+        from rayorch.pipelines.document.mineru import MineruEngine, check_sampling
+        from rayorch.pipelines.document.mineru_blocks import prompts_for
+
+        options = {"model": DEFAULT_MINERU_MODEL, **options}
+        check_sampling(options.get("max_tokens"), options.get("temperature", 0.0),
+                       options.get("retries", 1))
+        if options.get("prompts") is not None:
+            prompts_for(options["prompts"])
+        self.mineru = ro.RayModule(
+            MineruEngine, batch_size=batch_size, replicas=replicas, max_inflight=inflight,
+            num_cpus=vllm_num_cpus(0.25), num_gpus=vllm_num_gpus(),
+        ).pre_init(**options)
 
     def forward(self, pdfs: Any) -> Any:
+        if self.engine == "mineru":  # one module, two Calls: one pool, one engine
+            return self.regions(pdfs, functools.partial(self.mineru, step="layout"),
+                                functools.partial(self.mineru, step="recognise"))
         if self.engine in REGION_ENGINES:
             return self.regions(pdfs, self.layout, self.recognise)
         pages, to_ocr, meta = self.render(pdfs)
@@ -224,8 +262,8 @@ def list_pdfs(source: str | Path) -> list[tuple[str, int]]:
 
 
 __all__ = [
-    "OCR_MODES", "PDF_WRITER", "REGION_ENGINES", "AssembleDocument", "AsyncOcrPage", "OcrPage",
-    "PdfPipeline",
+    "DEFAULT_MINERU_MODEL", "OCR_MODES", "PDF_WRITER", "REGION_ENGINES", "AssembleDocument",
+    "AsyncOcrPage", "OcrPage", "PdfPipeline",
     "RenderPages", "RenderPdf", "assemble_markdown", "document_pages", "document_warnings",
     "failure_kind", "find_pdfs", "list_pdfs", "summary_dict",
 ]

@@ -19,6 +19,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any, TypedDict
 
 from rayorch import RayorchError
 
@@ -97,16 +98,20 @@ def use_in_process_engine() -> None:
 def prepare_vllm() -> list[str]:
     """Ready this process to import and run vLLM; call it before ``import vllm``.
 
-    Hides the torch extensions that cannot load here, and when any was hidden, has vLLM's
-    model-inspection subprocess (its ``_SUBPROCESS_COMMAND``, which vLLM keeps for such
-    overrides) start through this module so that it hides them too. Returns the names hidden.
+    Hides the torch extensions that cannot load here, and when any is hidden (now or by an
+    earlier call), has vLLM's model-inspection subprocess (its ``_SUBPROCESS_COMMAND``, which
+    vLLM keeps for such overrides) start through this module so that it hides them too.
+    Returns the names hidden by this call.
     """
     hidden = hide_unloadable_torch_extensions()
-    if hidden:
+    if any(sys.modules.get(name, False) is None for name in TORCH_EXTENSIONS):
         from vllm.model_executor.models import registry
 
         registry._SUBPROCESS_COMMAND = [sys.executable, "-m", __name__]
     return hidden
+
+
+TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
 
 
 def hide_unloadable_torch_extensions() -> list[str]:
@@ -126,7 +131,7 @@ def hide_unloadable_torch_extensions() -> list[str]:
     if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
         return []
     hidden = []
-    for name in ("torchvision", "torchaudio", "torchcodec"):
+    for name in TORCH_EXTENSIONS:
         if name in sys.modules or importlib.util.find_spec(name) is None:
             continue
         try:
@@ -134,7 +139,61 @@ def hide_unloadable_torch_extensions() -> list[str]:
         except Exception:  # installed, but its native code does not load beside torch+cpu
             sys.modules[name] = None  # type: ignore[assignment]
             hidden.append(name)
+    if sys.modules.get("torchvision", False) is None:
+        qwen2_vl_without_torchvision()
     return hidden
+
+
+class _NoVideoKwargs(TypedDict):
+    """No video processor keyword is valid."""
+
+
+class _NoVideoProcessor:
+    """Stands in for a video processor where none can load: vLLM reads its valid keywords."""
+
+    valid_kwargs = _NoVideoKwargs
+
+
+def qwen2_vl_without_torchvision() -> None:
+    """Let vLLM serve Qwen2-VL (MinerU2.5's architecture) where torchvision cannot load.
+
+    transformers 5's ``image_processing_qwen2_vl`` (whose ``smart_resize`` vLLM imports) is
+    its torchvision image processor, and ``Qwen2VLProcessor`` always loads a video processor,
+    which needs torchvision. Here the first is the PIL module (same ``smart_resize``, the PIL
+    processor under both names) and the second a ``Qwen2VLProcessor`` of images and text only:
+    image requests work, video requests (none of rayorch's) cannot be served. Safe to call
+    again; a no-op without transformers.
+    """
+    if importlib.util.find_spec("transformers") is None:
+        return
+    import transformers.models.qwen2_vl as qwen2_vl
+    from transformers.models.qwen2_vl import image_processing_pil_qwen2_vl as pil
+    from transformers.models.qwen2_vl import processing_qwen2_vl
+    from transformers.processing_utils import ProcessorMixin
+
+    if getattr(processing_qwen2_vl.Qwen2VLProcessor, "images_only", False):
+        return
+    setattr(pil, "Qwen2VLImageProcessor", pil.Qwen2VLImageProcessorPil)  # noqa: B010
+    sys.modules["transformers.models.qwen2_vl.image_processing_qwen2_vl"] = pil
+    mixin_init: Any = ProcessorMixin.__init__
+    base: Any = processing_qwen2_vl.Qwen2VLProcessor
+
+    class Qwen2VLProcessor(base):  # type: ignore[misc]
+        """Qwen2-VL's processor without its video processor (``get_attributes`` reads the
+        sub-processors from this signature)."""
+
+        images_only = True
+
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None,
+                     chat_template: Any = None, **kwargs: Any) -> None:
+            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            mixin_init(self, image_processor, tokenizer, chat_template=chat_template)
+            self.video_processor = _NoVideoProcessor()
+
+    for module in (processing_qwen2_vl, qwen2_vl):
+        setattr(module, "Qwen2VLProcessor", Qwen2VLProcessor)  # noqa: B010
 
 
 if __name__ == "__main__":  # vLLM's model-inspection subprocess, started by prepare_vllm

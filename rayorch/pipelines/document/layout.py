@@ -391,16 +391,22 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
     regions = []
     for order, k in enumerate(reading_order([box for _, _, box in kept])):
         kind, score, box = kept[k]
-        box_pt = (box[0] * width_pt, box[1] * height_pt, box[2] * width_pt, box[3] * height_pt)
         crop = image.crop(pixel_box(image, box))
         if kind in RULED_TABLE_SUSPECTS and ruled_grid(numpy.asarray(crop.convert("L"))):
             kind = "table"
-        regions.append({
-            "page": page["page"], "order": order, "kind": kind, "bbox": list(box),
-            "score": round(score, 4), "crop": png_bytes(crop),
-            "words": words_inside(words, box_pt), "width_pt": width_pt, "height_pt": height_pt,
-        })
+        regions.append(region_item(page, order, kind, score, box, crop, words))
     return regions
+
+
+def region_item(page: dict[str, Any], order: int, kind: str, score: float, box: Box, crop: Any,
+                words: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """The region item of ``box`` (fractions) on ``page``: its ``crop`` (PIL, cut from the
+    full-resolution page) as PNG and the ``words`` (PDF points) inside it."""
+    width_pt, height_pt = float(page["width_pt"]), float(page["height_pt"])
+    box_pt = (box[0] * width_pt, box[1] * height_pt, box[2] * width_pt, box[3] * height_pt)
+    return {"page": page["page"], "order": order, "kind": kind, "bbox": list(box),
+            "score": round(score, 4), "crop": png_bytes(crop),
+            "words": words_inside(words, box_pt), "width_pt": width_pt, "height_pt": height_pt}
 
 
 def page_problem(page: Any) -> str | None:
@@ -446,5 +452,6 @@ class DetectLayout:
 
 
 __all__ = ["CDLA_KINDS", "DROPPED_KINDS", "REGION_KINDS", "CdlaLayoutModel", "DetectLayout",
-           "LayoutModelError", "merge_detections", "page_regions", "reading_order",
-           "region_kind", "wheel_file", "words_inside"]
+           "LayoutModelError", "merge_detections", "page_regions", "page_problem",
+           "pixel_box", "reading_order", "region_item", "region_kind", "wheel_file",
+           "words_inside"]

@@ -175,12 +175,12 @@ def require_vllm_runtime(
 class VllmEngine:
     """A vision-language model served in-process by vLLM: one engine per actor.
 
-    A batch of pages becomes one batched ``LLM.chat`` call (greedy decoding). The
+    A batch of pages becomes one batched ``LLM.chat`` call (greedy unless ``temperature``). The
     model name is an option, e.g. ``Qwen/Qwen2.5-VL-7B-Instruct`` or
     ``opendatalab/MinerU2.5-2509-1.2B`` (whole-page transcription; MinerU's
-    two-step layout flow is not used). ``max_model_len`` defaults to the model's own
-    limit; memory options as :class:`VllmChat` takes them. Other keyword options go to
-    ``vllm.LLM``.
+    two-step layout flow is ``--ocr mineru``).
+    ``max_model_len`` defaults to the model's own limit; memory options as
+    :class:`VllmChat` takes them. Other keyword options go to ``vllm.LLM``.
     """
 
     needs_image: bool = True
@@ -191,6 +191,7 @@ class VllmEngine:
         model: str = DEFAULT_VLM_MODEL,
         prompt: str = DEFAULT_VLM_PROMPT,
         max_tokens: int = 4096,
+        temperature: float = 0.0,
         gpu_memory_utilization: float | None = None,
         max_model_len: int | None = None,
         **llm_options: Any,
@@ -198,9 +199,10 @@ class VllmEngine:
         require_vllm_runtime()
         self.model = model
         self.prompt = prompt
+        sampling = {"temperature": temperature} if temperature else None
         self._chat = VllmChat(model, images=1, max_tokens=max_tokens,
                               gpu_memory_utilization=gpu_memory_utilization,
-                              max_model_len=max_model_len, **llm_options)
+                              max_model_len=max_model_len, sampling=sampling, **llm_options)
 
     def recognize(self, pages: list[Page]) -> list[str]:
         return self._chat.answers([build_vlm_messages(page, self.prompt) for page in pages])

@@ -164,15 +164,16 @@ def fallback_budget_problem(pages: list[PageResult], max_share: float) -> str | 
 
 
 def document_markdown(pages: list[PageResult], meta: RegionMeta, *,
-                      page_markers: bool = True) -> str:
+                      page_markers: bool = True, engine: str = "layout") -> str:
     """The document: its title (unless page 1 opens with one), then each page after
-    ``<!-- page N engine=layout -->`` (without those markers when ``page_markers`` is False)."""
+    ``<!-- page N engine=E -->`` (``engine``: ``layout`` or ``mineru``; without those markers
+    when ``page_markers`` is False)."""
     parts = [] if pages and pages[0]["page"] == 1 and pages[0]["titled"] \
         else [f"# {meta['title']}"]
     parts.append(f"<!-- source: {meta['path']} -->")
     for page in pages:
         if page_markers:
-            parts.append(f"<!-- page {page['page']} engine=layout -->")
+            parts.append(f"<!-- page {page['page']} engine={engine} -->")
         if page["markdown"]:
             parts.append(page["markdown"])
     return "\n\n".join(parts) + "\n"
@@ -196,12 +197,15 @@ class AssemblePage:
 class AssembleRegionDocument:
     """A document's pages (page order) and meta -> ``{"path", "title", "pages", "markdown",
     "content_list", "figures", "page_engines", "empty_pages", "blocks", "fallbacks"}``, or a
-    ``RecordFailure`` past the fallback budget (``max_fallback_share``, 1.0 = off)."""
+    ``RecordFailure`` past the fallback budget (``max_fallback_share``, 1.0 = off). ``engine``
+    names the pages' engine (``page_engines``, the page markers)."""
 
-    def __init__(self, *, max_fallback_share: float = 1.0, page_markers: bool = True) -> None:
+    def __init__(self, *, max_fallback_share: float = 1.0, page_markers: bool = True,
+                 engine: str = "layout") -> None:
         check_fallback_share(max_fallback_share)
         self.max_fallback_share = max_fallback_share
         self.page_markers = page_markers
+        self.engine = engine
 
     def __call__(self, pages: list[list[PageResult]], metas: list[RegionMeta]
                  ) -> list[dict[str, Any] | RecordFailure]:
@@ -216,11 +220,12 @@ class AssembleRegionDocument:
                 fallbacks.update(page["fallbacks"])
             out.append({
                 "path": meta["path"], "title": meta["title"], "pages": len(doc_pages),
-                "markdown": document_markdown(doc_pages, meta, page_markers=self.page_markers),
+                "markdown": document_markdown(doc_pages, meta, page_markers=self.page_markers,
+                                              engine=self.engine),
                 "content_list": [entry for page in doc_pages for entry in page["content"]],
                 "figures": {name: png for page in doc_pages
                             for name, png in page["figures"].items()},
-                "page_engines": ["layout"] * len(doc_pages),
+                "page_engines": [self.engine] * len(doc_pages),
                 "empty_pages": [p["page"] for p in doc_pages if not p["content"]],
                 "blocks": sum(int(p["blocks"]) for p in doc_pages),
                 "fallbacks": dict(sorted(fallbacks.items())),

@@ -78,6 +78,32 @@ class LayoutOrFallback:
         return out
 
 
+class CropOcr:
+    """RapidOCR of a region's crop, built at its first use: the text block standing in for a
+    region a model could not read (``fallback``, ``cause`` the failure's text; empty text,
+    with the reason added to the cause, when even OCR fails)."""
+
+    def __init__(self) -> None:
+        self._ocr: Any = None
+
+    def block(self, region: Any, cause: str, *, fallback: str = "ocr-crop") -> Block:
+        if not isinstance(region, dict):
+            region = {}
+        text = ""
+        try:
+            if self._ocr is None:
+                from rayorch.pipelines.document.ocr import RapidOcrEngine
+                from rayorch.pipelines.document.recognise import REGION_OCR_OPTIONS
+
+                self._ocr = RapidOcrEngine(**REGION_OCR_OPTIONS)
+            [text] = self._ocr.recognize([{"png": bytes(region["crop"])}])
+        except Exception as exc:  # the block says why it is empty
+            cause = f"{cause}; OCR of the crop: {type(exc).__name__}: {exc}"
+        return {"page": region.get("page"), "order": region.get("order"),
+                "kind": region.get("kind", "text"), "bbox": list(region.get("bbox") or []),
+                "engine": "rapidocr", "fallback": fallback, "cause": cause, "text": text}
+
+
 class RecogniseOrFallback:
     """``recogniser(**options)``'s block per region; a region it fails becomes a text block
     from OCR of the crop (``fallback="ocr-crop"``, ``cause`` the failure's text; empty text
@@ -86,14 +112,14 @@ class RecogniseOrFallback:
 
     def __init__(self, recogniser: type, **options: Any) -> None:
         self.recogniser = recogniser(**options)
-        self._crop_ocr: Any = None
+        self._crop_ocr = CropOcr()
 
     def __call__(self, regions: list[Region]) -> list[Block]:
         blocks: list[Block] = []
         found = one_by_one_on_error(self.recogniser, regions, "recognise")
         for region, block in zip(regions, found, strict=True):
             if isinstance(block, RecordFailure):
-                blocks.append(self.crop_fallback(region, block.cause))
+                blocks.append(self._crop_ocr.block(region, block.cause))
                 continue
             if region.get("fallback") and not block.get("fallback"):
                 used_layer = block.get("engine") == "text-layer"
@@ -102,24 +128,6 @@ class RecogniseOrFallback:
             blocks.append(block)
         return blocks
 
-    def crop_fallback(self, region: Any, cause: str) -> Block:
-        """A text block read from ``region``'s crop by OCR, standing in for a failed one."""
-        if not isinstance(region, dict):
-            region = {}
-        text = ""
-        try:
-            if self._crop_ocr is None:
-                from rayorch.pipelines.document.ocr import RapidOcrEngine
-                from rayorch.pipelines.document.recognise import REGION_OCR_OPTIONS
 
-                self._crop_ocr = RapidOcrEngine(**REGION_OCR_OPTIONS)
-            [text] = self._crop_ocr.recognize([{"png": bytes(region["crop"])}])
-        except Exception as exc:  # the block says why it is empty
-            cause = f"{cause}; OCR of the crop: {type(exc).__name__}: {exc}"
-        return {"page": region.get("page"), "order": region.get("order"),
-                "kind": region.get("kind", "text"), "bbox": list(region.get("bbox") or []),
-                "engine": "rapidocr", "fallback": "ocr-crop", "cause": cause, "text": text}
-
-
-__all__ = ["KeepRegions", "LayoutOrFallback", "RecogniseOrFallback",
+__all__ = ["CropOcr", "KeepRegions", "LayoutOrFallback", "RecogniseOrFallback",
            "one_by_one_on_error", "whole_page_region"]

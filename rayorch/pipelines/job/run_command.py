@@ -1,6 +1,6 @@
 """rayorch run pdf: the main job, the PDFs in a directory to Markdown documents.
 
-    rayorch run pdf --input DIR --output DIR [--ocr auto|text|rapidocr|vllm|layout]
+    rayorch run pdf --input DIR --output DIR [--ocr auto|text|rapidocr|vllm|layout|mineru]
                     [--store URL] [--overwrite | --resume] [--allow-failures]
                     [--reuse RUN|latest [--no-reuse CALL]]
 
@@ -28,6 +28,17 @@ OCR engines (--ocr):
             numbers dropped. Scanned pages keep their structure. Beside each .md a
             NNNNN-<stem>.content_list.json lists its blocks (MinerU's shape). CPU
             models from wheels (pip install 'rayorch[layout]').
+  mineru    MinerU2.5's two steps (--model DIR or a hub id, default
+            opendatalab/MinerU2.5-2509-1.2B) on one vLLM engine per actor: the layout of
+            each page, then each region recognised by its kind (text, tables as HTML,
+            formulas as LaTeX), layout and recognition requests of many pages decoded
+            together. An answer that fails validation is asked again hotter, then falls
+            back to the text layer or OCR (recorded per block). Output as for layout.
+            On a GPU (pip install 'rayorch[gpu]') or vLLM's CPU build ('rayorch[model]').
+
+Model options (--ocr vllm and mineru): --prompt TEXT or @FILE replaces the prompt (for
+mineru the text-recognition prompt, or a JSON object of any of layout, text, table,
+equation), --max-tokens N caps each answer, --temperature X samples the first attempt.
 
 Each page's engine is recorded in documents.jsonl (page_engines) and in the .md
 (<!-- page N engine=E -->). Exit code: 0 when every document succeeded, 1 when some
@@ -40,7 +51,10 @@ Ray is started on 127.0.0.1 (dashboard off), even when another cluster runs here
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
+from pathlib import Path
 from typing import Any
 
 from rayorch.pipelines.job.cli import add_job_parser, replicas_type, require_positive, run_job
@@ -73,7 +87,18 @@ def add_pdf_parser(jobs: Any) -> None:
         description=__doc__, input_help="a PDF file or a directory of PDFs", func=cmd_run_pdf)
     group.add_argument("--ocr", default="auto", choices=OCR_MODES,
                        help="OCR engine (default: auto; see above)")
-    group.add_argument("--model", default=None, help="model name for --ocr vllm")
+    group.add_argument("--model", default=None,
+                       help="model (hub id or directory) for --ocr vllm and --ocr mineru")
+    group.add_argument("--prompt", default=None, metavar="TEXT|@FILE",
+                       help="--ocr vllm/mineru: the prompt, or @FILE to read it from a file "
+                       "(mineru: the text prompt, or a JSON object of its prompts)")
+    group.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                       help="--ocr vllm/mineru: tokens per answer at most")
+    group.add_argument("--temperature", type=float, default=None, metavar="X",
+                       help="--ocr vllm/mineru: sampling temperature (default 0: greedy; "
+                       "mineru retries an invalid answer hotter)")
+    group.add_argument("--test-layout-regex", action="store_true", help=argparse.SUPPRESS)
+    # ^ tests only: constrain --ocr mineru's layout answers (a random test model writes none)
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
     group.add_argument("--replicas", type=replicas_type, default=1,
@@ -110,20 +135,110 @@ def _pipeline(args: argparse.Namespace) -> Any:
                                "max_fallback_share": args.max_fallback_share}
     if args.dpi is not None:
         options["dpi"] = args.dpi
+    engine_options = model_options(args)
     if args.model is not None:
-        options["engine_options"] = {"model": args.model}
+        engine_options = {"model": args.model, **engine_options}
+    if engine_options:
+        options["engine_options"] = engine_options
     return PdfPipeline(args.ocr, **options)
+
+
+MODEL_ENGINES = ("vllm", "mineru")
+"""The ``--ocr`` choices that take ``--prompt``, ``--max-tokens`` and ``--temperature``."""
+
+
+def read_prompt(value: str) -> str:
+    """``--prompt``: the text itself, or with ``@FILE`` the file's text (UTF-8); a
+    ``UsageError`` in one line when the file cannot be read or the prompt is empty."""
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UsageError(f"--prompt {value}: no such file") from None
+        except IsADirectoryError:
+            raise UsageError(f"--prompt {value}: a directory, not a file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--prompt {value}: cannot read it "
+                             f"({type(exc).__name__})") from None
+    if not text.strip():
+        raise UsageError(f"--prompt {value}: the file is empty" if value.startswith("@")
+                         else "--prompt is empty")
+    return text
+
+
+def mineru_prompts(text: str) -> dict[str, str]:
+    """``--prompt`` for ``--ocr mineru``: a JSON object of its prompts (any of layout, text,
+    table, equation), else the text-recognition prompt."""
+    from rayorch.pipelines.document.mineru_blocks import PROMPT_KEYS
+
+    if not text.lstrip().startswith("{"):
+        return {"text": text}
+    try:
+        prompts = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--prompt: not a JSON object of prompts ({exc.msg} at line "
+                         f"{exc.lineno})") from None
+    if not isinstance(prompts, dict) or not prompts:
+        raise UsageError("--prompt: not a JSON object of prompts")
+    for key, prompt in prompts.items():
+        if key not in PROMPT_KEYS:
+            raise UsageError(f"--prompt: unknown MinerU prompt {key!r} (the prompts are "
+                             f"{', '.join(PROMPT_KEYS)})")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UsageError(f"--prompt: the {key} prompt is not a non-empty text")
+    return prompts
+
+
+def model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options ``--prompt``, ``--max-tokens``, ``--temperature`` (and the tests'
+    ``--test-layout-regex``) give ``--ocr vllm`` or ``mineru``, checked: a ``UsageError``
+    in one line for one given with another engine, a missing ``@FILE``, a number that is
+    negative, zero tokens, NaN or infinite."""
+    given = [name for name in ("prompt", "max_tokens", "temperature")
+             if getattr(args, name, None) is not None]
+    if args.ocr not in MODEL_ENGINES:
+        if given or getattr(args, "test_layout_regex", False):
+            flag = f"--{(given or ['test_layout_regex'])[0].replace('_', '-')}"
+            raise UsageError(f"{flag} goes with --ocr vllm or --ocr mineru, not --ocr {args.ocr}")
+        return {}
+    options: dict[str, Any] = {}
+    if args.max_tokens is not None:
+        if args.max_tokens < 1:
+            raise UsageError(f"--max-tokens must be a positive number, not {args.max_tokens}")
+        options["max_tokens"] = args.max_tokens
+    if args.temperature is not None:
+        if not math.isfinite(args.temperature) or args.temperature < 0:
+            raise UsageError(f"--temperature must be a number >= 0, not {args.temperature}")
+        options["temperature"] = args.temperature
+    if args.prompt is not None:
+        text = read_prompt(args.prompt)
+        if args.ocr == "mineru":
+            options["prompts"] = mineru_prompts(text)
+        else:
+            options["prompt"] = text
+    if getattr(args, "test_layout_regex", False):
+        if args.ocr != "mineru":
+            raise UsageError("--test-layout-regex goes with --ocr mineru")
+        from rayorch.pipelines.document.mineru_blocks import TEST_LAYOUT_REGEX
+
+        options["layout_regex"] = TEST_LAYOUT_REGEX
+    return options
 
 
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
     from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, outputs_text
-    from rayorch.pipelines.pdf import list_pdfs
+    from rayorch.pipelines.pdf import REGION_ENGINES, list_pdfs
 
     same: dict[str, Any] = {"ocr": args.ocr, "tables": args.tables,
                             "page_markers": not args.no_page_markers}
-    if args.ocr == "layout":
+    if args.ocr in REGION_ENGINES:
         same["max_fallback_share"] = args.max_fallback_share
+    for name in ("model", "prompt", "max_tokens", "temperature"):  # only when given
+        if args.ocr in MODEL_ENGINES and getattr(args, name) is not None:
+            same[name] = getattr(args, name)
     sizes = dict(list_pdfs(args.input))
     sources = sorted(sizes)
     if not sources:
