@@ -336,7 +336,7 @@ class _Plan:
                 for key, amount in s.need.items():
                     room[key] = room.get(key, 0.0) - amount
             for key, amount in s.need.items():  # kept for it
-                room[key] = room.get(key, 0.0) - amount * (share - self.target[name])
+                room[key] = room.get(key, 0.0) - amount * max(0, share - self.target[name])
 
     def grow(self, room: dict[str, float]) -> None:
         """Free resources to the backed-up stages, most pressed per unit first."""

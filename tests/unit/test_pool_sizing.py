@@ -65,6 +65,19 @@ def grown_use(stages: list[StageLoad], sizes: dict[str, int]) -> dict[str, float
     return use
 
 
+def test_an_unmeasured_stage_above_its_even_share_frees_nothing_for_another() -> None:
+    """Found by Hypothesis: an unmeasured stage above its even share (3 of 4 GPUs, share 2)
+    counted its excess as free room, and a second unmeasured stage grew into a GPU that no
+    one had freed (nothing was free)."""
+    unmeasured = dict(min_size=1, need={"GPU": 1.0}, backlog=1, in_flight=0, coming=0.0,
+                      item_cost_s=None, batch_size=1, holds_model=False, idle_s=0.0, spare=0,
+                      draining=0, start_s=None)
+    stages = [StageLoad(name="s0", size=3, max_size=3, **unmeasured),
+              StageLoad(name="s1", size=1, max_size=2, **unmeasured)]
+    decision = plan_sizes(stages, {"CPU": 0.0, "GPU": 0.0}, SETTINGS)
+    assert dict(decision.sizes) == {"s0": 3, "s1": 1}
+
+
 @settings(max_examples=80)
 @given(pools(), resources, st.none() | resources)
 def test_targets_stay_within_bounds_free_resources_and_budget(
