@@ -279,14 +279,16 @@ class _Plan:
 
     def fit_budget(self, room: dict[str, float]) -> None:
         """Over budget, or a min that did not fit (negative room): the least pressed stages
-        give actors back."""
+        give actors back. What they give back is freed by drains, at a later decision:
+        growth now has only what was free before."""
+        before = dict(room)
         while any(amount < -_EPS for amount in room.values()):
             over = {key for key, amount in room.items() if amount < -_EPS}
             donors = [name for name, s in self.stages.items()
                       if self.target[name] > s.min_size
                       and any(s.need.get(key, 0.0) > 0 for key in over)]
             if not donors:
-                return
+                break
             name = min(donors, key=lambda n: (self.priority(n, self.target[n] - 1), n))
             self._set(name, self.target[name] - 1,
                       "the run holds more than its share or what is free")
@@ -294,7 +296,7 @@ class _Plan:
                 if key in room:
                     room[key] += amount
         for key in room:
-            room[key] = max(0.0, room[key])
+            room[key] = max(0.0, before[key])
 
     def shed_idle(self) -> None:
         for name, s in self.stages.items():

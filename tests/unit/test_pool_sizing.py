@@ -78,6 +78,32 @@ def test_an_unmeasured_stage_above_its_even_share_frees_nothing_for_another() ->
     assert dict(decision.sizes) == {"s0": 3, "s1": 1}
 
 
+def test_a_min_brought_up_by_a_drain_grows_no_further_on_what_the_drain_frees() -> None:
+    """Found by Hypothesis: a stage below its min (0 of 1) took its actor from a stage that
+    gives back two GPUs by draining, and grew again at once into the second one, which no
+    one had freed yet (nothing was free)."""
+    common = dict(min_size=1, max_size=2, in_flight=0, coming=0.0, item_cost_s=None,
+                  batch_size=1, holds_model=False, idle_s=0.0, spare=0, draining=0,
+                  start_s=None)
+    stages = [StageLoad(name="s0", size=0, need={"GPU": 1.0}, backlog=1, **common),
+              StageLoad(name="s1", size=2, need={"GPU": 2.0}, backlog=0, **common)]
+    decision = plan_sizes(stages, {"CPU": 0.0, "GPU": 0.0}, SETTINGS)
+    assert dict(decision.sizes) == {"s0": 1, "s1": 1}
+
+
+def test_a_shortage_no_one_can_give_back_leaves_no_room_from_another_drain() -> None:
+    """Found by Hypothesis: with CPUs short and no stage to give one back, the loop that
+    frees resources stopped before it closed the room, and a GPU a drain would free later
+    was grown into at once."""
+    common = dict(min_size=1, in_flight=0, coming=0.0, item_cost_s=None, batch_size=1,
+                  holds_model=False, idle_s=0.0, spare=0, draining=0, start_s=None)
+    stages = [StageLoad(name="s0", size=0, max_size=1, need={"CPU": 1.0}, backlog=0, **common),
+              StageLoad(name="s1", size=0, max_size=2, need={"GPU": 1.0}, backlog=1, **common),
+              StageLoad(name="s2", size=2, max_size=2, need={"GPU": 2.0}, backlog=0, **common)]
+    decision = plan_sizes(stages, {"CPU": 0.0, "GPU": 0.0}, SETTINGS)
+    assert dict(decision.sizes) == {"s0": 1, "s1": 1, "s2": 1}
+
+
 @settings(max_examples=80)
 @given(pools(), resources, st.none() | resources)
 def test_targets_stay_within_bounds_free_resources_and_budget(
