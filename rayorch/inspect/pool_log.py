@@ -61,8 +61,10 @@ class PoolChange:
             fields = msgpack.unpackb(raw)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise ValueError(f"not msgpack ({type(exc).__name__})") from None
-        if not isinstance(fields, list) or len(fields) != 8:
-            raise ValueError(f"not a list of 8 fields (a {type(fields).__name__})")
+        if not isinstance(fields, list):
+            raise ValueError(f"a {type(fields).__name__}, not a list of 8 fields")
+        if len(fields) != 8:
+            raise ValueError(f"{len(fields)} fields, not 8")
         version, at_s, ts, module, before, after, reason, driver = fields
         if version != POOL_RECORD_VERSION:
             raise ValueError("an unknown record version")
