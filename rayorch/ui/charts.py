@@ -146,7 +146,8 @@ def pool_chart(history: PoolHistory, *, elapsed: float, width: int = 580, left: 
     change whose hover text is its reason; the newest ``most_dots`` changes get dots."""
     frame = Frame(width, 220, left, 12, 28 if left < 100 else 16, 36)
     span = max(elapsed, history.end, 1e-3)
-    yvals = nice_ticks(max((s.most for s in history.series), default=0) or 1, 4)
+    most = max((s.most for s in history.series), default=0) or 1
+    yvals = [float(n) for n in range(most + 1)] if most <= 5 else nice_ticks(most, 4)
     xvals = nice_ticks(span, 8 if width > 800 else 6)
 
     def x(t: float) -> float:
