@@ -1,18 +1,33 @@
-"""A run's pool log: each size change of a pool that sizes itself, as stored and as
-``rayorch status`` shows it. Written by :mod:`rayorch.runtime.pool_sizer`; the store's bytes
-are data (decoded defensively, printed sanitised)."""
+"""A run's pool log: each size change of a pool that sizes itself, as stored, and the one
+computation of each pool's size over time from it (:func:`pool_history`) that
+``rayorch status``, the timeline (its numbers and its picture) and the web view show.
+
+Written by :mod:`rayorch.runtime.pool_sizer`; the store's bytes are data: decoded
+defensively (a record that is not one is skipped, with a note saying which and why),
+printed sanitised, escaped by the web view's templates.
+
+Example::
+
+    history = pool_history(store.pool_sizes(run_id), plan=info.plan, start_ts=start_ts)
+    for series in history.series:           # one step line per pool (per driver)
+        series.label, series.points         # ("ocr", ((0.0, 1), (2.5, 1), (2.5, 4), ...))
+    history.entries                         # the changes, in time order, with their reasons
+"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import msgpack
 
+from rayorch.core.ids import CallId
 from rayorch.core.sanitize import sanitize
 
 POOL_RECORD_VERSION = 1
+MOST_NOTES = 5  # notes kept about unreadable records (the count says how many in all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,42 +55,228 @@ class PoolChange:
 
     @classmethod
     def decode(cls, raw: bytes) -> PoolChange:
-        """A record of :meth:`encode`; :class:`ValueError` for anything else."""
+        """A record of :meth:`encode`; :class:`ValueError` for anything else (saying why,
+        without quoting the record: it is the store's data)."""
         try:
             fields = msgpack.unpackb(raw)
-            version, at_s, ts, module, before, after, reason, driver = fields
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise ValueError(f"not a pool size record: {exc}") from None
+            raise ValueError(f"not msgpack ({type(exc).__name__})") from None
+        if not isinstance(fields, list):
+            raise ValueError(f"a {type(fields).__name__}, not a list of 8 fields")
+        if len(fields) != 8:
+            raise ValueError(f"{len(fields)} fields, not 8")
+        version, at_s, ts, module, before, after, reason, driver = fields
         if version != POOL_RECORD_VERSION:
-            raise ValueError(f"pool size record version {version!r}")
-        return cls(float(at_s), str(module), int(before), int(after), str(reason), float(ts),
-                   str(driver))
+            raise ValueError("an unknown record version")
+        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+                   and t >= 0 for t in (at_s, ts)):
+            raise ValueError("its times are not finite numbers of seconds >= 0")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31
+                   for n in (before, after)):
+            raise ValueError("its sizes are not whole numbers >= 0")
+        if not all(isinstance(s, str) for s in (module, reason, driver)) or not module:
+            raise ValueError("its pool, reason or driver is not text")
+        return cls(float(at_s), module, before, after, reason, float(ts), driver)
 
 
 def pool_changes(records: Sequence[bytes]) -> list[PoolChange]:
     """The readable records of a run's pool log, in order (others are left out)."""
-    out = []
-    for raw in records:
-        with contextlib.suppress(ValueError):
-            out.append(PoolChange.decode(raw))
-    return out
+    return [change for change in map(_decoded, records) if isinstance(change, PoolChange)]
+
+
+def _decoded(raw: bytes) -> PoolChange | str:
+    """The record, or why it is not one."""
+    try:
+        return PoolChange.decode(raw)
+    except ValueError as exc:
+        return str(exc)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSeries:
+    """One pool's size over time, as one driver sized it (each driver starts its own pools).
+
+    ``points``: ``(t, size)`` from the driver's start (the size before its first change),
+    then two points per change (the size just before and just after, at its time): a step
+    line, ready to draw. ``calls``: the Calls the pool serves (from the stored plan)."""
+
+    module: str
+    driver: str
+    calls: tuple[CallId, ...]
+    points: tuple[tuple[float, int], ...]
+    changes: tuple[PoolChange, ...]
+    label: str
+
+    @property
+    def last(self) -> int:
+        return self.points[-1][1] if self.points else 0
+
+    @property
+    def most(self) -> int:
+        return max((size for _, size in self.points), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolEntry:
+    """One change in a history's table: at ``t`` seconds, of the pool named ``label``."""
+
+    t: float
+    label: str
+    change: PoolChange
+
+
+@dataclass(frozen=True)
+class PoolHistory:
+    """Each pool's size over time and each change with its reason (:func:`pool_history`)."""
+
+    series: tuple[PoolSeries, ...] = ()
+    entries: tuple[PoolEntry, ...] = ()  # every change, in time order
+    skipped: int = 0  # records of the log that could not be read
+    notes: tuple[str, ...] = field(default=())  # which ones and why (the first few)
+    relative: bool = False  # times are seconds since ``start_ts``, else into each driver's run
+
+    @property
+    def empty(self) -> bool:
+        return not self.series and not self.skipped
+
+    @property
+    def end(self) -> float:
+        """The time of the last change (0 without one)."""
+        return max((s.points[-1][0] for s in self.series), default=0.0)
+
+    def latest(self, most: int) -> tuple[PoolEntry, ...]:
+        """The newest ``most`` changes, in time order."""
+        return self.entries[-most:] if most > 0 else ()
+
+    def note(self) -> str:
+        """One sentence on the records left out ("" when none were)."""
+        if not self.skipped:
+            return ""
+        more = self.skipped - len(self.notes)
+        return (f"{self.skipped} pool records could not be read and were skipped: "
+                + "; ".join(self.notes) + (f"; and {more} more" if more > 0 else ""))
+
+    def lines(self) -> list[str]:
+        """``rayorch status``'s lines: each pool's sizes over time and its latest reason,
+        sanitised (the store's text is data)."""
+        out = []
+        several = len({s.driver for s in self.series}) > 1
+        for s in sorted(self.series, key=lambda s: (s.module, s.driver)):
+            steps = " -> ".join(f"{c.after} ({t:.0f}s)"
+                                for (t, _), c in zip(s.points[1::2], s.changes, strict=True))
+            name = f"{s.module} @ {s.driver}" if several else s.module
+            out.append(sanitize(f"  pool {name}: {s.changes[0].before} -> {steps}; last: "
+                                f"{s.changes[-1].reason}"))
+        if self.skipped:
+            out.append(sanitize(f"  ({self.note()})"))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able: each pool's step line and changes (``t_s``: the history's time)."""
+        return {
+            "times": "since the run's first fact" if self.relative else "into each driver's run",
+            "series": [{"pool": s.module, "driver": s.driver, "calls": list(s.calls),
+                        "label": s.label, "points": [list(p) for p in s.points],
+                        "last": s.last} for s in self.series],
+            "changes": [{"t_s": e.t, "label": e.label, **asdict(e.change)}
+                        for e in self.entries],
+            "skipped": self.skipped, "notes": list(self.notes),
+        }
+
+
+def _label(module: str, calls: Sequence[CallId], driver: str) -> str:
+    name = ", ".join(calls) if calls else module
+    return f"{name} @ {driver}" if driver else name
+
+
+def calls_by_module(plan: Mapping[str, Any] | None) -> dict[str, tuple[CallId, ...]]:
+    """``{module: its Calls}`` from a stored plan description (anything else: left out)."""
+    out: dict[str, list[CallId]] = {}
+    nodes = plan.get("nodes", ()) if isinstance(plan, Mapping) else ()
+    for node in nodes if isinstance(nodes, (list, tuple)) else ():
+        call = node.get("call") if isinstance(node, Mapping) else None
+        if isinstance(call, Mapping) and isinstance(call.get("module"), str) \
+                and isinstance(call.get("id"), str):
+            out.setdefault(call["module"], []).append(call["id"])
+    return {module: tuple(calls) for module, calls in out.items()}
+
+
+def pool_history(records: Sequence[bytes], *, plan: Mapping[str, Any] | None = None,
+                 start_ts: float | None = None) -> PoolHistory:
+    """Each pool's size over time from a run's pool log (``store.pool_sizes(run_id)``).
+
+    One series per pool and driver (drivers size their own pools), labelled by the Calls the
+    pool serves (``plan``, the stored plan description) and, with several drivers, the
+    driver. Times are seconds since ``start_ts`` (the run's first fact: the timeline's and
+    the web view's clock) from each record's clock time; without it, seconds into each
+    driver's run. A record that cannot be read is skipped, counted and noted; never raised.
+    """
+    calls = calls_by_module(plan)
+    changes: list[PoolChange] = []
+    notes: list[str] = []
+    skipped = 0
+    for i, raw in enumerate(records):
+        change = _decoded(raw)
+        if isinstance(change, PoolChange):
+            changes.append(change)
+            continue
+        skipped += 1
+        if len(notes) < MOST_NOTES:
+            notes.append(f"record {i + 1}: {change}")
+    relative = start_ts is not None
+
+    def when(c: PoolChange) -> float:
+        if start_ts is None or c.ts <= 0:
+            return c.at_s
+        return max(c.ts - start_ts, 0.0)
+
+    by_pool: dict[tuple[str, str], list[PoolChange]] = {}
+    for c in changes:
+        by_pool.setdefault((c.module, c.driver), []).append(c)
+    several = len({driver for _, driver in by_pool}) > 1
+    series = []
+    entries = []
+    for (module, driver), mine in by_pool.items():
+        first = mine[0]
+        began = 0.0 if not relative or first.ts <= 0 else max(when(first) - first.at_s, 0.0)
+        points = [(began, first.before)]
+        size = first.before
+        label = _label(module, calls.get(module, ()), driver if several else "")
+        for c in mine:
+            t = max(when(c), points[-1][0])  # a step line never goes back in time
+            points += [(t, size), (t, c.after)]
+            size = c.after
+            entries.append(PoolEntry(t, label, c))
+        series.append(PoolSeries(module, driver, calls.get(module, ()), tuple(points),
+                                 tuple(mine), label))
+    entries.sort(key=lambda e: e.t)  # stable: each driver's own order kept
+    return PoolHistory(tuple(series), tuple(entries), skipped, tuple(notes), relative)
 
 
 def pool_lines(records: Sequence[bytes]) -> list[str]:
-    """``rayorch status``'s lines for a run's pool log: each pool's sizes over time (seconds
-    into its driver's run) and the latest reason, sanitised (the store's text is data)."""
-    by_pool: dict[str, list[PoolChange]] = {}
-    changes = pool_changes(records)
-    for change in changes:
-        by_pool.setdefault(change.module, []).append(change)
-    out = []
-    for module, mine in sorted(by_pool.items()):
-        steps = " -> ".join(f"{c.after} ({c.at_s:.0f}s)" for c in mine)
-        out.append(sanitize(f"  pool {module}: {mine[0].before} -> {steps}; last: "
-                                 f"{mine[-1].reason}"))
-    if len(changes) < len(records):
-        out.append(f"  ({len(records) - len(changes)} pool records could not be read)")
-    return out
+    """``rayorch status``'s lines for a run's pool log (:meth:`PoolHistory.lines`)."""
+    return pool_history(records).lines()
 
 
-__all__ = ["POOL_RECORD_VERSION", "PoolChange", "pool_changes", "pool_lines"]
+def draw_pool_sizes(ax: Any, history: PoolHistory, colors: Mapping[str, Any], end: float
+                    ) -> None:
+    """The timeline picture's panel: each pool's size as a step line to ``end``, its changes
+    marked (matplotlib ``ax``; ``colors``: by Call, as the other panels have them)."""
+    for i, s in enumerate(history.series):
+        color = next((colors[c] for c in s.calls if c in colors), f"C{i % 10}")
+        points = [*s.points, (max(end, s.points[-1][0]), s.last)]
+        ax.plot([t for t, _ in points], [n for _, n in points], color=color, linewidth=1.8,
+                label=s.label)
+        ax.plot([t for t, _ in s.points[2::2]], [n for _, n in s.points[2::2]], "o",
+                color=color, markersize=4)
+    ax.set_ylabel("actors")
+    ax.set_ylim(bottom=0, top=max((s.most for s in history.series), default=0) + 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    note = f"; {history.skipped} unreadable records skipped" if history.skipped else ""
+    ax.set_title(f"pool size per Call (dots: changes; their reasons: --json){note}",
+                 fontsize=10, loc="left")
+
+
+__all__ = ["POOL_RECORD_VERSION", "PoolChange", "PoolEntry", "PoolHistory", "PoolSeries",
+           "calls_by_module", "draw_pool_sizes", "pool_changes", "pool_history", "pool_lines"]

@@ -1,4 +1,5 @@
-"""The timeline of a stored run: per-Call active windows, throughput, failovers and retries.
+"""The timeline of a stored run: per-Call active windows, throughput, failovers, retries and
+the sizes of pools that size themselves (:func:`rayorch.inspect.pool_log.pool_history`).
 
 Everything is computed from the run's facts (their writer's wall-clock ``ts``);
 no user code is imported. The computation (:func:`compute_timeline`) is pure and
@@ -29,6 +30,7 @@ from rayorch.core.ids import CallId, Path, format_grain
 from rayorch.core.run_view import ShardView, fold_shard
 from rayorch.core.vocabulary import REPORT_OUTCOMES
 from rayorch.core.words import plural
+from rayorch.inspect.pool_log import PoolHistory, draw_pool_sizes, pool_history
 from rayorch.store.base import LineageStore, StoredFact
 
 DEFAULT_TARGET_BINS = 60
@@ -163,6 +165,8 @@ class Timeline:
     idle_calls: tuple[CallId, ...] = field(default=())
     children: Mapping[str, int] = field(default_factory=dict)
     """Per child Domain, the children its succeeded expansions published (the fan-out)."""
+    pools: PoolHistory = field(default_factory=PoolHistory)
+    """Each sizing pool's size over time, from the run's pool log (times as the windows')."""
 
     @property
     def committed(self) -> int:
@@ -231,6 +235,7 @@ class Timeline:
                  "kind": "failed" if r.final else "retried"}
                 for r in self.retries
             ],
+            "pools": self.pools.as_dict(),
         }
 
 
@@ -259,8 +264,11 @@ def compute_timeline(
     call_order: Sequence[CallId] = (),
     bin_s: float | None = None,
     target_bins: int = DEFAULT_TARGET_BINS,
+    pool_log: Sequence[bytes] = (),
+    plan: Mapping[str, Any] | None = None,
 ) -> Timeline:
-    """Windows, throughput bins, failovers and retries of a run, from its facts alone.
+    """Windows, throughput bins, failovers and retries of a run, from its facts alone (and
+    its pool sizes from ``pool_log``, ``store.pool_sizes(run_id)``; ``plan``: the stored one).
 
     ``facts_by_shard`` is what :meth:`LineageStore.read_run` returns. Times are
     seconds since the earliest fact; ``bin_s`` defaults to a round width giving
@@ -270,7 +278,7 @@ def compute_timeline(
                                                             key=lambda s: s.seq)))
              for k in sorted(facts_by_shard)]
     return timeline_of(run_id, views, call_order=call_order, bin_s=bin_s,
-                       target_bins=target_bins)
+                       target_bins=target_bins, pool_log=pool_log, plan=plan)
 
 
 def timeline_of(
@@ -280,6 +288,8 @@ def timeline_of(
     call_order: Sequence[CallId] = (),
     bin_s: float | None = None,
     target_bins: int = DEFAULT_TARGET_BINS,
+    pool_log: Sequence[bytes] = (),
+    plan: Mapping[str, Any] | None = None,
 ) -> Timeline:
     """:func:`compute_timeline` from the run's shard views (in shard order).
 
@@ -376,6 +386,8 @@ def timeline_of(
         completed_shards=sum(len(v.completed) for v in views),
         idle_calls=tuple(c for c in call_order if c not in first_dispatch),
         children=dict(children),
+        pools=pool_history(pool_log, plan=plan, start_ts=start_ts if views and any(
+            v.first_ts is not None for v in views) else None),
     )
 
 
@@ -390,7 +402,8 @@ def load_timeline(store: LineageStore, run_id: str, *, bin_s: float | None = Non
     if not any(v.facts for v in view.shards.values()):
         raise NoFactsError(run_id, store.url)
     return timeline_of(run_id, [view.shards[k] for k in sorted(view.shards)],
-                       call_order=view.call_order, bin_s=bin_s, target_bins=target_bins)
+                       call_order=view.call_order, bin_s=bin_s, target_bins=target_bins,
+                       pool_log=store.pool_sizes(run_id), plan=view.plan)
 
 
 # -- drawing ------------------------------------------------------------------------------
@@ -454,14 +467,15 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
     windows = timeline.windows
     n_rows = max(len(windows), 1)
     lane = bool(timeline.failovers)
-    height = 2.4 + 0.55 * (n_rows + lane) + 3.2
-    fig, (ax_win, ax_rate) = plt.subplots(
-        2, 1, sharex=True, figsize=(13, height),
-        gridspec_kw={"height_ratios": [0.55 * (n_rows + lane) + 0.6, 3.2]},
-    )
+    pools = timeline.pools if timeline.pools.series else None
+    ratios = [0.55 * (n_rows + lane) + 0.6, 3.2, *([2.4] if pools else [])]
+    height = 1.8 + sum(ratios)
+    fig, axes = plt.subplots(len(ratios), 1, sharex=True, figsize=(13, height),
+                             gridspec_kw={"height_ratios": ratios})
+    ax_win, ax_rate = axes[0], axes[1]
     colors = plt.get_cmap("tab10")
     color = {w.call: colors(i % 10) for i, w in enumerate(windows)}
-    span = max(timeline.elapsed, 1e-3)
+    span = max(timeline.elapsed, timeline.pools.end, 1e-3)
 
     # Windows: one bar per Call, retries and failures as ticks on its row.
     for row, w in enumerate(windows):
@@ -493,7 +507,7 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
                        s=60, linewidths=2, color="black", zorder=6)
     first = min((w.start for w in windows), default=0.0)
     if first > span * 0.05:
-        for ax in (ax_win, ax_rate):
+        for ax in axes:
             ax.axvspan(0, first, color="gray", alpha=0.08, linewidth=0)
         ax_win.text(first / 2, n_rows - 0.55, "start-up before the first dispatch\n"
                     "(leases, actor pools)", ha="center", va="bottom", fontsize=8,
@@ -518,7 +532,9 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
         ax_rate.step(edges, [*rates, rates[-1]], where="post", color=color[w.call],
                      linewidth=1.6, label=w.call)
     ax_rate.set_ylabel("grains committed / s")
-    ax_rate.set_xlabel("seconds since the run's first fact")
+    if pools is not None:  # each sizing pool's size: a step line per Call, changes marked
+        draw_pool_sizes(axes[2], pools, color, span)
+    axes[-1].set_xlabel("seconds since the run's first fact")
     ax_rate.set_ylim(bottom=0)
     ax_rate.grid(alpha=0.3)
     ax_rate.set_title(f"throughput per Call ({format_seconds(tp.bin_s)} bins)", fontsize=10,
@@ -529,7 +545,7 @@ def draw_timeline(timeline: Timeline, out: str | FilePath, *, dpi: int = 120) ->
     last_x, level = -math.inf, 0
     for f in timeline.failovers:
         style = ":" if f.same_driver else "--"
-        for ax in (ax_win, ax_rate):
+        for ax in axes:
             ax.axvline(f.t, color="purple", linestyle=style, linewidth=1.3, zorder=4)
         level = (level + 1) % 2 if f.t - last_x < span * 0.28 else 0
         last_x = f.t

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayorch.inspect.live import ProgressSeries, Series
+from rayorch.inspect.pool_log import PoolHistory
 from rayorch.inspect.timeline import Timeline, format_seconds
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -60,6 +61,16 @@ class Frame:
 
 
 @dataclass(frozen=True)
+class Dot:
+    """A point on a line with hover text (a pool's size change and its reason)."""
+
+    x: float
+    y: float
+    color: str
+    title: str
+
+
+@dataclass(frozen=True)
 class LineChart:
     frame: Frame
     lines: tuple[Line, ...]
@@ -67,6 +78,7 @@ class LineChart:
     yticks: tuple[Tick, ...]
     xlabel: str
     ylabel: str
+    dots: tuple[Dot, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -128,6 +140,38 @@ def progress_charts(progress: ProgressSeries) -> tuple[LineChart, LineChart]:
             line_chart(progress.calls, elapsed=progress.elapsed, ylabel="grains sealed"))
 
 
+def pool_chart(history: PoolHistory, *, elapsed: float, width: int = 580, left: int = 64,
+               most_dots: int = 400) -> LineChart:
+    """Each sizing pool's size over time (a step line per pool, to ``elapsed``), a dot per
+    change whose hover text is its reason; the newest ``most_dots`` changes get dots."""
+    frame = Frame(width, 220, left, 12, 28 if left < 100 else 16, 36)
+    span = max(elapsed, history.end, 1e-3)
+    most = max((s.most for s in history.series), default=0) or 1
+    yvals = [float(n) for n in range(most + 1)] if most <= 5 else nice_ticks(most, 4)
+    xvals = nice_ticks(span, 8 if width > 800 else 6)
+
+    def x(t: float) -> float:
+        return frame.left + frame.plot_w * t / xvals[-1]
+
+    def y(v: float) -> float:
+        return frame.y_end - frame.plot_h * v / yvals[-1]
+
+    lines: list[Line] = []
+    colors: dict[tuple[str, str], str] = {}
+    for i, s in enumerate(history.series):
+        colors[s.module, s.driver] = color = PALETTE[i % len(PALETTE)]
+        pts = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in (*s.points, (span, s.last)))
+        lines.append(Line(s.label, color, pts, s.last))
+    dots = tuple(Dot(x(e.t), y(e.change.after), colors[e.change.module, e.change.driver],
+                     f"{format_seconds(e.t)}: {e.label} {e.change.before} -> {e.change.after}"
+                     f": {e.change.reason}") for e in history.latest(most_dots))
+    return LineChart(frame, tuple(lines),
+                     tuple(Tick(x(v), format_seconds(v) if v else "0") for v in xvals),
+                     tuple(Tick(y(v), _count(v)) for v in yvals),
+                     "seconds since the run's first fact" if history.relative
+                     else "seconds into each driver's run", "actors", dots)
+
+
 @dataclass(frozen=True)
 class Bar:
     x: float
@@ -172,7 +216,7 @@ def timeline_chart(timeline: Timeline, *, width: int = 960, most_marks: int = 40
     row_h = 30
     rows = max(len(timeline.windows), 1)
     frame = Frame(width, 24 + row_h * rows + 28, 140, 12, 16, 28)
-    span = max(timeline.elapsed, 1e-3)
+    span = max(timeline.elapsed, timeline.pools.end, 1e-3)
     xvals = nice_ticks(span, 8)
     xtop = xvals[-1]
 
@@ -230,5 +274,6 @@ def _rate_chart(series: Sequence[Series], bin_s: float, span: float, width: int)
                      f"seconds ({format_seconds(bin_s)} bins)", "grains / s")
 
 
-__all__ = ["Bar", "Frame", "Line", "LineChart", "Mark", "PALETTE", "Tick", "TimelineChart",
-           "VLine", "line_chart", "nice_ticks", "progress_charts", "timeline_chart"]
+__all__ = ["Bar", "Dot", "Frame", "Line", "LineChart", "Mark", "PALETTE", "Tick",
+           "TimelineChart", "VLine", "line_chart", "nice_ticks", "pool_chart", "progress_charts",
+           "timeline_chart"]

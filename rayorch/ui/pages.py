@@ -23,15 +23,17 @@ from rayorch.inspect.live import (
     source_indexes,
     source_row,
 )
+from rayorch.inspect.pool_log import PoolHistory, pool_history
 from rayorch.inspect.show import lineage
 from rayorch.inspect.status import COMPLETE, RunSummary, summary_of
 from rayorch.inspect.timeline import Timeline, timeline_of
 from rayorch.store.base import LineageStore
-from rayorch.ui.charts import progress_charts, timeline_chart
+from rayorch.ui.charts import pool_chart, progress_charts, timeline_chart
 
 READING = "reading"  # a run's first read is still going on
 RUNS_PER_PAGE = 20
 ROWS_PER_PAGE = 50
+POOL_ROWS = 50  # the newest pool size changes a run page lists (its timeline page: 4x)
 
 
 class PageNotFound(LookupError):
@@ -78,7 +80,7 @@ class Runs:
         self.first_wait_s = first_wait_s
         self._live: OrderedDict[str, LiveRun] = OrderedDict()
         self._complete: dict[tuple[str, float], RunSummary] = {}
-        self._timelines: dict[str, tuple[int, Timeline]] = {}
+        self._timelines: dict[str, tuple[tuple[int, int, bytes], Timeline]] = {}
         self.audits: dict[str, AuditJob] = {}
         self._lock = threading.Lock()
 
@@ -111,17 +113,27 @@ class Runs:
             self._complete[(run_id, created_ts)] = summary
         return summary
 
-    def timeline(self, live: LiveRun) -> Timeline:
-        """The run's timeline, computed again only when facts were added since."""
-        facts = live.view.facts
+    def timeline(self, live: LiveRun, pool_log: list[bytes]) -> Timeline:
+        """The run's timeline, computed again only when facts or pool changes were added
+        since (``pool_log``: the run's, read for this request)."""
+        seen = (live.view.facts, len(pool_log), pool_log[-1] if pool_log else b"")
         cached = self._timelines.get(live.run_id)
-        if cached is not None and cached[0] == facts:
+        if cached is not None and cached[0] == seen:
             return cached[1]
         view = live.view
         timeline = timeline_of(live.run_id, [view.shards[k] for k in sorted(view.shards)],
-                               call_order=view.call_order)
-        self._timelines[live.run_id] = (facts, timeline)
+                               call_order=view.call_order, pool_log=pool_log, plan=view.plan)
+        self._timelines[live.run_id] = (seen, timeline)
         return timeline
+
+
+def pools_context(history: PoolHistory, elapsed: float, most: int, **chart: int
+                  ) -> dict[str, Any]:
+    """The pool sizes' chart and the newest ``most`` changes, for the templates."""
+    rows = history.latest(most)
+    return {"pools": history, "pool_rows": rows,
+            "pool_rows_left": len(history.entries) - len(rows),
+            "pool_chart": pool_chart(history, elapsed=elapsed, **chart)}
 
 
 def _flags(live: LiveRun, complete: bool) -> dict[str, Any]:
@@ -141,9 +153,13 @@ def runs_page(runs: Runs, page: str | None) -> dict[str, Any]:
 
 def run_page(runs: Runs, run_id: str) -> dict[str, Any]:
     live = runs.live(run_id)
+    pool_log = runs.store.pool_sizes(run_id)  # short (the newest POOL_LOG_MAX): read per poll
     with live.lock:
         status = live.status()
-        progress, grains = progress_charts(progress_series(live.view))
+        series = progress_series(live.view)
+        progress, grains = progress_charts(series)
+        history = pool_history(pool_log, plan=live.view.plan,
+                               start_ts=series.start_ts if live.view.facts else None)
         groups = failure_groups(live.view)
         leases = [(k, [fact for _, fact in sv.leases[-5:]], len(sv.leases))
                   for k, sv in sorted(live.view.shards.items())]
@@ -152,6 +168,7 @@ def run_page(runs: Runs, run_id: str) -> dict[str, Any]:
             "grains_chart": grains, "groups": groups[:30], "groups_left": len(groups) - 30,
             "failed_grains": sum(len(g.grains) for g in groups), "leases": leases,
             "facts": facts, "age": time.time() - live.info.created_ts,
+            **pools_context(history, series.elapsed, POOL_ROWS),
             **_flags(live, status.state == COMPLETE)}
 
 
@@ -208,11 +225,15 @@ def failures_page(runs: Runs, run_id: str, key: str, page: str | None) -> dict[s
 
 def timeline_page(runs: Runs, run_id: str) -> dict[str, Any]:
     live = runs.live(run_id)
+    pool_log = runs.store.pool_sizes(run_id)
     with live.lock:
-        timeline = runs.timeline(live)
+        timeline = runs.timeline(live, pool_log)
         complete = live.status().state == COMPLETE
     return {"run_id": run_id, "timeline": timeline, "chart": timeline_chart(timeline),
-            "totals": timeline.totals(), **_flags(live, complete)}
+            "totals": timeline.totals(),
+            **pools_context(timeline.pools, timeline.elapsed, 4 * POOL_ROWS, width=960,
+                            left=140),
+            **_flags(live, complete)}
 
 
 @dataclass

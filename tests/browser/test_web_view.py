@@ -1,10 +1,11 @@
 """The web view (``rayorch ui``) in a real headless Chromium, driven by Playwright.
 
-A real run on a local Ray (documents -> pages -> regions, a slow region OCR, one region
-failing with a cause that holds script and HTML) is served with ``Pipeline.run(ui=True)``.
-The tests watch its progress change on screen while it runs, then drill from the failure
-count to the failed document's cause and attempts, check the hostile cause renders inert,
-and follow a document through its pages. Chromium is Debian's (``/usr/bin/chromium``, or
+A real run on a local Ray (documents -> pages -> regions, a slow region OCR whose pool sizes
+itself, one region failing with a cause that holds script and HTML) is served with
+``Pipeline.run(ui=True)``. The tests watch its progress change on screen while it runs, then
+drill from the failure count to the failed document's cause and attempts, check the hostile
+cause renders inert, read the pool sizes' chart and table (a hostile reason inert too), and
+follow a document through its pages. Chromium is Debian's (``/usr/bin/chromium``, or
 ``$RAYORCH_CHROMIUM``); Playwright downloads no browser. ``bash scripts/test_browser.sh``;
 ``RAYORCH_UI_SCREENSHOTS=docs`` also writes the three pages' screenshots there.
 """
@@ -24,6 +25,7 @@ import pytest
 
 import rayorch as ro
 from rayorch import F
+from rayorch.core.pool_sizing import SizingSettings
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -71,7 +73,7 @@ class Documents(ro.Pipeline):
         super().__init__()
         self.render = ro.RayModule(Render, batch_size=2)
         self.layout = ro.RayModule(Layout, batch_size=4)
-        self.ocr = ro.RayModule(Ocr, batch_size=2)
+        self.ocr = ro.RayModule(Ocr, batch_size=2, replicas=(1, 2))  # sizes itself
         self.page_text = ro.RayModule(Join)
         self.doc_text = ro.RayModule(Join)
 
@@ -104,7 +106,10 @@ def run(browser: Any) -> Iterator[dict[str, Any]]:
     ensure_ray("local", num_cpus=8, log_to_driver=False)  # logical CPUs: 5 actors
     url = f"memory://web-view-{os.getpid()}"
     kept = open_store(url)  # the store outlives the run while this holds it
-    handle = Documents().run(DOCS, store=url, ordered=False, progress=False, ui=True)
+    sizing = SizingSettings(interval_s=1.0, backlog_s=1.0, idle_limit_s=2.0,
+                            start_cost_factor=0.0)  # decisions within this short run
+    handle = Documents().run(DOCS, store=url, ordered=False, progress=False, ui=True,
+                             pool_sizing=sizing)
     results: list[Any] = []
     consumer = threading.Thread(target=lambda: results.extend(handle), daemon=True)
     consumer.start()
@@ -151,12 +156,13 @@ def test_a_running_runs_progress_changes_on_screen(run: dict[str, Any], page: An
     handle = run["handle"]
     page.goto(f"{run['live_url']}runs/{handle.run_id}")
     done = page.locator("#sources-done")
-    first = done.inner_text()
+    first = done.inner_text().split("/")[0].strip()  # sources done ("N / total")
     assert page.locator("#live").get_attribute("data-live") == "true"
-    # No reload: the page's poller swaps in new numbers while the run goes on.
+    # No reload: the page's poller swaps in new numbers while the run goes on. (The count
+    # done, not the whole text: "0 / 0 admitted" becoming "0 / 10" is no source done.)
     page.wait_for_function(
-        "first => document.querySelector('#sources-done').textContent.trim() !== first",
-        arg=first.strip(), timeout=60_000)
+        "first => document.querySelector('#sources-done').textContent.split('/')[0].trim()"
+        " !== first", arg=first, timeout=60_000)
     assert page.locator("#poll-state").inner_text().startswith("live")
     lines = page.locator("#progress-chart polyline.series")
     assert lines.count() == 2 and int(lines.nth(1).get_attribute("data-last") or 0) > 0
@@ -217,3 +223,27 @@ def test_follow_a_document_through_its_pages(after: str, run: dict[str, Any],
         == "present"
     page.locator("nav.crumbs").get_by_role("link", name="2", exact=True).click()  # back up
     assert page.locator("h1 .entity-id").inner_text() == "2"
+
+
+def test_the_pool_sizes_chart_and_table_with_a_hostile_reason_inert(
+        after: str, run: dict[str, Any], page: Any) -> None:
+    """The run page draws the ocr pool's size over time from the run's pool log (what the
+    driver recorded, and one more record with a reason that holds script and HTML)."""
+    from rayorch.inspect.pool_log import PoolChange
+
+    handle = run["handle"]
+    recorded = list(handle.pool_sizer.history) if handle.pool_sizer else []
+    last = recorded[-1].after if recorded else 1
+    run["store"].record_pool_sizes(handle.run_id, [PoolChange(
+        0.0, "ocr", last, last, HOSTILE, time.time(),
+        recorded[-1].driver if recorded else "d").encode()])
+    page.goto(f"{after}runs/{handle.run_id}")
+    assert page.locator("#pool-chart polyline.series").count() >= 1
+    rows = page.locator("#pool-changes tr.pool-change")
+    assert rows.count() == len(recorded) + 1
+    assert rows.last.locator("td.reason").inner_text() == HOSTILE
+    assert page.locator("#pools img").count() == 0
+    assert page.locator("#pool-changes b").count() == 0  # HOSTILE's <b> is text
+    assert page.locator("#pool-chart circle.dot title").last.text_content() \
+        .endswith(f" {last} -> {last}: {HOSTILE}")  # the hover text, as text
+    assert page.evaluate("window.__pwned") is None

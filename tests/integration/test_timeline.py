@@ -7,11 +7,13 @@ Runs are real: a pipeline on Ray with a real redis-server, and the scripted run
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import time
 import zlib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,12 @@ from rayorch.core.facts import (
     LeaseAcquired,
     SourceAdmitted,
 )
+from rayorch.inspect.pool_log import PoolHistory
 from rayorch.inspect.timeline import (
     NoFactsError,
     Timeline,
     compute_timeline,
+    draw_timeline,
     load_timeline,
     nice_bin_width,
 )
@@ -166,6 +170,65 @@ def test_timeline_of_a_ray_run_matches_its_facts(
     for call, counts in data["throughput"]["committed"].items():
         assert sum(counts) == committed_per_call(facts)[call]
     assert data["totals"]["retries"] == len(retried)
+
+
+# -- a pool that sizes itself -----------------------------------------------------------------
+class Step:
+    """0.05 s an item. The batch holding item 2 waits (60 s at most) until a second actor is
+    up, so the backlog stays until the pool has grown, however slow the machine."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.dir = Path(log_dir)
+        (self.dir / f"up-{os.getpid()}").touch()
+
+    def __call__(self, xs: list[int]) -> list[int]:
+        deadline = time.monotonic() + 60
+        while 2 in xs and len(list(self.dir.glob("up-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.05 * len(xs))
+        return [x + 1 for x in xs]
+
+
+class Sizing(ro.Pipeline):
+    def __init__(self, log_dir: str) -> None:
+        super().__init__()
+        self.step = ro.RayModule(Step, log_dir=log_dir, num_cpus=0.5, replicas=(1, 3))
+
+    def forward(self, xs: Any) -> Any:
+        return self.step(xs)
+
+
+def test_a_run_with_a_sizing_pool_yields_its_size_over_time(
+    ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rayorch.core.pool_sizing import SizingSettings
+
+    fast = SizingSettings(interval_s=0.25, backlog_s=0.5, idle_limit_s=0.75,
+                          model_idle_limit_s=0.75, start_cost_factor=0.0)
+    run = Sizing(str(tmp_path)).run(list(range(40)), store=redis_url, progress=False,
+                                    quiet=True, pool_sizing=fast)
+    assert run.collect() == [x + 1 for x in range(40)]
+    store = open_store(redis_url)
+    timeline = load_timeline(store, run.run_id)
+    store.close()
+    (series,) = timeline.pools.series  # one pool, one driver
+    assert (series.module, series.calls, series.label) == ("step", ("step",), "step")
+    assert series.points[0][1] == 1 and all(1 <= n <= 3 for _, n in series.points)
+    assert any(c.after > c.before for c in series.changes)  # it grew under the backlog
+    times = [t for t, _ in series.points]
+    assert times == sorted(times) and 0 <= times[0] <= timeline.windows[0].end
+    assert [e.change for e in timeline.pools.entries] == list(series.changes)
+    assert all(e.change.reason for e in timeline.pools.entries) and not timeline.pools.skipped
+
+    out = tmp_path / "run.png"
+    assert main(["timeline", run.run_id, "--store", redis_url, "-o", str(out), "--json"]
+                ) == EXIT_OK
+    data = json.loads(capsys.readouterr().out)["pools"]
+    assert data["series"][0]["calls"] == ["step"] and data["series"][0]["points"][0][1] == 1
+    assert [c["reason"] for c in data["changes"]] == [c.reason for c in series.changes]
+    plain = tmp_path / "no-pools.png"  # the same run without its pool panel is shorter
+    draw_timeline(replace(timeline, pools=PoolHistory()), plain)
+    assert png_size(out)[1] > png_size(plain)[1]
 
 
 # -- the scripted run (no Ray) and lease takeovers ------------------------------------------

@@ -49,4 +49,5 @@ def test_a_pool_record_round_trips_and_status_shows_sizes_over_time() -> None:
     lines = pool_lines(records)
     assert lines[0] == "  pool ocr: 1 -> 4 (2s) -> 2 (10s); last: 2 idle for 31s"
     assert "\x1b" not in lines[1] and lines[1].startswith("  pool render: 2 -> 3 (3s)")
-    assert lines[2] == "  (2 pool records could not be read)"
+    assert lines[2] == ("  (2 pool records could not be read and were skipped: record 4: "
+                        "not msgpack (ExtraData); record 5: 2 fields, not 8)")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
 
 pytest.importorskip("starlette")
@@ -141,6 +142,36 @@ def test_a_live_page_shows_facts_written_since_the_last_request() -> None:
         assert 'id="sources-done">1 /' in page and 'data-live="true"' in page
     finally:
         store.close()
+
+
+def test_pool_sizes_show_as_a_chart_and_a_table_with_hostile_reasons_inert(
+        store: LineageStore) -> None:
+    """The run and timeline pages draw each sizing pool's size over time from the pool log
+    (read on every request: a change written since shows), its reasons escaped; an unreadable
+    record is a note on the page, never an error."""
+    from rayorch.inspect.pool_log import PoolChange
+
+    start = min(v.first_ts for v in store.read_view("done").shards.values() if v.first_ts)
+    bad = msgpack.packb([1, [1], 0.0, "ocr", 1, 2, "r", "d"])  # a list for a time
+    store.record_pool_sizes("done", [PoolChange(0.1, "ocr", 1, 3, "backlog 12", start + 0.2,
+                                                "d").encode(), bad])
+    client = TestClient(build_app(store))
+    for url in ("/runs/done", "/runs/done/timeline"):
+        page = client.get(url)
+        assert page.status_code == 200 and 'id="pool-chart"' in page.text, url
+        assert '<polyline class="series" data-label="ocr" data-last="3"' in page.text
+        assert page.text.count('<tr class="pool-change" data-pool="ocr">') == 1
+        assert ("1 pool records could not be read and were skipped: record 2: its times are "
+                "not finite numbers of seconds &gt;= 0") in page.text
+    store.record_pool_sizes("done", [PoolChange(0.9, "ocr", 3, 2, HOSTILE, start + 1.0,
+                                                "d").encode()])
+    for url in ("/runs/done", "/runs/done/timeline"):
+        page = client.get(url).text
+        assert page.count('<tr class="pool-change" data-pool="ocr">') == 2, url
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert '<td class="reason">&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;' in page
+        assert "s: ocr 3 -&gt; 2: &lt;script&gt;alert" in page  # the chart's hover text
+    assert 'id="pool-chart"' not in client.get("/runs/half").text  # no pool log: no section
 
 
 def test_only_loopback_is_served_without_a_token(store: LineageStore) -> None:
