@@ -53,7 +53,8 @@ def test_for_mineru_the_prompt_is_its_text_prompt_or_a_json_object_of_prompts(
     prompts.write_text(json.dumps({"layout": "Layout:", "table": "Table:"}))
     assert options("--ocr", "mineru", "--prompt", f"@{prompts}") == {
         "prompts": {"layout": "Layout:", "table": "Table:"}}
-    assert "layout_regex" in options("--ocr", "mineru", "--test-layout-regex")
+    assert set(options("--ocr", "mineru", "--test-regexes")["test_regexes"]) == {
+        "layout", "text", "table", "equation"}
 
 
 def test_the_pipelines_engine_gets_them_with_the_model() -> None:
@@ -83,7 +84,7 @@ def test_the_pipelines_engine_gets_them_with_the_model() -> None:
     (["--ocr", "auto", "--prompt", "x"], "--prompt goes with --ocr vllm or --ocr mineru, "
                                          "not --ocr auto"),
     (["--ocr", "layout", "--temperature", "0.3"], "--temperature goes with --ocr vllm"),
-    (["--ocr", "vllm", "--test-layout-regex"], "--test-layout-regex goes with --ocr mineru"),
+    (["--ocr", "vllm", "--test-regexes"], "--test-regexes goes with --ocr mineru"),
     (["--ocr", "mineru", "--prompt", '{"chart": "x"}'], "unknown MinerU prompt 'chart'"),
     (["--ocr", "mineru", "--prompt", '{"text": 3}'], "the MinerU prompt 'text' is not a "
                                                       "non-empty text"),

@@ -39,14 +39,20 @@ PROMPT_KEYS = {"layout": "[layout]", "text": "[default]", "table": "table",
 SYSTEM_PROMPT = "You are a helpful assistant."
 """The system message of every request (mineru-vl-utils' ``DEFAULT_SYSTEM_PROMPT``)."""
 
-TEST_LAYOUT_REGEX = (
-    r"(<\|box_start\|>[0-4]\d\d [0-4]\d\d [5-9]\d\d [5-9]\d\d<\|box_end\|>"
-    r"<\|ref_start\|>(text|title|table|equation|image)<\|ref_end\|><\|rotate_up\|>\n){1,2}"
-)
-"""A TEST OPTION ONLY (``layout_regex=``, ``rayorch run pdf --test-layout-regex``): vLLM's
-structured outputs hold the layout answer to one or two box lines of valid boxes, because a
-model with random weights (the test-model kit's ``mineru``) never writes a layout. A real
-model needs no constraint, and one would hide its own reading of the page."""
+TEST_REGEXES: dict[str, str] = {
+    "layout": (r"(<\|box_start\|>[0-4]\d\d [0-4]\d\d [5-9]\d\d [5-9]\d\d<\|box_end\|>"
+               r"<\|ref_start\|>(text|title|table|equation|image)<\|ref_end\|>"
+               r"<\|rotate_up\|>\n){1,2}"),
+    "text": r"[A-Z][a-z]{1,8}( [a-z]{1,8}){0,5}\.",
+    "table": r"(<fcel>[a-z]{1,6}){2,3}<nl>(<fcel>[a-z]{1,6}){2,3}<nl>",
+    "equation": r"[a-z] = [a-z]\^\{[0-9]\}",
+}
+"""A TEST OPTION ONLY (``test_regexes=``, ``rayorch run pdf --test-regexes``): vLLM's
+structured outputs hold each answer to a short valid one (one or two box lines of valid
+boxes, a sentence, a 2-row OTSL table, a formula), because a model with random weights (the
+test-model kit's ``mineru``) never writes a layout and rarely ends an answer: so the tests
+and the benchmark drive every step with bounded, valid answers. A real model needs no
+constraint, and one would hide its own reading of the page."""
 
 KIND_OF_TYPE: dict[str, str] = {
     "text": "text", "list_item": "text", "code": "text", "algorithm": "text",
@@ -295,7 +301,7 @@ def words_text(words: Sequence[Sequence[Any]]) -> str:
 
 __all__ = [
     "KIND_OF_TYPE", "LAYOUT_IMAGE_SIZE", "PROMPT_KEYS", "REPETITION", "SYSTEM_PROMPT",
-    "TEST_LAYOUT_REGEX", "InvalidAnswer", "LayoutBox", "block_text", "clean_answer",
+    "TEST_REGEXES", "InvalidAnswer", "LayoutBox", "block_text", "clean_answer",
     "equation_latex",
     "fallback_for", "finish_problem", "layout_boxes", "layout_image", "layout_regions",
     "mineru_helper", "prompt_key", "prompts_for", "read_answer", "region_kind_of",

@@ -97,8 +97,8 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--temperature", type=float, default=None, metavar="X",
                        help="--ocr vllm/mineru: sampling temperature (default 0: greedy; "
                        "mineru retries an invalid answer hotter)")
-    group.add_argument("--test-layout-regex", action="store_true", help=argparse.SUPPRESS)
-    # ^ tests only: constrain --ocr mineru's layout answers (a random test model writes none)
+    group.add_argument("--test-regexes", action="store_true", help=argparse.SUPPRESS)
+    # ^ tests only: constrain --ocr mineru's answers (a random test model writes no layout)
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
     group.add_argument("--replicas", type=replicas_type, default=1,
@@ -187,14 +187,14 @@ def mineru_prompts(text: str) -> dict[str, str]:
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
     """The engine options ``--prompt``, ``--max-tokens``, ``--temperature`` (and the tests'
-    ``--test-layout-regex``) give ``--ocr vllm`` or ``mineru``, checked: a ``UsageError``
+    ``--test-regexes``) give ``--ocr vllm`` or ``mineru``, checked: a ``UsageError``
     in one line for one given with another engine, a missing ``@FILE``, a number that is
     negative, zero tokens, NaN or infinite."""
     given = [name for name in ("prompt", "max_tokens", "temperature")
              if getattr(args, name, None) is not None]
     if args.ocr not in MODEL_ENGINES:
-        if given or getattr(args, "test_layout_regex", False):
-            flag = f"--{(given or ['test_layout_regex'])[0].replace('_', '-')}"
+        if given or getattr(args, "test_regexes", False):
+            flag = f"--{(given or ['test_regexes'])[0].replace('_', '-')}"
             raise UsageError(f"{flag} goes with --ocr vllm or --ocr mineru, not --ocr {args.ocr}")
         return {}
     options: dict[str, Any] = {}
@@ -212,12 +212,12 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
             options["prompts"] = mineru_prompts(text)
         else:
             options["prompt"] = text
-    if getattr(args, "test_layout_regex", False):
+    if getattr(args, "test_regexes", False):
         if args.ocr != "mineru":
-            raise UsageError("--test-layout-regex goes with --ocr mineru")
-        from rayorch.pipelines.document.mineru_blocks import TEST_LAYOUT_REGEX
+            raise UsageError("--test-regexes goes with --ocr mineru")
+        from rayorch.pipelines.document.mineru_blocks import TEST_REGEXES
 
-        options["layout_regex"] = TEST_LAYOUT_REGEX
+        options["test_regexes"] = TEST_REGEXES
     return options
 
 
