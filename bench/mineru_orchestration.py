@@ -1,7 +1,7 @@
 """MinerU2.5's two steps, three orchestrations, one engine: rayorch's ``--ocr mineru`` beside
 mineru-vl-utils' own "stepping" and "concurrent" modes.
 
-    python -m bench.mineru_orchestration --model DIR [--docs 8] [--quick] [--json OUT]
+    python -m bench.mineru_orchestration --model DIR [--docs 16] [--repeat 3] [--quick]
 
 ``DIR`` is the test-model kit's ``mineru`` model (``python -m rayorch.testmodels DIR --kind
 mineru``). Every mode runs the same engine (vLLM in-process, the options in :data:`ENGINE`),
@@ -54,8 +54,7 @@ PAGES = (1, 3, 2, 6, 1, 4, 2, 5)
 
 def make_corpus(folder: Path, docs: int) -> list[str]:
     """``docs`` PDFs cut from the example PDFs (text, tables of glosses, verse)."""
-    import pymupdf
-
+    pymupdf: Any = __import__("pymupdf")
     sources = [REPO / "examples" / "pdfs" / name for name in
                ("verse.pdf", "parallel.pdf", "gb4e-doc.pdf", "expex-doc.pdf")]
     paths = []
@@ -82,33 +81,43 @@ def engine_figures(records: list[dict[str, Any]], start: float, end: float
 
 # -- rayorch -------------------------------------------------------------------------------
 
-def run_rayorch(model: str, warm: str, pdfs: list[str], batch_size: int, inflight: int
-                ) -> dict[str, Any]:
-    import rayorch as ro
-    from rayorch.pipelines.document.mineru_blocks import TEST_REGEXES
-    from rayorch.pipelines.pdf import PdfPipeline
-    from rayorch.runtime.ray_cluster import ensure_ray
+class RayorchMode:
+    """``PdfPipeline("mineru")`` on an ``ro.Executor``: its actor and engine start once (on
+    a warm-up document) and serve every timed run."""
 
-    log = Path(tempfile.mkdtemp(prefix="mineru-bench-")) / "requests.jsonl"
-    ensure_ray("local", num_cpus=4, log_to_driver=False)
-    pipeline = PdfPipeline(
-        "mineru", batch_size=batch_size, ocr_inflight=inflight, render_replicas=1,
-        engine_options={"model": model, "max_tokens": MAX_TOKENS, "retries": 0,
-                        "test_regexes": TEST_REGEXES, "request_log": str(log), **ENGINE})
-    with ro.Executor(pipeline) as executor:
-        executor.run([warm], quiet=True)  # the engine loads here, outside the timing
+    def __init__(self, model: str, warm: str, batch_size: int, inflight: int) -> None:
+        import rayorch as ro
+        from rayorch.pipelines.document.mineru_blocks import TEST_REGEXES
+        from rayorch.pipelines.pdf import PdfPipeline
+        from rayorch.runtime.ray_cluster import ensure_ray
+
+        self.log = Path(tempfile.mkdtemp(prefix="mineru-bench-")) / "requests.jsonl"
+        ensure_ray("local", num_cpus=4, log_to_driver=False)
+        pipeline = PdfPipeline(
+            "mineru", batch_size=batch_size, ocr_inflight=inflight, render_replicas=1,
+            engine_options={"model": model, "max_tokens": MAX_TOKENS, "retries": 0,
+                            "test_regexes": TEST_REGEXES, "request_log": str(self.log),
+                            **ENGINE})
+        self.executor: Any = ro.Executor(pipeline)
+        self.executor.run([warm], quiet=True)  # the engine loads here, outside the timing
+
+    def run(self, pdfs: list[str]) -> dict[str, Any]:
         start = time.monotonic()
         done: list[float] = []
         pages = 0
-        for _index, value in executor.iterate(pdfs, ordered=False, quiet=True, progress=False):
+        for _index, value in self.executor.iterate(pdfs, ordered=False, quiet=True,
+                                                   progress=False):
             if not isinstance(value, dict):
                 raise SystemExit(f"rayorch: a document failed: {value}")
             done.append(time.monotonic())
             pages += int(value["pages"])
         end = time.monotonic()
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    return {"mode": "rayorch", "pages": pages, "e2e_s": end - start,
-            "first_doc_s": min(done) - start, **engine_figures(records, start, end)}
+        records = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return {"mode": "rayorch", "pages": pages, "e2e_s": end - start,
+                "first_doc_s": min(done) - start, **engine_figures(records, start, end)}
+
+    def close(self) -> None:
+        self.executor.close()
 
 
 # -- mineru-vl-utils' orchestrations -------------------------------------------------------
@@ -152,7 +161,7 @@ class EngineClient:
             image.save(buffer, format="PNG")
             image = buffer.getvalue()
         key = self.key_of[prompt]
-        conversation = [{"role": "system", "content": SYSTEM_PROMPT},
+        conversation: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
                         {"role": "user", "content": [
                             {"type": "image_url", "image_url": {"url": png_data_url(image)}},
                             {"type": "text", "text": prompt}]}]
@@ -231,14 +240,24 @@ def run_mineru(mode: str, engine: EngineClient, pdfs: list[str]) -> dict[str, An
             **engine_figures(engine.records, start, end)}
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure, the median of a mode's runs."""
+    import statistics
+
+    return {key: (statistics.median(r[key] for r in rows) if key != "mode" else rows[0][key])
+            for key in rows[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the kit's mineru model directory")
-    parser.add_argument("--docs", type=int, default=8)
+    parser.add_argument("--docs", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each mode, taken in turn (the table shows medians)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--inflight", type=int, default=4)
     parser.add_argument("--modes", default="rayorch,stepping,concurrent")
-    parser.add_argument("--quick", action="store_true", help="4 documents")
+    parser.add_argument("--quick", action="store_true", help="4 documents, one run each")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -246,39 +265,42 @@ def main(argv: list[str] | None = None) -> int:
     pdfs = make_corpus(folder, 4 if args.quick else args.docs)
     warm = str(REPO / "examples" / "pdfs" / "qtree-qarrows.pdf")
     modes = args.modes.split(",")
-    rows = []
-    if "rayorch" in modes:
-        rows.append(run_rayorch(args.model, warm, pdfs, args.batch_size, args.inflight))
-        print(json.dumps(rows[-1]), flush=True)
-        import ray
-
-        ray.shutdown()  # its engine's actor goes before this process builds its own
-    others = [m for m in modes if m != "rayorch"]
-    if others:
+    rayorch = (RayorchMode(args.model, warm, args.batch_size, args.inflight)
+               if "rayorch" in modes else None)
+    engine = None
+    if any(m != "rayorch" for m in modes):
         engine = EngineClient(args.model)
         asyncio.run(mineru_client(engine).aio_two_step_extract(rendered([warm])[0][1]))
-        for mode in others:
-            rows.append(run_mineru(mode, engine, pdfs))
-            print(json.dumps(rows[-1]), flush=True)
-    pages = rows[0]["pages"]
-    print(f"\n{len(pdfs)} documents, {pages} pages; the kit's mineru model, max_tokens "
-          f"{MAX_TOKENS}, test regexes; rayorch batch {args.batch_size}, max_inflight "
-          f"{args.inflight}")
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    try:
+        for _ in range(1 if args.quick else args.repeat):
+            for mode in modes:  # in turn: a load that comes and goes hits each mode alike
+                row = (rayorch.run(pdfs) if mode == "rayorch" and rayorch is not None
+                       else run_mineru(mode, engine, pdfs))  # type: ignore[arg-type]
+                runs[mode].append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        if rayorch is not None:
+            rayorch.close()
+    rows = [median_row(runs[mode]) for mode in modes]
+    print(f"\n{len(pdfs)} documents, {rows[0]['pages']} pages; the kit's mineru model, "
+          f"max_tokens {MAX_TOKENS}, test regexes; rayorch batch {args.batch_size}, "
+          f"max_inflight {args.inflight}; medians of {len(runs[modes[0]])} runs")
     print("| orchestration | E2E s | first document s | engine busy | mean requests inside "
           "| requests |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['mode']} | {r['e2e_s']:.1f} | {r['first_doc_s']:.1f} | "
-              f"{r['busy_fraction']:.1%} | {r['mean_inside']:.1f} | {r['requests']} |")
+              f"{r['busy_fraction']:.1%} | {r['mean_inside']:.1f} | {r['requests']:.0f} |")
     by_mode = {r["mode"]: r for r in rows}
     if "rayorch" in by_mode:
-        for other in others:
+        for other in (m for m in modes if m != "rayorch"):
             o, r = by_mode[other], by_mode["rayorch"]
             print(f"rayorch / {other}: E2E x{r['e2e_s'] / o['e2e_s']:.2f}, first document "
                   f"x{r['first_doc_s'] / o['first_doc_s']:.2f}, busy "
                   f"x{r['busy_fraction'] / o['busy_fraction']:.2f}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"runs": runs, "medians": rows}, indent=1))
     return 0
 
 
