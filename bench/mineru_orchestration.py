@@ -76,7 +76,7 @@ def engine_figures(records: list[dict[str, Any]], start: float, end: float
     busy = sum(b - a for a, b in merge_intervals(spans))
     inside = sum(b - a for a, b in spans)
     return {"busy_fraction": busy / (end - start), "mean_inside": inside / busy if busy else 0.0,
-            "requests": len(records)}
+            "requests": len(spans)}
 
 
 # -- rayorch -------------------------------------------------------------------------------
