@@ -92,7 +92,9 @@ class RayorchMode:
         from rayorch.runtime.ray_cluster import ensure_ray
 
         self.log = Path(tempfile.mkdtemp(prefix="mineru-bench-")) / "requests.jsonl"
-        ensure_ray("local", num_cpus=4, log_to_driver=False)
+        from rayorch.pipelines.vllm_runtime import gpu_count
+
+        ensure_ray("local", num_cpus=4, num_gpus=gpu_count() or None, log_to_driver=False)
         pipeline = PdfPipeline(
             "mineru", batch_size=batch_size, ocr_inflight=inflight, render_replicas=1,
             engine_options={"model": model, "max_tokens": MAX_TOKENS, "retries": 0,
