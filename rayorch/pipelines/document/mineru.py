@@ -92,7 +92,7 @@ class RequestLog:
     process (times are ``time.monotonic()``: one clock for every process of a Linux machine).
     """
 
-    def __init__(self, path: str | None = None, keep: int = 100_000) -> None:
+    def __init__(self, path: str | None = None, keep: int = 10_000) -> None:
         self.inside: Counter[str] = Counter()
         self.total: Counter[str] = Counter()
         self.mixed = 0

@@ -98,6 +98,18 @@ def prompt_key(kind: str) -> str | None:
     return None if kind == "figure" else PROMPT_OF_KIND.get(kind, "text")
 
 
+def require_mineru_vl_utils() -> None:
+    """``OcrEngineError`` unless mineru-vl-utils is installed (said before any actor starts)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mineru_vl_utils") is None:
+        from rayorch.pipelines.document.ocr import OcrEngineError
+
+        raise OcrEngineError("--ocr mineru needs mineru-vl-utils (MinerU's prompts and "
+                             "parsers): pip install 'rayorch[model]' (vLLM's CPU build) or "
+                             "'rayorch[gpu]'")
+
+
 @functools.cache
 def mineru_helper() -> Any:
     """mineru-vl-utils' model-free helper (layout parser, crop sizing, post-processing), with
@@ -122,6 +134,7 @@ def prompts_for(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The prompt of each request kind (:data:`PROMPT_KEYS`): mineru-vl-utils' own, with
     ``overrides`` (a user's model may want its own). An unknown key or a non-text prompt is
     an ``InvalidAnswer``'s sibling, a ``RayorchError`` naming it."""
+    require_mineru_vl_utils()
     from mineru_vl_utils.mineru_client import DEFAULT_PROMPTS
 
     prompts = {key: DEFAULT_PROMPTS[name] for key, name in PROMPT_KEYS.items()}
@@ -302,8 +315,8 @@ def words_text(words: Sequence[Sequence[Any]]) -> str:
 __all__ = [
     "KIND_OF_TYPE", "LAYOUT_IMAGE_SIZE", "PROMPT_KEYS", "REPETITION", "SYSTEM_PROMPT",
     "TEST_REGEXES", "InvalidAnswer", "LayoutBox", "block_text", "clean_answer",
-    "equation_latex",
-    "fallback_for", "finish_problem", "layout_boxes", "layout_image", "layout_regions",
-    "mineru_helper", "prompt_key", "prompts_for", "read_answer", "region_kind_of",
-    "request_image", "sampling_ladder", "sampling_penalties", "table_html", "words_text",
+    "equation_latex", "fallback_for", "finish_problem", "layout_boxes", "layout_image",
+    "layout_regions", "mineru_helper", "prompt_key", "prompts_for", "read_answer",
+    "region_kind_of", "request_image", "require_mineru_vl_utils", "sampling_ladder",
+    "sampling_penalties", "table_html", "words_text",
 ]
