@@ -94,3 +94,16 @@ def test_the_pipelines_engine_gets_them_with_the_model() -> None:
 def test_a_bad_model_option_is_one_line_and_exit_2_before_anything_runs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str) -> None:
     assert said in refused(tmp_path, capsys, *argv)
+
+
+def test_without_mineru_vl_utils_the_mineru_pipeline_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from rayorch.pipelines.pdf import PdfPipeline
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mineru_vl_utils" else real(name, *a))
+    with pytest.raises(Exception, match=r"needs mineru-vl-utils .*pip install 'rayorch\[model\]'"):
+        PdfPipeline("mineru", engine_options={"model": "m"})
