@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The GPU check: on a machine with a GPU (and the package registries), in under 8 minutes:
+# The GPU check: on a machine with a GPU (and the package registries), in under 10 minutes:
 # install vLLM's GPU build into a fresh virtualenv, build the test models, run tests/model on
-# the GPU and a short engine benchmark, then print ONE summary line:
+# the GPU, a short engine benchmark and MinerU2.5's two steps (--ocr mineru beside
+# mineru-vl-utils' stepping and concurrent modes, bench/mineru_orchestration.py), then print
+# ONE summary line:
 #
-#   gpu_check: OK gpus=1 vllm=0.32.0 tests=5/5 engine=… pages/s build=… s total=… s
+#   gpu_check: OK gpus=1 vllm=0.32.0 tests=8/8 engine=… pages/s build=… s mineru=E2E …/…/… s total=… s
 #   gpu_check: FAILED at STEP (rc=N) … total=… s          (and the step's log tail above it)
 #
 #   bash bench/gpu_check.sh            # from anywhere; logs and JSON under bench/out/gpu_check/
 #
-# GPU_CHECK_BUDGET_S (470) is the whole run's deadline; each step gets at most its own cap
+# GPU_CHECK_BUDGET_S (560) is the whole run's deadline; each step gets at most its own cap
 # and never past the deadline. GPU_CHECK_VENV (.venv-gpu) is the virtualenv (made anew).
 # GPU_CHECK_DRY_CPU=1 rehearses the script without a GPU: no install, this python3 (with
 # the model extra installed), vLLM's CPU build.
@@ -16,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 START=$(date +%s)
-BUDGET=${GPU_CHECK_BUDGET_S:-470}
+BUDGET=${GPU_CHECK_BUDGET_S:-560}
 OUT=bench/out/gpu_check
 VENV=${GPU_CHECK_VENV:-.venv-gpu}
 VLLM_VERSION=0.32.0
@@ -81,9 +83,18 @@ PASSED=${PASSED:-0}
 run bench 120 "$PY" -m bench.vllm_engine --pages 64 --batch-size 16 --skip-job \
   --json "$OUT/engine.json"
 ENGINE=$("$PY" -c "import json; r = json.load(open('$OUT/engine.json')); print(r['engine_pages_per_s'], r['engine_build_s'])")
+
+# MinerU2.5's two steps on the GPU: one engine per mode, 8 documents, one run each; reported,
+# not fatal (the tests' verdict is the check's).
+MINERU="failed"
+MINERU_MODEL=$("$PY" -c "from rayorch.testmodels import build; print(build('mineru', '$RAYORCH_TEST_MODELS'))")
+if run mineru 90 "$PY" -m bench.mineru_orchestration --model "$MINERU_MODEL" --docs 8 \
+    --repeat 1 --json "$OUT/mineru.json"; then
+  MINERU=$("$PY" -c "import json; rows = json.load(open('$OUT/mineru.json'))['medians']; print('/'.join(f\"{r['e2e_s']:.1f}\" for r in rows))")
+fi
 trap - ERR
 
 STATUS=OK
 [ "$TESTS_RC" -eq 0 ] || STATUS=FAILED
-echo "gpu_check: $STATUS gpus=$GPUS vllm=$VLLM_VERSION tests=$PASSED/$((PASSED + FAILED)) (rc=$TESTS_RC) engine=${ENGINE% *} pages/s build=${ENGINE#* } s total=$(elapsed)s logs=$OUT/"
+echo "gpu_check: $STATUS gpus=$GPUS vllm=$VLLM_VERSION tests=$PASSED/$((PASSED + FAILED)) (rc=$TESTS_RC) engine=${ENGINE% *} pages/s build=${ENGINE#* } s mineru=E2E $MINERU s (rayorch/stepping/concurrent) total=$(elapsed)s logs=$OUT/"
 [ "$STATUS" = OK ]

@@ -26,8 +26,8 @@ time. Each model's directory is named by a digest of everything that shapes it
 
 With random weights a greedy answer is the same text whatever the input: to see that an
 input reached the engine, compare first-token log-probabilities, not texts; ``mineru``'s
-answers never parse as a layout unless constrained (the tests' layout regex,
-:data:`rayorch.pipelines.document.mineru.TEST_LAYOUT_REGEX`). Needs ``pip install
+answers never parse as a layout unless constrained (the tests' regexes,
+:data:`rayorch.pipelines.document.mineru_blocks.TEST_REGEXES`). Needs ``pip install
 'rayorch[model]'`` (torch, transformers, tokenizers, mineru-vl-utils).
 """
 

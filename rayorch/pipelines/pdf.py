@@ -216,8 +216,7 @@ class PdfPipeline(ro.Pipeline):
         options = {"model": DEFAULT_MINERU_MODEL, **options}
         check_sampling(options.get("max_tokens"), options.get("temperature", 0.0),
                        options.get("retries", 1))
-        if options.get("prompts") is not None:
-            prompts_for(options["prompts"])
+        prompts_for(options.get("prompts"))  # and mineru-vl-utils is there
         self.mineru = ro.RayModule(
             MineruEngine, batch_size=batch_size, replicas=replicas, max_inflight=inflight,
             num_cpus=vllm_num_cpus(0.25), num_gpus=vllm_num_gpus(),

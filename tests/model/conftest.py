@@ -16,7 +16,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def test_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """``{"vlm": DIR, "text": DIR}``: the kit's models, built here unless already built."""
+    """``{"vlm": DIR, "text": DIR, "mineru": DIR}``: the kit's models, built here unless
+    already built."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed: pip install -e '.[model]'")
     from rayorch.testmodels import build_all

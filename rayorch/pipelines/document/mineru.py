@@ -92,7 +92,7 @@ class RequestLog:
     process (times are ``time.monotonic()``: one clock for every process of a Linux machine).
     """
 
-    def __init__(self, path: str | None = None, keep: int = 100_000) -> None:
+    def __init__(self, path: str | None = None, keep: int = 10_000) -> None:
         self.inside: Counter[str] = Counter()
         self.total: Counter[str] = Counter()
         self.mixed = 0
@@ -256,16 +256,16 @@ class MineruEngine(MineruSteps):
     ``max_tokens``: per answer (``None``: up to the model's context, as MinerU does);
     ``temperature``: the first attempt's; ``retries``: attempts more, each 0.4 hotter;
     ``prompts``: any of ``layout``, ``text``, ``table``, ``equation`` instead of MinerU's.
-    ``layout_regex``: TEST OPTION ONLY, vLLM's structured outputs hold the layout answer to
-    this regex (:data:`~rayorch.pipelines.document.mineru_blocks.TEST_LAYOUT_REGEX`: a model
-    with random weights writes no layout). ``request_log``: a file the :class:`RequestLog`
+    ``test_regexes``: TEST OPTION ONLY, vLLM's structured outputs hold the answers of each
+    request kind to its regex (:data:`~rayorch.pipelines.document.mineru_blocks.TEST_REGEXES`:
+    a model with random weights writes no layout). ``request_log``: a file the :class:`RequestLog`
     appends to. Memory options and other keyword options go to
     :class:`~rayorch.pipelines.document.ocr.VllmChat` (``vllm.LLM``).
     """
 
     def __init__(self, *, model: str, max_tokens: int | None = None, temperature: float = 0.0,
                  retries: int = 1, prompts: dict[str, str] | None = None,
-                 layout_regex: str | None = None, request_log: str | None = None,
+                 test_regexes: dict[str, str] | None = None, request_log: str | None = None,
                  gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
                  **llm_options: Any) -> None:
         super().__init__(self._request, max_tokens=max_tokens, temperature=temperature,
@@ -283,8 +283,8 @@ class MineruEngine(MineruSteps):
 
         self._vllm: Any = vllm
         self._loop_check = RepetitionDetectionParams(**REPETITION)
-        self._layout_rule = (StructuredOutputsParams(regex=layout_regex)
-                             if layout_regex else None)
+        self._rules = {key: StructuredOutputsParams(regex=regex)
+                       for key, regex in (test_regexes or {}).items()}
         self.log = RequestLog(request_log)
 
     async def _request(self, key: str, png: bytes, temperature: float, tag: str,
@@ -296,7 +296,7 @@ class MineruEngine(MineruSteps):
             temperature=temperature, top_p=0.01 if greedy else 1.0, top_k=1 if greedy else 0,
             max_tokens=self.max_tokens, seed=zlib.crc32(f"{tag}/{attempt}".encode()),
             skip_special_tokens=False, repetition_detection=self._loop_check,
-            structured_outputs=self._layout_rule if key == "layout" else None,
+            structured_outputs=self._rules.get(key),
             **sampling_penalties(key))
         conversation: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM_PROMPT},

@@ -39,14 +39,20 @@ PROMPT_KEYS = {"layout": "[layout]", "text": "[default]", "table": "table",
 SYSTEM_PROMPT = "You are a helpful assistant."
 """The system message of every request (mineru-vl-utils' ``DEFAULT_SYSTEM_PROMPT``)."""
 
-TEST_LAYOUT_REGEX = (
-    r"(<\|box_start\|>[0-4]\d\d [0-4]\d\d [5-9]\d\d [5-9]\d\d<\|box_end\|>"
-    r"<\|ref_start\|>(text|title|table|equation|image)<\|ref_end\|><\|rotate_up\|>\n){1,2}"
-)
-"""A TEST OPTION ONLY (``layout_regex=``, ``rayorch run pdf --test-layout-regex``): vLLM's
-structured outputs hold the layout answer to one or two box lines of valid boxes, because a
-model with random weights (the test-model kit's ``mineru``) never writes a layout. A real
-model needs no constraint, and one would hide its own reading of the page."""
+TEST_REGEXES: dict[str, str] = {
+    "layout": (r"(<\|box_start\|>[0-4]\d\d [0-4]\d\d [5-9]\d\d [5-9]\d\d<\|box_end\|>"
+               r"<\|ref_start\|>(text|title|table|equation|image)<\|ref_end\|>"
+               r"<\|rotate_up\|>\n){1,2}"),
+    "text": r"[A-Z][a-z]{1,8}( [a-z]{1,8}){0,5}\.",
+    "table": r"(<fcel>[a-z]{1,6}){2,3}<nl>(<fcel>[a-z]{1,6}){2,3}<nl>",
+    "equation": r"[a-z] = [a-z]\^\{[0-9]\}",
+}
+"""A TEST OPTION ONLY (``test_regexes=``, ``rayorch run pdf --test-regexes``): vLLM's
+structured outputs hold each answer to a short valid one (one or two box lines of valid
+boxes, a sentence, a 2-row OTSL table, a formula), because a model with random weights (the
+test-model kit's ``mineru``) never writes a layout and rarely ends an answer: so the tests
+and the benchmark drive every step with bounded, valid answers. A real model needs no
+constraint, and one would hide its own reading of the page."""
 
 KIND_OF_TYPE: dict[str, str] = {
     "text": "text", "list_item": "text", "code": "text", "algorithm": "text",
@@ -92,6 +98,18 @@ def prompt_key(kind: str) -> str | None:
     return None if kind == "figure" else PROMPT_OF_KIND.get(kind, "text")
 
 
+def require_mineru_vl_utils() -> None:
+    """``OcrEngineError`` unless mineru-vl-utils is installed (said before any actor starts)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mineru_vl_utils") is None:
+        from rayorch.pipelines.document.ocr import OcrEngineError
+
+        raise OcrEngineError("--ocr mineru needs mineru-vl-utils (MinerU's prompts and "
+                             "parsers): pip install 'rayorch[model]' (vLLM's CPU build) or "
+                             "'rayorch[gpu]'")
+
+
 @functools.cache
 def mineru_helper() -> Any:
     """mineru-vl-utils' model-free helper (layout parser, crop sizing, post-processing), with
@@ -116,6 +134,7 @@ def prompts_for(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The prompt of each request kind (:data:`PROMPT_KEYS`): mineru-vl-utils' own, with
     ``overrides`` (a user's model may want its own). An unknown key or a non-text prompt is
     an ``InvalidAnswer``'s sibling, a ``RayorchError`` naming it."""
+    require_mineru_vl_utils()
     from mineru_vl_utils.mineru_client import DEFAULT_PROMPTS
 
     prompts = {key: DEFAULT_PROMPTS[name] for key, name in PROMPT_KEYS.items()}
@@ -295,9 +314,9 @@ def words_text(words: Sequence[Sequence[Any]]) -> str:
 
 __all__ = [
     "KIND_OF_TYPE", "LAYOUT_IMAGE_SIZE", "PROMPT_KEYS", "REPETITION", "SYSTEM_PROMPT",
-    "TEST_LAYOUT_REGEX", "InvalidAnswer", "LayoutBox", "block_text", "clean_answer",
-    "equation_latex",
-    "fallback_for", "finish_problem", "layout_boxes", "layout_image", "layout_regions",
-    "mineru_helper", "prompt_key", "prompts_for", "read_answer", "region_kind_of",
-    "request_image", "sampling_ladder", "sampling_penalties", "table_html", "words_text",
+    "TEST_REGEXES", "InvalidAnswer", "LayoutBox", "block_text", "clean_answer",
+    "equation_latex", "fallback_for", "finish_problem", "layout_boxes", "layout_image",
+    "layout_regions", "mineru_helper", "prompt_key", "prompts_for", "read_answer",
+    "region_kind_of", "request_image", "require_mineru_vl_utils", "sampling_ladder",
+    "sampling_penalties", "table_html", "words_text",
 ]

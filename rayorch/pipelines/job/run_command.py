@@ -97,8 +97,8 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--temperature", type=float, default=None, metavar="X",
                        help="--ocr vllm/mineru: sampling temperature (default 0: greedy; "
                        "mineru retries an invalid answer hotter)")
-    group.add_argument("--test-layout-regex", action="store_true", help=argparse.SUPPRESS)
-    # ^ tests only: constrain --ocr mineru's layout answers (a random test model writes none)
+    group.add_argument("--test-regexes", action="store_true", help=argparse.SUPPRESS)
+    # ^ tests only: constrain --ocr mineru's answers (a random test model writes no layout)
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
     group.add_argument("--replicas", type=replicas_type, default=1,
@@ -120,7 +120,8 @@ def add_pdf_parser(jobs: Any) -> None:
                        "default 1.0 = never")
 
 
-def _pipeline(args: argparse.Namespace) -> Any:
+def pdf_pipeline(args: argparse.Namespace) -> Any:
+    """The ``PdfPipeline`` the options ask for (checked: a ``UsageError`` in one line)."""
     from rayorch.pipelines.pdf import PdfPipeline
 
     require_positive(args, "batch_size", "dpi", "layout_batch_size")
@@ -170,9 +171,8 @@ def read_prompt(value: str) -> str:
 
 def mineru_prompts(text: str) -> dict[str, str]:
     """``--prompt`` for ``--ocr mineru``: a JSON object of its prompts (any of layout, text,
-    table, equation), else the text-recognition prompt."""
-    from rayorch.pipelines.document.mineru_blocks import PROMPT_KEYS
-
+    table, equation: :func:`~rayorch.pipelines.document.mineru_blocks.prompts_for` checks
+    them), else the text-recognition prompt."""
     if not text.lstrip().startswith("{"):
         return {"text": text}
     try:
@@ -181,26 +181,20 @@ def mineru_prompts(text: str) -> dict[str, str]:
         raise UsageError(f"--prompt: not a JSON object of prompts ({exc.msg} at line "
                          f"{exc.lineno})") from None
     if not isinstance(prompts, dict) or not prompts:
-        raise UsageError("--prompt: not a JSON object of prompts")
-    for key, prompt in prompts.items():
-        if key not in PROMPT_KEYS:
-            raise UsageError(f"--prompt: unknown MinerU prompt {key!r} (the prompts are "
-                             f"{', '.join(PROMPT_KEYS)})")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise UsageError(f"--prompt: the {key} prompt is not a non-empty text")
+        raise UsageError("--prompt: not a JSON object of prompts (it names none)")
     return prompts
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
     """The engine options ``--prompt``, ``--max-tokens``, ``--temperature`` (and the tests'
-    ``--test-layout-regex``) give ``--ocr vllm`` or ``mineru``, checked: a ``UsageError``
+    ``--test-regexes``) give ``--ocr vllm`` or ``mineru``, checked: a ``UsageError``
     in one line for one given with another engine, a missing ``@FILE``, a number that is
     negative, zero tokens, NaN or infinite."""
     given = [name for name in ("prompt", "max_tokens", "temperature")
              if getattr(args, name, None) is not None]
     if args.ocr not in MODEL_ENGINES:
-        if given or getattr(args, "test_layout_regex", False):
-            flag = f"--{(given or ['test_layout_regex'])[0].replace('_', '-')}"
+        if given or getattr(args, "test_regexes", False):
+            flag = f"--{(given or ['test_regexes'])[0].replace('_', '-')}"
             raise UsageError(f"{flag} goes with --ocr vllm or --ocr mineru, not --ocr {args.ocr}")
         return {}
     options: dict[str, Any] = {}
@@ -218,12 +212,12 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
             options["prompts"] = mineru_prompts(text)
         else:
             options["prompt"] = text
-    if getattr(args, "test_layout_regex", False):
+    if getattr(args, "test_regexes", False):
         if args.ocr != "mineru":
-            raise UsageError("--test-layout-regex goes with --ocr mineru")
-        from rayorch.pipelines.document.mineru_blocks import TEST_LAYOUT_REGEX
+            raise UsageError("--test-regexes goes with --ocr mineru")
+        from rayorch.pipelines.document.mineru_blocks import TEST_REGEXES
 
-        options["layout_regex"] = TEST_LAYOUT_REGEX
+        options["test_regexes"] = TEST_REGEXES
     return options
 
 
@@ -243,7 +237,7 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
     sources = sorted(sizes)
     if not sources:
         raise UsageError(f"no PDF files under {args.input}")
-    return run_job(args, job=PDF_JOB, sources=sources, pipeline=_pipeline(args),
+    return run_job(args, job=PDF_JOB, sources=sources, pipeline=pdf_pipeline(args),
                    options=same, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
                    sizes=sizes)
