@@ -61,10 +61,12 @@ def add_video_parser(jobs: Any) -> None:
                        "(default first,middle,last)")
     group.add_argument("--write-clips", action="store_true",
                        help="also copy each clip to OUTPUT/clips/ (stream copy)")
-    group.add_argument("--replicas", type=replicas_type, default=1,
-                       help="annotation actors: N, a range MIN-MAX or auto (default 1)")
-    group.add_argument("--decode-replicas", type=replicas_type, default=1,
-                       help="clip decoding actors: N, MIN-MAX or auto (default 1)")
+    group.add_argument("--replicas", type=replicas_type, default=None,
+                       help="annotation actors: N, a range MIN-MAX or auto (sized by backlog "
+                       "and free resources). Default auto; --annotate vllm: auto with GPUs, "
+                       "1 on vLLM's CPU build")
+    group.add_argument("--decode-replicas", type=replicas_type, default=None,
+                       help="clip decoding actors: N, MIN-MAX or auto (default auto)")
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
 
 
@@ -85,10 +87,12 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {
         "max_clip_s": args.max_clip_s, "min_clip_s": args.min_clip_s,
         "threshold": args.threshold, "keyframes": args.keyframes,
-        "replicas": args.replicas, "batch_size": args.batch_size,
-        "decode_replicas": args.decode_replicas,
+        "batch_size": args.batch_size,
         "clips_dir": str(clips_dir) if args.write_clips else None,
     }
+    for name in ("replicas", "decode_replicas"):  # else the pipeline's default: auto
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     if args.model is not None:
         options["engine_options"] = {"model": args.model}
     pipeline = VideoPipeline(args.annotate, **options)
