@@ -70,18 +70,11 @@ def add_video_parser(jobs: Any) -> None:
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
 
 
-def cmd_run_video(args: argparse.Namespace) -> int:
-    """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
-    from rayorch.pipelines.job.video_outputs import VIDEO_WRITER, outputs_text
-    from rayorch.pipelines.video import VideoPipeline, find_videos
+def _pipeline(args: argparse.Namespace) -> Any:
+    """The video pipeline the options describe (pools that size themselves unless a size
+    is given: VideoPipeline's defaults)."""
+    from rayorch.pipelines.video import VideoPipeline
 
-    if is_url(args.input) or is_url(args.output):
-        raise UsageError("rayorch run video reads and writes local paths only; the pdf job "
-                         "and rayorch driver take object store URLs")
-    sources = find_videos(args.input)
-    if not sources:
-        raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
-                         ".webm, .mov, .avi, .ogv, ...)")
     require_positive(args, "max_clip_s", "batch_size")  # (replicas_type checked the replicas)
     clips_dir = Path(args.output).resolve() / str(VIDEO_JOB.folder)
     options: dict[str, Any] = {
@@ -95,7 +88,22 @@ def cmd_run_video(args: argparse.Namespace) -> int:
             options[name] = getattr(args, name)
     if args.model is not None:
         options["engine_options"] = {"model": args.model}
-    pipeline = VideoPipeline(args.annotate, **options)
+    return VideoPipeline(args.annotate, **options)
+
+
+def cmd_run_video(args: argparse.Namespace) -> int:
+    """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
+    from rayorch.pipelines.job.video_outputs import VIDEO_WRITER, outputs_text
+    from rayorch.pipelines.video import find_videos
+
+    if is_url(args.input) or is_url(args.output):
+        raise UsageError("rayorch run video reads and writes local paths only; the pdf job "
+                         "and rayorch driver take object store URLs")
+    sources = find_videos(args.input)
+    if not sources:
+        raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
+                         ".webm, .mov, .avi, .ogv, ...)")
+    pipeline = _pipeline(args)
     if args.annotate == "vllm" and not (args.address or os.environ.get("RAY_ADDRESS")):
         from rayorch.pipelines.video_annotate import require_vllm_runtime
 
