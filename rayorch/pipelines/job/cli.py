@@ -23,6 +23,7 @@ survives any run. Exit 0 only when every source succeeded, 1 when some failed (0
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -362,41 +363,45 @@ def run_job(
     complete = False
     run_id = None
     pools: dict[str, Any] = {"pools": None, "bound_by": None}
-    try:
-        if ids:
-            clock.starting_ray()
-            start_ray_for(plan, args.address)
-            clock.starting_pools(plan)
-            progress = False if args.no_progress or not tty else None
-            # Each source keeps its input position as its lineage index (the ids of its
-            # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
-            from rayorch.driver import new_run_id
+    # With --json stdout carries the summary only: what Ray prints there meanwhile (a
+    # raylet warning as the pools grow, say) goes to stderr.
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        try:
+            if ids:
+                clock.starting_ray()
+                start_ray_for(plan, args.address)
+                clock.starting_pools(plan)
+                progress = False if args.no_progress or not tty else None
+                # Each source keeps its input position as its lineage index (the ids of its
+                # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
+                from rayorch.driver import new_run_id
 
-            sink = out.sink_for(new_run_id(plan), writer)
-            handle = pipeline.run(sources, store=args.store, ordered=False,
-                                  progress=progress, address=args.address,
-                                  admission_order=ids, sink=sink, reuse=args.reuse,
-                                  no_reuse=args.no_reuse, ui=args.ui)
-            run_id = handle.run_id
-            out.note_run(run_id)
-            summary.run_started = clock.running()
-            summary.actors_up = lambda: handle.actors_up_at
-            lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
-                                  every_s=args.progress_every)
-            with lines:
-                for index, value in handle:  # delivered: its part file and fact are written
-                    writer.delivered(summary, sources, index, value)
-                clock.actors_up(handle.actors_up_at)
+                sink = out.sink_for(new_run_id(plan), writer)
+                handle = pipeline.run(sources, store=args.store, ordered=False,
+                                      progress=progress, address=args.address,
+                                      admission_order=ids, sink=sink, reuse=args.reuse,
+                                      no_reuse=args.no_reuse, ui=args.ui)
+                run_id = handle.run_id
+                out.note_run(run_id)
+                summary.run_started = clock.running()
+                summary.actors_up = lambda: handle.actors_up_at
+                lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
+                                      every_s=args.progress_every)
+                with lines:
+                    for index, value in handle:  # delivered: its part file and fact are written
+                        writer.delivered(summary, sources, index, value)
+                    clock.actors_up(handle.actors_up_at)
+                    clock.done()
+                    summary.run_ended = clock.t_end
+                pools = pools_summary(plan, handle.pool_sizer)
+            else:
+                summary.run_started = clock.running()
+            complete = True
+        finally:
+            if clock.t_end is None:
                 clock.done()
-                summary.run_ended = clock.t_end
-            pools = pools_summary(plan, handle.pool_sizer)
-        else:
-            summary.run_started = clock.running()
-        complete = True
-    finally:
-        if clock.t_end is None:
-            clock.done()
-        out.finish(complete)
+            out.finish(complete)
     order = {source: i for i, source in enumerate(sources)}
     summary.failures.sort(key=lambda failure: order.get(failure[0], len(order)))
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
@@ -405,7 +410,7 @@ def run_job(
     rate = summary.rate() if run_id is not None else None
     result[f"{job.part}s_per_s"] = None if rate is None else round(rate, 1)
     if args.json:
-        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+        stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print(summary_text(result, summary, outputs(out, summary)))
     return summary.exit_code(allow_failures=args.allow_failures)
