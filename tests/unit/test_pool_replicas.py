@@ -201,3 +201,12 @@ def test_the_summary_names_each_pools_sizes_and_the_binding_stage() -> None:
     fixed = pools_summary(Two(2, 3).compile(), None)
     assert fixed["bound_by"] is None and fixed["pools"]["second"]["start"] == 3
     assert pools_line(fixed["pools"], None) == "pools: first x2, second x3"
+
+
+def test_status_gives_a_pool_that_sizes_itself_no_one_size() -> None:
+    """``rayorch status``'s busy share divides by a pool's size: a pool that sized itself
+    has none in the stored plan (its min would overstate the share)."""
+    from rayorch.inspect.status import pool_sizes
+
+    sizes = pool_sizes(Two("auto", 3).compile().describe())
+    assert sorted(sizes.values(), key=str) == [(3, 1), (None, 1)]
