@@ -101,7 +101,7 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
     group.add_argument("--replicas", type=replicas_type, default=None,
-                       help="OCR actors (--ocr layout/mineru: recognition actors): N, a "
+                       help="OCR actors (--ocr layout: recognition; mineru: engines): N, a "
                        "range MIN-MAX or auto (sized by backlog and free resources). "
                        "Default auto; vllm/mineru: auto with GPUs, 1 on vLLM's CPU build")
     group.add_argument("--render-replicas", type=replicas_type, default=None,
