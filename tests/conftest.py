@@ -127,3 +127,20 @@ def vllm_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         importlib.invalidate_caches()
 
     return install
+
+
+@pytest.fixture
+def quick_pool_sizing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pools that size themselves decide every 0.5 s instead of 5 s in drivers started in
+    this process (a job run of a few seconds then makes decisions and names its binding
+    stage); the policy itself is unchanged."""
+    import dataclasses
+
+    from rayorch.runtime import shard_driver
+
+    real = shard_driver.PoolSizer
+
+    def quick(plan: Any, pools: Any, settings: Any, **kwargs: Any) -> Any:
+        return real(plan, pools, dataclasses.replace(settings, interval_s=0.5), **kwargs)
+
+    monkeypatch.setattr(shard_driver, "PoolSizer", quick)

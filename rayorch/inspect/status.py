@@ -44,7 +44,7 @@ class CallStatus:
     last_ts: float | None = None
     busy_s: float = 0.0
     batch_busy_s: float = 0.0
-    replicas: int | None = None  # its pool's size, as the stored plan declares it
+    replicas: int | None = None  # its pool's fixed size, as the stored plan declares it
     batch_size: int | None = None
 
     @property
@@ -224,6 +224,8 @@ def pool_sizes(plan: Mapping[str, Any]) -> dict[CallId, tuple[int | None, int | 
         if isinstance(call, Mapping) and isinstance(modules.get(call.get("module")), Mapping):
             options = modules[call.get("module")]
             replicas, batch = options.get("replicas"), options.get("batch_size")
+            if options.get("max_replicas") is not None:  # it sized itself: no one size
+                replicas = None
             out[call["id"]] = (replicas if isinstance(replicas, int) else None,
                                batch if isinstance(batch, int) else None)
     return out

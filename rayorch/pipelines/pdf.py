@@ -55,7 +55,7 @@ from rayorch.pipelines.document.regions import (
 from rayorch.pipelines.document.render import DEFAULT_DPI, RenderPages, RenderPdf
 from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, document_warnings, summary_dict
 from rayorch.pipelines.sources import failure_kind, find_files, list_inputs
-from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
+from rayorch.pipelines.vllm_runtime import model_replicas, vllm_num_cpus, vllm_num_gpus
 
 OCR_MODES = ("auto", "text", "rapidocr", "vllm", "layout", "mineru")
 """``--ocr`` choices: ``auto`` (text layer, OCR where it is missing or garbage), ``text``
@@ -66,6 +66,9 @@ regions of every page, each recognised by its kind; CPU models from wheels, extr
 on one vLLM engine: ``engine_options={"model": DIR}``)."""
 REGION_ENGINES = frozenset({"layout", "mineru"})
 """The ``--ocr`` choices that run the region grain (document -> page -> region)."""
+MODEL_ENGINES = frozenset({"vllm", "mineru"})
+"""The ``--ocr`` choices whose actors each hold a model engine (vLLM): their pools default
+to :func:`~rayorch.pipelines.vllm_runtime.model_replicas`, the others to ``"auto"``."""
 FALLBACK_ENGINE = "rapidocr"
 """The engine ``auto`` uses for pages without a usable text layer."""
 DEFAULT_MINERU_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
@@ -103,6 +106,13 @@ class PdfPipeline(ro.Pipeline):
     options, ``model`` first): ``replicas`` actors, each one engine, ``batch_size`` pages or
     regions per batch, ``ocr_inflight`` (default 4) batches at once.
 
+    Every stage's pool sizes itself by default (``replicas="auto"``: from one actor up to
+    what its backlog needs and the cluster has free; docs/ARCHITECTURE.md, "Pools that size
+    themselves"): render, OCR (``auto``, ``rapidocr``, ``text``), layout and recognition.
+    A model engine (``vllm``, ``mineru``) is ``"auto"`` with GPUs (one engine per GPU) and
+    one actor on vLLM's CPU build (:func:`~rayorch.pipelines.vllm_runtime.model_replicas`).
+    A number (``replicas=2``) is exactly that many actors; ``(min, max)`` a range.
+
     >>> plan = PdfPipeline().compile()
     """
 
@@ -110,10 +120,10 @@ class PdfPipeline(ro.Pipeline):
         self,
         engine: str = "auto",
         *,
-        replicas: Replicas = 1,
+        replicas: Replicas | None = None,
         batch_size: int = 16,
         dpi: int | None = None,
-        render_replicas: Replicas = 1,
+        render_replicas: Replicas = "auto",
         render_batch_size: int = 2,
         tables: bool = False,
         engine_options: dict[str, Any] | None = None,
@@ -122,7 +132,7 @@ class PdfPipeline(ro.Pipeline):
         ocr_inflight: int | None = None,
         page_markers: bool = True,
         layout_batch_size: int = 4,
-        layout_replicas: Replicas = 1,
+        layout_replicas: Replicas = "auto",
         max_fallback_share: float = 1.0,
     ) -> None:
         super().__init__()
@@ -130,6 +140,8 @@ class PdfPipeline(ro.Pipeline):
             valid = ", ".join(repr(m) for m in OCR_MODES)
             raise OcrEngineError(f"unknown OCR engine {engine!r}: choose one of {valid}")
         self.engine = engine
+        if replicas is None and engine not in MODEL_ENGINES:
+            replicas = "auto"  # a model engine's default depends on its GPUs (below)
         if engine in REGION_ENGINES:
             self._region_modules(
                 dpi=dpi or LAYOUT_DPI, render_replicas=render_replicas,
@@ -140,6 +152,8 @@ class PdfPipeline(ro.Pipeline):
                 inflight=ocr_inflight or MINERU_INFLIGHT)
             return
         ocr_inflight = ocr_inflight or 1
+        ocr_gpus = ocr_num_gpus if ocr_num_gpus is not None else (
+            vllm_num_gpus() if engine == "vllm" else 0.0)
         auto = engine == "auto"
         ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
         ocr_options.update(engine_options or {})
@@ -160,10 +174,9 @@ class PdfPipeline(ro.Pipeline):
             OcrPage if ocr_inflight == 1 else AsyncOcrPage,
             max_inflight=ocr_inflight,
             batch_size=batch_size,
-            replicas=replicas,
+            replicas=model_replicas(ocr_gpus) if replicas is None else replicas,
             num_cpus=ocr_num_cpus if ocr_num_cpus is not None else ocr_module_cpus(engine),
-            num_gpus=ocr_num_gpus if ocr_num_gpus is not None else (
-                vllm_num_gpus() if engine == "vllm" else 0.0),
+            num_gpus=ocr_gpus,
         ).pre_init(FALLBACK_ENGINE if auto else engine, **ocr_options)
         self.assemble = ro.RayModule(AssembleDocument, page_markers=page_markers,
                                      batch_size=8, num_cpus=0.25)
@@ -171,7 +184,7 @@ class PdfPipeline(ro.Pipeline):
     def _region_modules(self, *, dpi: int, render_replicas: Replicas,
                         render_batch_size: int, layout_batch_size: int,
                         layout_replicas: Replicas, region_batch_size: int,
-                        region_replicas: Replicas, max_fallback_share: float,
+                        region_replicas: Replicas | None, max_fallback_share: float,
                         page_markers: bool, engine_options: dict[str, Any],
                         inflight: int) -> None:
         """The region grain's modules: render, the model modules, keep, assemble_page,
@@ -196,7 +209,8 @@ class PdfPipeline(ro.Pipeline):
                 num_cpus=0.5,
             ).pre_init(DetectLayout, **engine_options.get("layout", {}))
             self.recognise = ro.RayModule(
-                RecogniseOrFallback, batch_size=region_batch_size, replicas=region_replicas,
+                RecogniseOrFallback, batch_size=region_batch_size,
+                replicas="auto" if region_replicas is None else region_replicas,
                 num_cpus=0.5,
             ).pre_init(RecogniseRegion, **engine_options.get("recognise", {}))
         self.keep = ro.RayModule(KeepRegions, num_outputs=2, batch_size=64, num_cpus=0.1)
@@ -206,8 +220,8 @@ class PdfPipeline(ro.Pipeline):
                                      max_fallback_share=max_fallback_share,
                                      page_markers=page_markers, **engine)
 
-    def _mineru_module(self, options: dict[str, Any], replicas: Replicas, batch_size: int,
-                       inflight: int) -> None:
+    def _mineru_module(self, options: dict[str, Any], replicas: Replicas | None,
+                       batch_size: int, inflight: int) -> None:
         """``self.mineru``: one :class:`MineruEngine` pool for both steps (one engine per
         actor); its options are checked here, before any actor starts."""
         from rayorch.pipelines.document.mineru import MineruEngine, check_sampling
@@ -217,9 +231,11 @@ class PdfPipeline(ro.Pipeline):
         check_sampling(options.get("max_tokens"), options.get("temperature", 0.0),
                        options.get("retries", 1))
         prompts_for(options.get("prompts"))  # and mineru-vl-utils is there
+        gpus = vllm_num_gpus()
         self.mineru = ro.RayModule(
-            MineruEngine, batch_size=batch_size, replicas=replicas, max_inflight=inflight,
-            num_cpus=vllm_num_cpus(0.25), num_gpus=vllm_num_gpus(),
+            MineruEngine, batch_size=batch_size, max_inflight=inflight,
+            replicas=model_replicas(gpus) if replicas is None else replicas,
+            num_cpus=vllm_num_cpus(0.25), num_gpus=gpus,
         ).pre_init(**options)
 
     def forward(self, pdfs: Any) -> Any:

@@ -48,7 +48,7 @@ from rayorch.pipelines.video_decode import (
     probe_video,
     read_clip,
 )
-from rayorch.pipelines.vllm_runtime import vllm_num_cpus, vllm_num_gpus
+from rayorch.pipelines.vllm_runtime import model_replicas, vllm_num_cpus, vllm_num_gpus
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ogv", ".mpg",
                             ".mpeg", ".ts", ".flv", ".wmv", ".3gp"})
@@ -223,6 +223,11 @@ class VideoPipeline(ro.Pipeline):
     batches the clips of all of them). Each
     result is the ``AssembleVideo`` dict of one video, or a failed result with its cause.
 
+    The probe, decode and annotate pools size themselves by default (``"auto"``:
+    docs/ARCHITECTURE.md, "Pools that size themselves"); ``annotate="vllm"`` holds an engine
+    per actor: ``"auto"`` with GPUs, one actor on vLLM's CPU build
+    (:func:`~rayorch.pipelines.vllm_runtime.model_replicas`). A number is that many actors.
+
     >>> plan = VideoPipeline("stats").compile()
     """
 
@@ -235,9 +240,9 @@ class VideoPipeline(ro.Pipeline):
         threshold: float = 27.0,
         keyframes: str = "first,middle,last",
         clips_dir: str | None = None,
-        probe_replicas: Replicas = 1,
-        decode_replicas: Replicas = 1,
-        replicas: Replicas = 1,
+        probe_replicas: Replicas = "auto",
+        decode_replicas: Replicas = "auto",
+        replicas: Replicas | None = None,
         batch_size: int = 8,
         engine_options: dict[str, Any] | None = None,
         annotate_num_cpus: float | None = None,
@@ -248,6 +253,10 @@ class VideoPipeline(ro.Pipeline):
         ProbeVideo(max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold)
         DecodeClip(keyframes=keyframes)  # bad options fail here, not inside an actor
         vllm = annotate == "vllm"
+        gpus = annotate_num_gpus if annotate_num_gpus is not None else (
+            vllm_num_gpus() if vllm else 0.0)
+        if replicas is None:
+            replicas = model_replicas(gpus) if vllm else "auto"
         self.probe = ro.RayModule(
             ProbeVideo, max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold,
             clips_dir=clips_dir, num_outputs=2, batch_size=1, replicas=probe_replicas,
@@ -262,8 +271,7 @@ class VideoPipeline(ro.Pipeline):
             max_inflight=annotate_inflight, batch_size=batch_size, replicas=replicas,
             num_cpus=annotate_num_cpus if annotate_num_cpus is not None
             else (1.0 if annotate == "ocr" else vllm_num_cpus(0.25) if vllm else 0.25),
-            num_gpus=annotate_num_gpus if annotate_num_gpus is not None
-            else (vllm_num_gpus() if vllm else 0.0),
+            num_gpus=gpus,
             **(engine_options or {}),
         )
         self.assemble = ro.RayModule(AssembleVideo, batch_size=8, num_cpus=0.25)

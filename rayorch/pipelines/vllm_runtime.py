@@ -66,6 +66,18 @@ def vllm_num_gpus() -> float:
     return 0.0 if vllm_is_cpu_build() else 1.0
 
 
+def model_replicas(num_gpus: float) -> int | str:
+    """The default pool of a module that holds a model engine (vLLM: ``--ocr vllm``,
+    ``mineru``, ``--annotate vllm``), given the GPUs each actor declares.
+
+    With GPUs, ``"auto"``: each actor holds its own GPU, so the free GPUs bound the pool,
+    and the sizer keeps such actors warm (``holds_model``, 300 s) since a fresh engine costs
+    seconds to minutes. Without (vLLM's CPU build), ``1``: a second engine on the same
+    CPUs gains little and can exhaust the memory, and its short idle limit would rebuild
+    it (docs/ARCHITECTURE.md, "Pools that size themselves")."""
+    return "auto" if num_gpus > 0 else 1
+
+
 def vllm_num_cpus(default: float) -> float:
     """CPUs a vLLM module declares: a whole core for a CPU build (it computes there)."""
     return 1.0 if vllm_is_cpu_build() else default

@@ -153,7 +153,8 @@ def test_scanned_page_gets_text_by_default_with_progress_when_piped(
 
     # Piped: start-up lines, then progress lines every 0.5 s, on stderr.
     err = done.stderr
-    assert "rayorch: starting Ray..." in err and "rayorch: starting 3 pools" in err
+    assert "rayorch: starting Ray..." in err
+    assert "rayorch: starting 3 pools (render auto, ocr auto, assemble x1)..." in err
     progress = [line for line in err.splitlines() if "/3 documents" in line]
     assert progress, err[-3000:]
     assert all("pages/s" in line and "failure" in line for line in progress)

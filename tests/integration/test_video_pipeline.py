@@ -71,7 +71,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def test_run_video_cuts_at_true_scene_changes_and_names_bad_files(
     ray_local: None, input_dir: tuple[Path, dict[str, list[float]]], tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], quick_pool_sizing: None,
 ) -> None:
     root, truth = input_dir
     bad = write_bad_videos(tmp_path / "bad", EXAMPLES / "scenes.mp4")
@@ -85,6 +85,12 @@ def test_run_video_cuts_at_true_scene_changes_and_names_bad_files(
     assert summary["videos"] == len(truth) + len(bad)
     assert summary["succeeded"] == len(truth) and summary["failed"] == len(bad)
     assert summary["failures"] == {kind: 1 for kind in sorted(bad.values())}
+    # By default the job's stages size themselves, and the summary names the binding one.
+    pools = summary["pools"]
+    assert {name: pool["replicas"] for name, pool in pools.items()} == {
+        "probe": "auto", "decode": "auto", "annotate": "auto", "assemble": "1"}
+    assert summary["bound_by"] in pools, summary
+    assert all(1 <= p["start"] <= p["most"] and 1 <= p["end"] <= p["most"] for p in pools.values())
 
     videos = read_jsonl(out / "videos.jsonl")
     sources = [v["source"] for v in videos]
@@ -134,11 +140,14 @@ def test_output_directory_rules_and_exit_codes(
     code, stdout, stderr = run_cli([*base, "--write-clips", "--allow-failures",
                                     "--progress-every", "0.2"], capsys)
     assert code == EXIT_OK  # one failed, but --allow-failures
-    assert "rayorch: starting Ray..." in stderr and "rayorch: starting 4 pools" in stderr
+    assert "rayorch: starting Ray..." in stderr
+    assert ("rayorch: starting 4 pools (probe auto, decode auto, annotate auto, "
+            "assemble x1)...") in stderr
     progress = [line for line in stderr.splitlines() if "/2 videos" in line]  # piped
     assert all("clips/s" in line and "failure" in line for line in progress)
     assert progress[-1].startswith("rayorch: 2/2 videos, 2 clips"), progress
     assert "2 videos (1 ok, 1 failed)" in stdout
+    assert "\npools: probe auto (1" in stdout and ", assemble x1" in stdout
     assert f"{inputs / 'broken.mp4'}: probe[0] failed: empty:" in stdout
     assert (out / "clips").is_dir()
 
@@ -212,8 +221,12 @@ def test_all_failed_exits_1_and_says_no_clip_was_made(
     (inputs / "a.mp4").write_text("plain text\n")
     (inputs / "b.webm").write_bytes(b"")
     code, stdout, _ = run_cli(["--input", str(inputs), "--output", str(tmp_path / "out"),
-                               "--no-progress"], capsys)
+                               "--no-progress", "--replicas", "2", "--decode-replicas", "1-3"],
+                              capsys)
     assert code == EXIT_FAILED
+    # A number given is that many actors (a range, that range): the summary says so.
+    assert "\npools: probe auto (1" in stdout
+    assert ", decode 1-3 (1" in stdout and ", annotate x2, assemble x1" in stdout
     assert "2 videos (0 ok, 2 failed)" in stdout and "0 clips in" in stdout
     assert "not a video:" in stdout and "empty:" in stdout
     assert "clips.jsonl (empty: no clip was made)" in stdout

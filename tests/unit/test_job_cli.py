@@ -317,3 +317,42 @@ def test_resume_republishes_a_part_with_only_its_kept_records_and_audit_counts_t
     assert [f"part {kept.name} in {tmp_path} holds sources 0, 2 that no fact records: its "
             "driver died before recording them"] == [
         p.split(" (")[0] for p in check_delivery(tmp_path, facts, complete=True)]
+
+
+def test_with_json_stdout_carries_the_summary_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """What Ray prints on stdout during a run (a raylet warning as pools that size
+    themselves grow) goes to stderr: ``--json`` output stays one JSON document."""
+    from rayorch.cli import build_parser
+    from rayorch.pipelines.job import cli as job_cli
+    from rayorch.pipelines.job.layouts import PDF_JOB
+
+    class Handle:
+        run_id, actors_up_at, pool_sizer = "r1", None, None
+
+        def __iter__(self) -> Any:
+            print("(raylet) WARNING: 10 PYTHON worker processes have been started")
+            return iter(())
+
+    class Job(ro.Pipeline):
+        def __init__(self) -> None:
+            super().__init__()
+            self.one = ro.RayModule(plural, replicas="auto")
+
+        def forward(self, xs: Any) -> Any:
+            return self.one(xs)
+
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            print("(raylet) WARNING: a pool grew")
+            return Handle()
+
+    monkeypatch.setattr(job_cli, "start_ray_for", lambda plan, address: "local")
+    args = build_parser().parse_args(["run", "pdf", "--input", "in", "--output",
+                                      str(tmp_path / "out"), "--json", "--no-progress"])
+    capsys.readouterr()
+    job_cli.run_job(args, job=PDF_JOB, sources=["a.pdf"], pipeline=Job(), options={},
+                    writer=PDF_WRITER, engine=("--ocr", "auto"), outputs=lambda o, s: "")
+    out, err = capsys.readouterr()
+    assert json.loads(out)["pools"]["one"]["replicas"] == "auto"
+    assert "a pool grew" in err and "10 PYTHON worker" in err

@@ -23,6 +23,7 @@ survives any run. Exit 0 only when every source succeeded, 1 when some failed (0
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -95,15 +96,60 @@ def check_store(url: str) -> None:
         store.close()
 
 
-def start_ray_for(plan: Any, address: str | None) -> str:
-    """Attach or start a private local Ray sized for ``plan``'s pools (see ``ray_cluster``)."""
-    from rayorch.runtime.ray_cluster import ensure_ray
+def ray_size_for(plan: Any, *, cpus: int, gpus: Callable[[], int]) -> tuple[int, int | None]:
+    """``(num_cpus, num_gpus)`` of a private local Ray for ``plan``'s pools on a machine with
+    ``cpus`` cores (``gpus()``: its GPUs, asked only when a GPU pool sizes itself).
 
+    A pool's ``replicas`` is its size at the start (a range's min, 1 for ``"auto"``), so the
+    pools must fit at that size; a pool that sizes itself grows later into what is free, so
+    the local Ray declares the machine's cores, and its GPUs when a GPU pool sizes itself
+    (declaring only the start's GPUs would cap such a pool at its min).
+    """
     need_cpus = sum(m.options.replicas * m.options.num_cpus for m in plan.modules)
     need_gpus = sum(m.options.replicas * m.options.num_gpus for m in plan.modules)
-    return ensure_ray(address, num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpus)),
-                      num_gpus=math.ceil(need_gpus) if need_gpus else None,
-                      log_to_driver=False)
+    num_gpus = math.ceil(need_gpus) if need_gpus else None
+    if any(m.options.sizes_itself and m.options.num_gpus > 0 for m in plan.modules):
+        num_gpus = max(num_gpus or 0, gpus()) or None
+    return max(cpus, math.ceil(need_cpus)), num_gpus
+
+
+def start_ray_for(plan: Any, address: str | None) -> str:
+    """Attach or start a private local Ray sized for ``plan``'s pools (see ``ray_cluster``)."""
+    from rayorch.pipelines.vllm_runtime import gpu_count
+    from rayorch.runtime.ray_cluster import ensure_ray
+
+    num_cpus, num_gpus = ray_size_for(plan, cpus=os.cpu_count() or 1, gpus=gpu_count)
+    return ensure_ray(address, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=False)
+
+
+def pool_size_text(options: Any) -> str:
+    """A pool's size as the job options write it: ``x2`` (fixed), ``x1-8`` (a range) or
+    ``auto``."""
+    if not options.sizes_itself:
+        return f"x{options.replicas}"
+    if options.replicas_text == "auto":
+        return "auto"
+    return f"x{options.replicas}-{options.max_replicas}"
+
+
+def pools_text(plan: Any) -> str:
+    """``render auto, ocr x2, assemble x1``: each pool and its size (the start-up line)."""
+    return ", ".join(f"{m.name} {pool_size_text(m.options)}" for m in plan.modules)
+
+
+def pools_summary(plan: Any, sizer: Any) -> dict[str, Any]:
+    """The ``--json`` ``pools`` of a run: per pool its ``replicas`` (``"2"``, ``"1-8"``,
+    ``"auto"``) and sizes (``start``, ``most``, ``end``, ``changes``), and ``bound_by``: the
+    stage that bound the run (the sizer's; None when no pool sizes itself or no decision
+    was made)."""
+    pools: dict[str, Any] = {}
+    for m in plan.modules:
+        sizes = ([size for _, size in sizer.size_over_time(m.name)] if sizer is not None
+                 else [m.options.replicas])
+        pools[m.name] = {"replicas": pool_size_text(m.options).removeprefix("x"),
+                         "start": sizes[0], "most": max(sizes), "end": sizes[-1],
+                         "changes": len(sizes) - 1}
+    return {"pools": pools, "bound_by": None if sizer is None else sizer.binding()}
 
 
 class StartupClock:
@@ -126,8 +172,8 @@ class StartupClock:
 
     def starting_pools(self, plan: Any) -> None:
         self.t_ray = time.monotonic()
-        pools = ", ".join(f"{m.name} x{m.options.replicas}" for m in plan.modules)
-        self.say(f"rayorch: starting {plural(len(plan.modules), 'pool')} ({pools})...")
+        self.say(f"rayorch: starting {plural(len(plan.modules), 'pool')} "
+                 f"({pools_text(plan)})...")
 
     def running(self) -> float:
         self.t_pools = time.monotonic()
@@ -316,49 +362,55 @@ def run_job(
     summary = JobSummary(job, total=len(sources), kept=len(out.kept))
     complete = False
     run_id = None
-    try:
-        if ids:
-            clock.starting_ray()
-            start_ray_for(plan, args.address)
-            clock.starting_pools(plan)
-            progress = False if args.no_progress or not tty else None
-            # Each source keeps its input position as its lineage index (the ids of its
-            # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
-            from rayorch.driver import new_run_id
+    pools: dict[str, Any] = {"pools": None, "bound_by": None}
+    # With --json stdout carries the summary only: what Ray prints there meanwhile (a
+    # raylet warning as the pools grow, say) goes to stderr.
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        try:
+            if ids:
+                clock.starting_ray()
+                start_ray_for(plan, args.address)
+                clock.starting_pools(plan)
+                progress = False if args.no_progress or not tty else None
+                # Each source keeps its input position as its lineage index (the ids of its
+                # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
+                from rayorch.driver import new_run_id
 
-            sink = out.sink_for(new_run_id(plan), writer)
-            handle = pipeline.run(sources, store=args.store, ordered=False,
-                                  progress=progress, address=args.address,
-                                  admission_order=ids, sink=sink, reuse=args.reuse,
-                                  no_reuse=args.no_reuse, ui=args.ui)
-            run_id = handle.run_id
-            out.note_run(run_id)
-            summary.run_started = clock.running()
-            summary.actors_up = lambda: handle.actors_up_at
-            lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
-                                  every_s=args.progress_every)
-            with lines:
-                for index, value in handle:  # delivered: its part file and fact are written
-                    writer.delivered(summary, sources, index, value)
-                clock.actors_up(handle.actors_up_at)
+                sink = out.sink_for(new_run_id(plan), writer)
+                handle = pipeline.run(sources, store=args.store, ordered=False,
+                                      progress=progress, address=args.address,
+                                      admission_order=ids, sink=sink, reuse=args.reuse,
+                                      no_reuse=args.no_reuse, ui=args.ui)
+                run_id = handle.run_id
+                out.note_run(run_id)
+                summary.run_started = clock.running()
+                summary.actors_up = lambda: handle.actors_up_at
+                lines = ProgressLines(summary, enabled=not tty and not args.no_progress,
+                                      every_s=args.progress_every)
+                with lines:
+                    for index, value in handle:  # delivered: its part file and fact are written
+                        writer.delivered(summary, sources, index, value)
+                    clock.actors_up(handle.actors_up_at)
+                    clock.done()
+                    summary.run_ended = clock.t_end
+                pools = pools_summary(plan, handle.pool_sizer)
+            else:
+                summary.run_started = clock.running()
+            complete = True
+        finally:
+            if clock.t_end is None:
                 clock.done()
-                summary.run_ended = clock.t_end
-        else:
-            summary.run_started = clock.running()
-        complete = True
-    finally:
-        if clock.t_end is None:
-            clock.done()
-        out.finish(complete)
+            out.finish(complete)
     order = {source: i for i, source in enumerate(sources)}
     summary.failures.sort(key=lambda failure: order.get(failure[0], len(order)))
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
-              "engine": engine[1], "engine_option": engine[0]}
+              "engine": engine[1], "engine_option": engine[0], **pools}
     summary.run_ended = clock.t_end
     rate = summary.rate() if run_id is not None else None
     result[f"{job.part}s_per_s"] = None if rate is None else round(rate, 1)
     if args.json:
-        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+        stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print(summary_text(result, summary, outputs(out, summary)))
     return summary.exit_code(allow_failures=args.allow_failures)
@@ -368,7 +420,7 @@ __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "LINES_KEY", "MARKER", "PDF_JOB",
     "VIDEO_JOB", "JobLayout", "JobSummary", "JobWriter", "OutputDir", "ProgressLines",
     "StartupClock", "UsageError", "add_job_options", "add_job_parser", "check_store",
-    "format_seconds", "largest_first", "plural", "replicas_type", "require_positive", "run_job",
-    "slug",
+    "format_seconds", "largest_first", "plural", "pool_size_text", "pools_summary", "pools_text",
+    "ray_size_for", "replicas_type", "require_positive", "run_job", "slug",
     "start_ray_for", "summary_dict", "summary_text",
 ]

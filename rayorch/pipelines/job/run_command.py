@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +100,14 @@ def add_pdf_parser(jobs: Any) -> None:
     # ^ tests only: constrain --ocr mineru's answers (a random test model writes no layout)
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
-    group.add_argument("--replicas", type=replicas_type, default=1,
-                       help="OCR actors: N, a range MIN-MAX or auto (sized by backlog; "
-                       "default 1)")
+    group.add_argument("--replicas", type=replicas_type, default=None,
+                       help="OCR actors (--ocr layout: recognition; mineru: engines): N, a "
+                       "range MIN-MAX or auto (sized by backlog and free resources). "
+                       "Default auto; vllm/mineru: auto with GPUs, 1 on vLLM's CPU build")
     group.add_argument("--render-replicas", type=replicas_type, default=None,
-                       help="render actors: N, MIN-MAX or auto (default: one per CPU core, "
-                       "at most 8)")
+                       help="render actors: N, MIN-MAX or auto (default auto)")
+    group.add_argument("--layout-replicas", type=replicas_type, default=None,
+                       help="--ocr layout: layout actors: N, MIN-MAX or auto (default auto)")
     group.add_argument("--batch-size", type=int, default=16, help="pages per OCR batch")
     group.add_argument("--dpi", type=int, default=None, help="render resolution for OCR")
     group.add_argument("--no-page-markers", action="store_true",
@@ -128,9 +129,11 @@ def pdf_pipeline(args: argparse.Namespace) -> Any:
     if not 0.0 <= args.max_fallback_share <= 1.0:
         raise UsageError(f"--max-fallback-share is a share from 0 to 1, not "
                          f"{args.max_fallback_share}")
-    render = args.render_replicas or max(1, min(8, os.cpu_count() or 1))
-    options: dict[str, Any] = {"replicas": args.replicas, "batch_size": args.batch_size,
-                               "render_replicas": render, "tables": args.tables,
+    # Pools size themselves unless a size is given (PdfPipeline's defaults: "auto", a
+    # model engine's by its GPUs); only the options given are passed.
+    options: dict[str, Any] = {name: getattr(args, name) for name in (
+        "replicas", "render_replicas", "layout_replicas") if getattr(args, name) is not None}
+    options |= {"batch_size": args.batch_size, "tables": args.tables,
                                "page_markers": not args.no_page_markers,
                                "layout_batch_size": args.layout_batch_size,
                                "max_fallback_share": args.max_fallback_share}

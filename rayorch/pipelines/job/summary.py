@@ -106,6 +106,22 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 600 else f"{seconds / 60:.1f} min"
 
 
+def pools_line(pools: dict[str, Any], bound_by: str | None) -> str:
+    """``pools: render auto (1, up to 2, 1 at the end), ocr x2, assemble x1; bound by
+    render``: each pool's size, how a pool that sizes itself moved, the binding stage."""
+    parts = []
+    for name, pool in pools.items():
+        replicas = pool["replicas"]
+        if replicas.isdigit():
+            parts.append(f"{name} x{replicas}")
+        elif pool["changes"]:
+            parts.append(f"{name} {replicas} ({pool['start']}, up to {pool['most']}, "
+                         f"{pool['end']} at the end)")
+        else:
+            parts.append(f"{name} {replicas} ({pool['start']})")
+    return "pools: " + ", ".join(parts) + (f"; bound by {bound_by}" if bound_by else "")
+
+
 def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> str:
     """The summary a job prints: counts, rate, start-up, failed files, warnings, outputs."""
     unit, part = summary.layout.unit, summary.layout.part
@@ -128,6 +144,8 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
         f"{format_seconds(result['ray_start_s'])}, pools "
         f"{format_seconds(result['pools_start_s'])}); wall {format_seconds(result['wall_s'])}",
     ]
+    if result.get("pools"):
+        lines.append(pools_line(result["pools"], result.get("bound_by")))
     if summary.failures:
         lines.append(f"failed ({plural(summary.failed, unit)}):")
         lines.extend(summary.failure_lines())
@@ -143,4 +161,4 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
 
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_NAMED_FAILURES", "JobSummary",
-           "format_seconds", "summary_text"]
+           "format_seconds", "pools_line", "summary_text"]

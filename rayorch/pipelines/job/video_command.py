@@ -61,17 +61,40 @@ def add_video_parser(jobs: Any) -> None:
                        "(default first,middle,last)")
     group.add_argument("--write-clips", action="store_true",
                        help="also copy each clip to OUTPUT/clips/ (stream copy)")
-    group.add_argument("--replicas", type=replicas_type, default=1,
-                       help="annotation actors: N, a range MIN-MAX or auto (default 1)")
-    group.add_argument("--decode-replicas", type=replicas_type, default=1,
-                       help="clip decoding actors: N, MIN-MAX or auto (default 1)")
+    group.add_argument("--replicas", type=replicas_type, default=None,
+                       help="annotation actors: N, a range MIN-MAX or auto (sized by backlog "
+                       "and free resources). Default auto; --annotate vllm: auto with GPUs, "
+                       "1 on vLLM's CPU build")
+    group.add_argument("--decode-replicas", type=replicas_type, default=None,
+                       help="clip decoding actors: N, MIN-MAX or auto (default auto)")
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
+
+
+def _pipeline(args: argparse.Namespace) -> Any:
+    """The video pipeline the options describe (pools that size themselves unless a size
+    is given: VideoPipeline's defaults)."""
+    from rayorch.pipelines.video import VideoPipeline
+
+    require_positive(args, "max_clip_s", "batch_size")  # (replicas_type checked the replicas)
+    clips_dir = Path(args.output).resolve() / str(VIDEO_JOB.folder)
+    options: dict[str, Any] = {
+        "max_clip_s": args.max_clip_s, "min_clip_s": args.min_clip_s,
+        "threshold": args.threshold, "keyframes": args.keyframes,
+        "batch_size": args.batch_size,
+        "clips_dir": str(clips_dir) if args.write_clips else None,
+    }
+    for name in ("replicas", "decode_replicas"):  # else the pipeline's default: auto
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.model is not None:
+        options["engine_options"] = {"model": args.model}
+    return VideoPipeline(args.annotate, **options)
 
 
 def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
     from rayorch.pipelines.job.video_outputs import VIDEO_WRITER, outputs_text
-    from rayorch.pipelines.video import VideoPipeline, find_videos
+    from rayorch.pipelines.video import find_videos
 
     if is_url(args.input) or is_url(args.output):
         raise UsageError("rayorch run video reads and writes local paths only; the pdf job "
@@ -80,18 +103,7 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     if not sources:
         raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
                          ".webm, .mov, .avi, .ogv, ...)")
-    require_positive(args, "max_clip_s", "batch_size")  # (replicas_type checked the replicas)
-    clips_dir = Path(args.output).resolve() / str(VIDEO_JOB.folder)
-    options: dict[str, Any] = {
-        "max_clip_s": args.max_clip_s, "min_clip_s": args.min_clip_s,
-        "threshold": args.threshold, "keyframes": args.keyframes,
-        "replicas": args.replicas, "batch_size": args.batch_size,
-        "decode_replicas": args.decode_replicas,
-        "clips_dir": str(clips_dir) if args.write_clips else None,
-    }
-    if args.model is not None:
-        options["engine_options"] = {"model": args.model}
-    pipeline = VideoPipeline(args.annotate, **options)
+    pipeline = _pipeline(args)
     if args.annotate == "vllm" and not (args.address or os.environ.get("RAY_ADDRESS")):
         from rayorch.pipelines.video_annotate import require_vllm_runtime
 
