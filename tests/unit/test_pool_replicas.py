@@ -146,8 +146,8 @@ def job_pipeline(*argv: str) -> Plan:
     from rayorch.pipelines.job import run_command, video_command
 
     args = build_parser().parse_args(["run", *argv, "--input", "in", "--output", "out"])
-    module = run_command if argv[0] == "pdf" else video_command
-    plan: Plan = module._pipeline(args).compile()
+    build = run_command.pdf_pipeline if argv[0] == "pdf" else video_command._pipeline
+    plan: Plan = build(args).compile()
     return plan
 
 
