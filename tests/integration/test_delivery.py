@@ -265,6 +265,7 @@ def test_caller_rides_out_a_redis_restart_longer_than_its_quick_retries(
     finished_exactly_once(caller, url, run_id)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_an_acknowledgement_lost_in_an_outage_is_recorded_not_delivered_again(
     ray_local: None, redis_url: str, redis_server: Any

@@ -153,6 +153,7 @@ def _driver_cmd(run_id: str, url: str, address: str, driver_id: str) -> list[str
             "--address", address, "--driver-id", driver_id, "--lease-ttl", "2"]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(150)
 def test_resume_after_all_drivers_died_and_status(
     ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

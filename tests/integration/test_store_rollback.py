@@ -286,6 +286,7 @@ def test_an_append_after_the_store_lost_only_the_drivers_latest_append_is_refuse
         store.close()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_audit_names_a_rollback_as_the_cause_and_a_resume_repairs_it(
     ray_local: None, redis_aof_server: RedisServer, tmp_path: Path,
