@@ -99,13 +99,13 @@ MINERU_CHAT_TEMPLATE = (
 )
 """Qwen2-VL's template, shortened: each image part becomes its vision tokens in place."""
 MINERU_TEXT_CONFIG: dict[str, Any] = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32,
-    "max_position_embeddings": MAX_POSITIONS, "vocab_size": MINERU_VOCAB_SIZE,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    **{key: value for key, value in TEXT_CONFIG.items()
+       if not key.endswith("_token_id") and key != "torch_dtype"},
+    "vocab_size": MINERU_VOCAB_SIZE, "rms_norm_eps": 1e-6,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
                         "mrope_section": [4, 6, 6]},
 }
+"""The text model's shape of :data:`TEXT_CONFIG` with MinerU's vocabulary, norm and M-RoPE."""
 MINERU_VISION_CONFIG: dict[str, Any] = {
     "depth": 1, "embed_dim": 64, "hidden_size": 64, "mlp_ratio": 2, "num_heads": 2,
     "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,

@@ -20,7 +20,7 @@ from rayorch.core.ids import CallId
 from rayorch.core.run_view import RunView
 from rayorch.core.vocabulary import Outcome
 from rayorch.core.words import plural
-from rayorch.inspect.pool_log import pool_changes, pool_lines
+from rayorch.inspect.pool_log import calls_by_module, pool_changes, pool_lines
 from rayorch.store.base import LeaseHolder, LineageStore, RunInfo
 
 
@@ -219,15 +219,16 @@ def pool_sizes(plan: Mapping[str, Any]) -> dict[CallId, tuple[int | None, int | 
     modules = {m.get("name"): m.get("options", {}) for m in plan.get("modules", ())
                if isinstance(m, Mapping)}
     out: dict[CallId, tuple[int | None, int | None]] = {}
-    for node in plan.get("nodes", ()):
-        call = node.get("call") if isinstance(node, Mapping) else None
-        if isinstance(call, Mapping) and isinstance(modules.get(call.get("module")), Mapping):
-            options = modules[call.get("module")]
-            replicas, batch = options.get("replicas"), options.get("batch_size")
-            if options.get("max_replicas") is not None:  # it sized itself: no one size
-                replicas = None
-            out[call["id"]] = (replicas if isinstance(replicas, int) else None,
-                               batch if isinstance(batch, int) else None)
+    for module, calls in calls_by_module(plan).items():
+        options = modules.get(module)
+        if not isinstance(options, Mapping):
+            continue
+        replicas, batch = options.get("replicas"), options.get("batch_size")
+        if options.get("max_replicas") is not None:  # it sized itself: no one size
+            replicas = None
+        for call in calls:
+            out[call] = (replicas if isinstance(replicas, int) else None,
+                         batch if isinstance(batch, int) else None)
     return out
 
 

@@ -146,7 +146,7 @@ def job_pipeline(*argv: str) -> Plan:
     from rayorch.pipelines.job import run_command, video_command
 
     args = build_parser().parse_args(["run", *argv, "--input", "in", "--output", "out"])
-    build = run_command.pdf_pipeline if argv[0] == "pdf" else video_command._pipeline
+    build = run_command.pdf_pipeline if argv[0] == "pdf" else video_command.video_pipeline
     plan: Plan = build(args).compile()
     return plan
 

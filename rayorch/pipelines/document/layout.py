@@ -409,6 +409,19 @@ def region_item(page: dict[str, Any], order: int, kind: str, score: float, box: 
             "words": words_inside(words, box_pt), "width_pt": width_pt, "height_pt": height_pt}
 
 
+def unreadable_page(page: Any) -> RecordFailure | None:
+    """The failure of a page item a layout step cannot read (:func:`page_problem`), naming
+    its page, or ``None``."""
+    problem = page_problem(page)
+    return None if problem is None else RecordFailure(f"layout: page {page_number(page)}: "
+                                                      f"{problem}")
+
+
+def page_number(page: Any) -> Any:
+    """The page number of a page item, ``"?"`` when it has none (for causes)."""
+    return page.get("page", "?") if isinstance(page, dict) else "?"
+
+
 def page_problem(page: Any) -> str | None:
     """Why ``page`` is not a page item layout can read, or ``None``."""
     if not isinstance(page, dict):
@@ -440,18 +453,17 @@ class DetectLayout:
         return [self._page(page) for page in pages]
 
     def _page(self, page: Any) -> list[dict[str, Any]] | RecordFailure:
-        number = page.get("page", "?") if isinstance(page, dict) else "?"
-        problem = page_problem(page)
-        if problem is not None:
-            return RecordFailure(f"layout: page {number}: {problem}")
+        if (refused := unreadable_page(page)) is not None:
+            return refused
         try:
             image = open_png(page["png"])
             return page_regions(page, self.model.detect(image), image)
         except Exception as exc:  # this page only; its cause stays in the record
-            return RecordFailure(f"layout: page {number}: {type(exc).__name__}: {exc}")
+            return RecordFailure(f"layout: page {page_number(page)}: {type(exc).__name__}: "
+                                 f"{exc}")
 
 
 __all__ = ["CDLA_KINDS", "DROPPED_KINDS", "REGION_KINDS", "CdlaLayoutModel", "DetectLayout",
-           "LayoutModelError", "merge_detections", "page_regions", "page_problem",
-           "pixel_box", "reading_order", "region_item", "region_kind", "wheel_file",
-           "words_inside"]
+           "LayoutModelError", "merge_detections", "page_number", "page_problem",
+           "page_regions", "pixel_box", "reading_order", "region_item", "region_kind",
+           "unreadable_page", "wheel_file", "words_inside"]

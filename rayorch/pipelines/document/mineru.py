@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 import zlib
 from collections import Counter, deque
@@ -43,7 +42,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rayorch import RecordFailure
-from rayorch.pipelines.document.layout import DROPPED_KINDS, open_png, page_problem
+from rayorch.pipelines.document.layout import (
+    DROPPED_KINDS,
+    open_png,
+    page_number,
+    unreadable_page,
+)
 from rayorch.pipelines.document.mineru_blocks import (
     REPETITION,
     SYSTEM_PROMPT,
@@ -61,7 +65,12 @@ from rayorch.pipelines.document.mineru_blocks import (
     sampling_penalties,
     words_text,
 )
-from rayorch.pipelines.document.ocr import OcrEngineError, png_data_url, require_vllm_runtime
+from rayorch.pipelines.document.ocr import (
+    OcrEngineError,
+    png_data_url,
+    require_vllm_runtime,
+    sampling_problem,
+)
 from rayorch.pipelines.document.recognise import region_problem
 from rayorch.pipelines.document.regions import CropOcr, whole_page_region
 
@@ -73,14 +82,11 @@ MAX_CAUSE = 300
 
 
 def check_sampling(max_tokens: int | None, temperature: float, retries: int) -> None:
-    """``OcrEngineError`` unless the sampling options are usable (before any model loads)."""
-    if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
-        raise OcrEngineError(f"max_tokens must be a positive number of tokens, not {max_tokens}")
-    if not isinstance(temperature, int | float) or not math.isfinite(temperature) \
-            or temperature < 0:
-        raise OcrEngineError(f"temperature must be a number >= 0, not {temperature}")
-    if retries < 0:
-        raise OcrEngineError(f"retries must be >= 0, not {retries}")
+    """``OcrEngineError`` unless the sampling options are usable (before any model loads:
+    :func:`~rayorch.pipelines.document.ocr.sampling_problem`)."""
+    problem = sampling_problem(max_tokens, temperature, retries)
+    if problem is not None:
+        raise OcrEngineError(problem)
 
 
 class RequestLog:
@@ -99,6 +105,8 @@ class RequestLog:
         self.peak = 0
         self.records: deque[dict[str, Any]] = deque(maxlen=keep)
         self.path = path
+        # opened once, a line at a time (each record whole for a reader in another process)
+        self._out = open(path, "a", encoding="utf-8", buffering=1) if path else None  # noqa: SIM115
 
     def enter(self, step: str) -> None:
         if any(n for other, n in self.inside.items() if other != step):
@@ -110,9 +118,8 @@ class RequestLog:
     def leave(self, step: str, record: dict[str, Any]) -> None:
         self.inside[step] -= 1
         self.records.append(record)
-        if self.path:
-            with open(self.path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(record) + "\n")
+        if self._out is not None:
+            self._out.write(json.dumps(record) + "\n")
 
     def stats(self) -> dict[str, Any]:
         """``{"requests": {step: n}, "peak", "mixed"}``."""
@@ -161,10 +168,9 @@ class MineruSteps:
 
     async def layout(self, page: Any) -> list[Region] | RecordFailure:
         """One page item's region items (a whole-page region when its layout fails)."""
-        number = page.get("page", "?") if isinstance(page, dict) else "?"
-        problem = page_problem(page)
-        if problem is not None:
-            return RecordFailure(f"layout: page {number}: {problem}")
+        if (refused := unreadable_page(page)) is not None:
+            return refused
+        number = page_number(page)
         try:
             image = open_png(page["png"])
             request = layout_image(page["png"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -159,6 +160,25 @@ def parse_vlm_output(text: str) -> str:
     if fenced:
         text = fenced.group("body")
     return text.strip()
+
+
+def sampling_problem(max_tokens: Any = None, temperature: Any = None, retries: Any = None,
+                     *, flags: bool = False) -> str | None:
+    """What is wrong with a model engine's sampling options (those given: not ``None``), or
+    ``None``: tokens per answer below 1, a temperature that is not a finite number >= 0,
+    retries below 0. ``flags`` names them as the CLI does (``--max-tokens``)."""
+    def name(option: str) -> str:
+        return f"--{option.replace('_', '-')}" if flags else option
+
+    if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+        return f"{name('max_tokens')} must be a positive number, not {max_tokens}"
+    if temperature is not None and (
+            isinstance(temperature, bool) or not isinstance(temperature, int | float)
+            or not math.isfinite(temperature) or temperature < 0):
+        return f"{name('temperature')} must be a number >= 0, not {temperature}"
+    if retries is not None and retries < 0:
+        return f"{name('retries')} must be >= 0, not {retries}"
+    return None
 
 
 def require_vllm_runtime(

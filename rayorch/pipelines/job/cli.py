@@ -122,6 +122,12 @@ def start_ray_for(plan: Any, address: str | None) -> str:
     return ensure_ray(address, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=False)
 
 
+def given_options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """``{name: value}`` of the options among ``names`` that were given (not ``None``): what
+    is left out takes the pipeline's own default (pool sizes: ``"auto"``)."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
 def pool_size_text(options: Any) -> str:
     """A pool's size as the job options write it: ``x2`` (fixed), ``x1-8`` (a range) or
     ``auto``."""
@@ -420,7 +426,7 @@ __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "LINES_KEY", "MARKER", "PDF_JOB",
     "VIDEO_JOB", "JobLayout", "JobSummary", "JobWriter", "OutputDir", "ProgressLines",
     "StartupClock", "UsageError", "add_job_options", "add_job_parser", "check_store",
-    "format_seconds", "largest_first", "plural", "pool_size_text", "pools_summary", "pools_text",
-    "ray_size_for", "replicas_type", "require_positive", "run_job", "slug",
-    "start_ray_for", "summary_dict", "summary_text",
+    "format_seconds", "given_options", "largest_first", "plural", "pool_size_text",
+    "pools_summary", "pools_text", "ray_size_for", "replicas_type", "require_positive",
+    "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
 ]

@@ -52,11 +52,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from rayorch.pipelines.job.cli import add_job_parser, replicas_type, require_positive, run_job
+from rayorch.pipelines.job.cli import (
+    add_job_parser,
+    given_options,
+    replicas_type,
+    require_positive,
+    run_job,
+)
 from rayorch.pipelines.job.layouts import PDF_JOB
 from rayorch.pipelines.job.output import UsageError
 
@@ -131,24 +136,17 @@ def pdf_pipeline(args: argparse.Namespace) -> Any:
                          f"{args.max_fallback_share}")
     # Pools size themselves unless a size is given (PdfPipeline's defaults: "auto", a
     # model engine's by its GPUs); only the options given are passed.
-    options: dict[str, Any] = {name: getattr(args, name) for name in (
-        "replicas", "render_replicas", "layout_replicas") if getattr(args, name) is not None}
+    options = given_options(args, "replicas", "render_replicas", "layout_replicas", "dpi")
     options |= {"batch_size": args.batch_size, "tables": args.tables,
-                               "page_markers": not args.no_page_markers,
-                               "layout_batch_size": args.layout_batch_size,
-                               "max_fallback_share": args.max_fallback_share}
-    if args.dpi is not None:
-        options["dpi"] = args.dpi
+                "page_markers": not args.no_page_markers,
+                "layout_batch_size": args.layout_batch_size,
+                "max_fallback_share": args.max_fallback_share}
     engine_options = model_options(args)
     if args.model is not None:
         engine_options = {"model": args.model, **engine_options}
     if engine_options:
         options["engine_options"] = engine_options
     return PdfPipeline(args.ocr, **options)
-
-
-MODEL_ENGINES = ("vllm", "mineru")
-"""The ``--ocr`` choices that take ``--prompt``, ``--max-tokens`` and ``--temperature``."""
 
 
 def read_prompt(value: str) -> str:
@@ -193,6 +191,8 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
     ``--test-regexes``) give ``--ocr vllm`` or ``mineru``, checked: a ``UsageError``
     in one line for one given with another engine, a missing ``@FILE``, a number that is
     negative, zero tokens, NaN or infinite."""
+    from rayorch.pipelines.pdf import MODEL_ENGINES
+
     given = [name for name in ("prompt", "max_tokens", "temperature")
              if getattr(args, name, None) is not None]
     if args.ocr not in MODEL_ENGINES:
@@ -200,15 +200,12 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
             flag = f"--{(given or ['test_regexes'])[0].replace('_', '-')}"
             raise UsageError(f"{flag} goes with --ocr vllm or --ocr mineru, not --ocr {args.ocr}")
         return {}
-    options: dict[str, Any] = {}
-    if args.max_tokens is not None:
-        if args.max_tokens < 1:
-            raise UsageError(f"--max-tokens must be a positive number, not {args.max_tokens}")
-        options["max_tokens"] = args.max_tokens
-    if args.temperature is not None:
-        if not math.isfinite(args.temperature) or args.temperature < 0:
-            raise UsageError(f"--temperature must be a number >= 0, not {args.temperature}")
-        options["temperature"] = args.temperature
+    from rayorch.pipelines.document.ocr import sampling_problem
+
+    problem = sampling_problem(args.max_tokens, args.temperature, flags=True)
+    if problem is not None:
+        raise UsageError(problem)
+    options = given_options(args, "max_tokens", "temperature")
     if args.prompt is not None:
         text = read_prompt(args.prompt)
         if args.ocr == "mineru":
@@ -227,7 +224,7 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
     from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, outputs_text
-    from rayorch.pipelines.pdf import REGION_ENGINES, list_pdfs
+    from rayorch.pipelines.pdf import MODEL_ENGINES, REGION_ENGINES, list_pdfs
 
     same: dict[str, Any] = {"ocr": args.ocr, "tables": args.tables,
                             "page_markers": not args.no_page_markers}

@@ -30,7 +30,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rayorch.pipelines.job.cli import add_job_parser, replicas_type, require_positive, run_job
+from rayorch.pipelines.job.cli import (
+    add_job_parser,
+    given_options,
+    replicas_type,
+    require_positive,
+    run_job,
+)
 from rayorch.pipelines.job.layouts import VIDEO_JOB
 from rayorch.pipelines.job.output import UsageError
 from rayorch.storage import is_url
@@ -70,7 +76,7 @@ def add_video_parser(jobs: Any) -> None:
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
 
 
-def _pipeline(args: argparse.Namespace) -> Any:
+def video_pipeline(args: argparse.Namespace) -> Any:
     """The video pipeline the options describe (pools that size themselves unless a size
     is given: VideoPipeline's defaults)."""
     from rayorch.pipelines.video import VideoPipeline
@@ -82,10 +88,8 @@ def _pipeline(args: argparse.Namespace) -> Any:
         "threshold": args.threshold, "keyframes": args.keyframes,
         "batch_size": args.batch_size,
         "clips_dir": str(clips_dir) if args.write_clips else None,
+        **given_options(args, "replicas", "decode_replicas"),  # else the default: auto
     }
-    for name in ("replicas", "decode_replicas"):  # else the pipeline's default: auto
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
     if args.model is not None:
         options["engine_options"] = {"model": args.model}
     return VideoPipeline(args.annotate, **options)
@@ -103,7 +107,7 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     if not sources:
         raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
                          ".webm, .mov, .avi, .ogv, ...)")
-    pipeline = _pipeline(args)
+    pipeline = video_pipeline(args)
     if args.annotate == "vllm" and not (args.address or os.environ.get("RAY_ADDRESS")):
         from rayorch.pipelines.video_annotate import require_vllm_runtime
 
