@@ -32,6 +32,7 @@ from rayorch.runtime.session import (
     ensure_ray,
     new_driver_id,
     redact_url,
+    start_driver,
     with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
@@ -444,13 +445,12 @@ class Executor:
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
                               progress=progress, new_run=created, sizing=pool_sizing,
                               pool_budget=pool_budget)
-        driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
-                             driver_id=new_driver_id(),
-                             pools=RayPools(pools, self._call_module, run_id=run_id,
-                                            log=config.log),
-                             feed=IteratorFeed(rows, info, total, order),
-                             sink=sink if sink is not None else CallerSink(ordered, order),
-                             config=config, on_close=release, reuse=reuser)
+        driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
+                              driver_id=new_driver_id(), pools=pools,
+                              call_module=self._call_module,
+                              feed=IteratorFeed(rows, info, total, order),
+                              sink=sink if sink is not None else CallerSink(ordered, order),
+                              config=config, on_close=release, reuse=reuser)
         if not quiet:
             if commits_in_actor(store):
                 hint = f"audit with: rayorch audit {run_id} --store {redact_url(store)}"

@@ -14,15 +14,17 @@ from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rayorch.core.plan import Plan
+from rayorch.core.pool_sizing import DEFAULT_SIZING
 from rayorch.driver import DriverError, _zip_inputs, new_run_id
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
-from rayorch.runtime.ray_pools import RayPools
+from rayorch.runtime.pool_ledger import RayLedger
 from rayorch.runtime.reuse_setup import reuse_of_run
 from rayorch.runtime.session import (
     REPLICA_LEASE_TTL_S,
     build_pools,
     ensure_ray,
     new_driver_id,
+    start_driver,
     with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver, log_to_stderr
@@ -224,7 +226,11 @@ def join_run(
                 "run the code version the run was created with")
         ensure_ray(address)
         ship_user_code([type(pipeline), *(m.target for m in plan.modules if m.target)])
-        pools, call_module = build_pools(plan, store, run_id, depth=manifest.depth, shared=True)
+        driver_id = driver_id or new_driver_id()
+        log = (lambda line: None) if quiet else log_to_stderr
+        ledger = RayLedger(run_id, driver_id, log=log)  # the pools the other drivers sized
+        pools, call_module = build_pools(plan, store, run_id, depth=manifest.depth, shared=True,
+                                         live=ledger.live())
     except BaseException:
         lineage.close()
         raise
@@ -238,16 +244,15 @@ def join_run(
             lineage.heartbeat(run_id, driver.driver_id, 0)
         lineage.close()
 
-    log = (lambda line: None) if quiet else log_to_stderr
     config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
-                          manifest.max_active_sources, progress=False, log=log)
+                          manifest.max_active_sources, progress=False, log=log,
+                          sizing=DEFAULT_SIZING)
     sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
-    driver = ShardDriver(store=lineage, run_id=run_id, info=info, plan=plan,
-                         driver_id=driver_id or new_driver_id(),
-                         pools=RayPools(pools, call_module, run_id=run_id, log=log),
-                         feed=ManifestFeed(manifest.sources, info),
-                         sink=sink, config=config, on_close=release,
-                         reuse=reuse_of_run(lineage, plan, info))
+    driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
+                          driver_id=driver_id, pools=pools, call_module=call_module,
+                          feed=ManifestFeed(manifest.sources, info), sink=sink, config=config,
+                          on_close=release, reuse=reuse_of_run(lineage, plan, info),
+                          ledger=ledger)
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

@@ -125,12 +125,14 @@ class ActorPool:
         depth: int | None = None,
         shared: bool = False,
         reservation: Reservation | None = None,
+        indexes: list[int] | None = None,
     ) -> None:
         """``shared``: the actors are named, detached and found by name (``get_if_exists``),
         so every driver of a run uses the same ones; one actor per slot index (its name
         carries no incarnation), and :meth:`shutdown` only forgets them (see
         :meth:`kill_shared`). Needs ``name_prefix``. ``reservation``: the run's placement
-        group, which holds this module's first actor (actors/reservation.py).
+        group, which holds this module's first actor (actors/reservation.py). ``indexes``:
+        the actors a shared pool starts with (the run's live set), else ``0..replicas-1``.
         """
         opts = module.options
         if shared and name_prefix is None:
@@ -148,10 +150,11 @@ class ActorPool:
         self.replaced = 0
         self.slots: list[ActorSlot] = []
         self._next_index = 0  # slot indexes (actor names) are never reused
-        self._first = max(1, opts.replicas)  # slots 0.. _first-1: the pool as built
+        first = indexes or list(range(max(1, opts.replicas)))
+        self._first = set(first)  # the slots of the pool as built
         self.cap: int | None = None  # set when an actor added by resize() failed to build
         self.start_times: list[float] = []  # seconds each recent actor took to start
-        self._grow(max(1, opts.replicas))
+        self._grow(len(first), first)
         self._said_late: set[tuple[int, int]] = set()
         self.ready_at: float | None = None if self.starting() else time.monotonic()
         """When every first actor was up (``time.monotonic()``); None while one starts."""
@@ -188,7 +191,7 @@ class ActorPool:
             if slot.ping in answered:
                 ping, slot.ping = slot.ping, None
                 self.start_times = [*self.start_times[-7:], now - slot.spawned]
-                if slot.incarnation == 0 and slot.index < self._first:
+                if slot.incarnation == 0 and slot.index in self._first:
                     self._raise_start_failure([ping])  # (a replacement's shows on its batches)
                 elif slot.incarnation == 0:
                     self._grown_up(slot, ping)
@@ -336,9 +339,9 @@ class ActorPool:
         return ", ".join(parts)
 
     # -- size -----------------------------------------------------------------------------
-    def _grow(self, count: int) -> None:
-        for _ in range(count):
-            index, self._next_index = self._next_index, self._next_index + 1
+    def _grow(self, count: int, indexes: list[int] | None = None) -> None:
+        for index in indexes or range(self._next_index, self._next_index + count):
+            self._next_index = max(self._next_index, index + 1)
             slot = ActorSlot(index, self._spawn(index, 0))
             slot.ping = self._start_ping(slot.handle)
             self.slots.append(slot)
@@ -366,7 +369,7 @@ class ActorPool:
         idle one, then the least loaded; a draining one leaves once its batches are back."""
         if self.shared:
             raise PoolError(f"the pool of module {self.module.name!r} is shared by the run's "
-                            "drivers: its size is fixed")
+                            "drivers: it follows the run's live set (actors/shared_pool.py)")
         live = self.live_slots()
         if self.cap is not None:
             size = min(size, self.cap)
@@ -379,9 +382,12 @@ class ActorPool:
         self.retire()
 
     def retire(self) -> None:
-        """Kill the draining actors whose batches are all back."""
+        """Kill the draining actors whose batches are all back (a shared pool's are only
+        let go of: the run's leader kills them once no driver holds them, see
+        actors/shared_pool.py)."""
         for slot in [s for s in self.slots if s.draining and not s.queue and not s.reserved]:
-            self._kill(slot.handle)
+            if not self.shared:
+                self._kill(slot.handle)
             self.slots.remove(slot)
 
     def replace(self, slot: ActorSlot) -> None:

@@ -21,8 +21,9 @@ from rayorch.core.ids import CallId
 from rayorch.core.machine import MachineLoad
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.core.pool_sizing import SizingSettings, StageLoad, plan_sizes
+from rayorch.core.run_shares import merge_loads, tighter
 from rayorch.inspect.pool_log import POOL_RECORD_VERSION, PoolChange, pool_changes, pool_lines
-from rayorch.runtime.ports import Completion, PoolCounts, Pools
+from rayorch.runtime.ports import Completion, Ledger, PoolCounts, Pools
 
 COST_WEIGHT = 0.3
 """Weight of the newest batch in a pool's cost per Grain (an exponential average)."""
@@ -45,8 +46,12 @@ class PoolSizer:
     def __init__(self, plan: Plan, pools: Pools, settings: SizingSettings, *,
                  clock: Callable[[], float], log: Callable[[str], None],
                  budget: Mapping[str, float] | None = None, driver: str = "",
-                 record: Callable[[Sequence[PoolChange]], None] | None = None) -> None:
+                 record: Callable[[Sequence[PoolChange]], None] | None = None,
+                 ledger: Ledger | None = None) -> None:
         self.settings, self.budget = settings, budget
+        self._ledger = ledger
+        self.wants: dict[str, float] = {}  # what the run's work asks for (the ledger's claim)
+        self.share: dict[str, float] | None = None  # the run's budget, as the ledger said
         self._driver, self._record = driver, record
         self._pools, self._clock, self._log = pools, clock, log
         self._module_of: dict[CallId, str] = {}
@@ -126,12 +131,30 @@ class PoolSizer:
     def _decide(self, now: float, ready: dict[CallId, int], counts: dict[str, PoolCounts]
                 ) -> None:
         coming = self.coming(ready, counts)
-        stages = [self._stage(name, sum(ready[c] for c in calls),
-                              sum(coming[c] for c in calls), counts[name], now)
-                  for name, calls in self._calls.items()]
+
+        def loads(counts: dict[str, PoolCounts]) -> list[StageLoad]:
+            return [self._stage(name, sum(ready[c] for c in calls),
+                                sum(coming[c] for c in calls), counts[name], now)
+                    for name, calls in self._calls.items()]
+
+        stages = loads(counts)
+        budget = self.budget
+        if self._ledger is not None:
+            reply = self._ledger.report(self.wants, stages)
+            if reply is not None:
+                if not reply.leader:  # the run's leader sizes the pools its drivers share
+                    self.wants, self.share = {}, reply.budget
+                    return
+                self.share = reply.budget
+                budget = tighter(self.budget, reply.budget)
+                counts = self._pools.counts()  # the live sets may have moved
+                stages = [merge_loads([s, *(p for p in reply.peers if p.name == s.name)])
+                          for s in loads(counts)]
         free = self._pools.free()
         started = time.perf_counter()
-        decision = plan_sizes(stages, free, self.settings, budget=self.budget)
+        decision = plan_sizes(stages, free, self.settings, budget=budget)
+        if self._ledger is not None:
+            self.wants = self._wants(stages)
         self.decision_s += time.perf_counter() - started
         self.decisions += 1
         self._bound_by(decision.binding, now)
@@ -148,6 +171,22 @@ class PoolSizer:
         self.history += changed
         if changed and self._record is not None:
             self._record(changed)
+
+    def _wants(self, stages: Sequence[StageLoad]) -> dict[str, float]:
+        """What the run's pools would hold with the cluster to themselves (its claim)."""
+        assert self._ledger is not None
+        capacity = self._ledger.capacity()
+        held: dict[str, float] = {}
+        for s in stages:
+            for key, amount in s.need.items():
+                held[key] = held.get(key, 0.0) + amount * (s.size + s.draining)
+        alone = plan_sizes(stages, {k: v - held.get(k, 0.0) for k, v in capacity.items()},
+                           self.settings)
+        wants: dict[str, float] = {}
+        for s in stages:
+            for key, amount in s.need.items():
+                wants[key] = wants.get(key, 0.0) + amount * (alone.sizes[s.name] + s.draining)
+        return wants
 
     def _stage(self, name: str, backlog: int, coming: float, c: PoolCounts, now: float
                ) -> StageLoad:

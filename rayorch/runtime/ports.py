@@ -19,7 +19,7 @@ actors for the simulator (``bench/simulator``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +27,8 @@ from rayorch.core.facts import GrainCommitted
 from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag, OutputDelivered, OutputReady
 from rayorch.core.plan import CallSpec, ModuleSpec, Plan, Policy
+from rayorch.core.pool_sizing import StageLoad
+from rayorch.runtime.pool_ledger import LedgerReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,21 @@ class Pools(Protocol):
         ...
 
 
+class Ledger(Protocol):
+    """Where a driver's pool sizer claims its run's share of the cluster
+    (:mod:`rayorch.runtime.pool_ledger`); without one a driver sizes alone."""
+
+    def capacity(self) -> dict[str, float]:
+        """Every resource of the cluster (held or free)."""
+        ...
+
+    def report(self, wants: Mapping[str, float], loads: Sequence[StageLoad]
+               ) -> LedgerReply | None:
+        """Claim what the run wants, with this driver's loads: the run's budget, whether
+        this driver sizes the run's pools, the other drivers' loads (None: no answer)."""
+        ...
+
+
 class ModulePools:
     """What the in-process pools ports share: each Call's module, its batch size and policy."""
 
@@ -165,4 +182,4 @@ def actor_need(module: ModuleSpec) -> dict[str, float]:
     return {key: amount for key, amount in need.items() if amount}
 
 
-__all__ = ["Completion", "ModulePools", "PoolCounts", "Pools", "Sink", "actor_need"]
+__all__ = ["Completion", "Ledger", "ModulePools", "PoolCounts", "Pools", "Sink", "actor_need"]

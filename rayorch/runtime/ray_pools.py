@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
 
 from rayorch.actors.pool import ActorPool, ActorSlot, InFlightBatch
+from rayorch.actors.shared_pool import adopt_live, drop_order, held_indexes, kill_dropped
 from rayorch.actors.worker import BatchTask
 from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag
 from rayorch.core.plan import CallSpec, Policy
+from rayorch.runtime.pool_ledger import RayLedger
 from rayorch.runtime.ports import Completion, PoolCounts, actor_need
 from rayorch.runtime.stall_watch import StallWatch
 
@@ -40,6 +42,8 @@ class RayPools:
         self._batches: dict[Any, tuple[int, InFlightBatch]] = {}  # ref -> (handle, batch)
         self._handles = itertools.count()
         self._stalls = StallWatch(log)  # a batch running far too long is said
+        self.ledger: RayLedger | None = None  # set: the shared pools follow the run's live sets
+        self.version = 0  # of the live sets adopted (pool_ledger.SharedPools)
 
     # -- the port ----------------------------------------------------------------------
     def batch_limit(self, call: CallId) -> int:
@@ -112,7 +116,7 @@ class RayPools:
                 in_flight=sum(len(b.task.tags) for s in pool.slots for b in s.queue),
                 need=actor_need(pool.module),
                 start_s=sum(times) / len(times) if times else None,
-                resizable=not pool.shared, cap=pool.cap)
+                resizable=not pool.shared or self.ledger is not None, cap=pool.cap)
         return out
 
     def free(self) -> dict[str, float]:
@@ -126,7 +130,31 @@ class RayPools:
         return free
 
     def resize(self, module: str, size: int) -> None:
-        self.pools[module].resize(size)
+        pool = self.pools[module]
+        if not pool.shared:
+            pool.resize(size)
+            return
+        if self.ledger is None:
+            return  # nobody publishes a shared pool's size: it keeps it
+        answer = self.ledger.resize(module, size, drop_order(pool))
+        if answer is not None:
+            live, version = answer
+            adopt_live(pool, live)
+            self.version = max(self.version, version)
+
+    # -- shared pools (pool_ledger.SharedPools) --------------------------------------------
+    def held(self) -> dict[str, list[int]]:
+        return {name: held_indexes(pool) for name, pool in self.pools.items() if pool.shared}
+
+    def adopt(self, live: Mapping[str, Sequence[int]], version: int) -> None:
+        for name, indexes in live.items():
+            if name in self.pools and self.pools[name].shared:
+                adopt_live(self.pools[name], indexes)
+        self.version = max(self.version, version)
+
+    def kill_dropped(self, module: str, indexes: Sequence[int]) -> None:
+        if module in self.pools:
+            kill_dropped(self.pools[module], indexes)
 
     # -- Ray details ---------------------------------------------------------------------
     def _starting(self) -> list[Any]:

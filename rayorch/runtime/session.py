@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -14,7 +16,14 @@ from rayorch.actors.reservation import Reservation, reservable
 from rayorch.actors.worker import StoreBinding
 from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
+from rayorch.core.reuse import Reuse
+from rayorch.runtime.delivery import CallerSink, Feed
+from rayorch.runtime.pool_ledger import RayLedger
+from rayorch.runtime.ports import Sink
 from rayorch.runtime.ray_cluster import ensure_ray
+from rayorch.runtime.ray_pools import RayPools
+from rayorch.runtime.shard_driver import DriverConfig, ShardDriver
+from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.registry import redact_url, scheme_of
 
 LEASE_TTL_S = 30.0  # Pipeline.run
@@ -59,13 +68,15 @@ def commits_in_actor(store_url: str) -> bool:
 
 
 def build_pools(
-    plan: Plan, store_url: str, run_id: str, *, depth: int | None, shared: bool = False
+    plan: Plan, store_url: str, run_id: str, *, depth: int | None, shared: bool = False,
+    live: dict[str, tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, ActorPool], dict[CallId, str]]:
     """One actor pool per module the plan calls, and the module of every Call.
 
     Private pools are returned while their actors start (the driver sends batches to each
     actor once it is up and learns from the pool of a module that fails to build); shared
-    pools are returned ready.
+    pools are returned ready, with the actors of the run's live sets (``live``, from the pool
+    ledger) where another driver sized them already.
 
     The pools' demand is checked against the cluster first; if any pool fails to
     start, the ones already built are shut down before the error propagates.
@@ -86,6 +97,7 @@ def build_pools(
             pools[module.name] = ActorPool(
                 module, binding, name_prefix=f"rayorch:{run_id}", depth=depth, shared=shared,
                 reservation=reservation if module in reserved else None,
+                indexes=list((live or {}).get(module.name, ())) or None,
             )
         for pool in pools.values():
             if shared:  # another driver may have killed a shared actor: replaced here
@@ -97,6 +109,36 @@ def build_pools(
             reservation.release(every_owner=True)  # pools never built hold it too
         raise
     return pools, call_module
+
+
+def start_driver(*, store: LineageStore, run_id: str, info: RunInfo, plan: Plan,
+                 driver_id: str, pools: dict[str, ActorPool], call_module: dict[CallId, str],
+                 feed: Feed, sink: Sink | CallerSink, config: DriverConfig,
+                 on_close: Callable[[bool], None], reuse: Reuse | None,
+                 ledger: RayLedger | None = None) -> ShardDriver:
+    """The one driver on Ray, built the same way for ``Pipeline.run`` and for a run's
+    driver replicas: its pools port, and when a pool sizes itself, the pool ledger where
+    the run claims its share of the cluster (one budget for all of the run's drivers;
+    runtime/pool_ledger.py). ``ledger``: one made already (a replica asks it for the
+    shared pools' live sets before building them)."""
+    ray_pools = RayPools(pools, call_module, run_id=run_id, log=config.log)
+    if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
+        ledger = ledger or RayLedger(run_id, driver_id, log=config.log)
+        if any(pool.shared for pool in pools.values()):
+            ledger.attach(ray_pools)
+            ray_pools.ledger = ledger
+        config = replace(config, ledger=ledger)
+    else:
+        ledger = None
+
+    def close(run_done: bool) -> None:
+        if ledger is not None:
+            ledger.leave()
+        on_close(run_done)
+
+    return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
+                       pools=ray_pools, feed=feed, sink=sink, config=config, on_close=close,
+                       reuse=reuse)
 
 
 def with_quick_retries(url: str, retries: int = 3) -> str:
@@ -113,5 +155,5 @@ def with_quick_retries(url: str, retries: int = 3) -> str:
 
 __all__: list[Any] = [
     "LEASE_TTL_S", "REPLICA_LEASE_TTL_S", "build_pools", "commits_in_actor", "ensure_ray",
-    "new_driver_id", "redact_url", "with_quick_retries",
+    "new_driver_id", "redact_url", "start_driver", "with_quick_retries",
 ]

@@ -130,7 +130,7 @@ class ShardDriver:
         if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
             self.sizer = PoolSizer(plan, pools, config.sizing, clock=self._now, log=self._log,
                                    budget=config.pool_budget, driver=driver_id,
-                                   record=self._record_pools)
+                                   record=self._record_pools, ledger=config.ledger)
         self._rr = 0
         self._closed = False
         self._moved = False

@@ -15,13 +15,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.machine import BatchFailed
 from rayorch.core.pool_sizing import SizingSettings
 from rayorch.runtime.replica_state import ReplicaStats, ShardState
 from rayorch.store.base import LineageStore, RunInfo
+
+if TYPE_CHECKING:
+    from rayorch.runtime.ports import Ledger
 from rayorch.store.errors import (
     FencedError,
     GrainSealedError,
@@ -78,6 +81,8 @@ class DriverConfig:
     # sizes stay as built) and the most this run's pools may hold (None: what is free).
     sizing: SizingSettings | None = None
     pool_budget: Mapping[str, float] | None = None
+    # Where the run claims its share of the cluster (runtime/pool_ledger.py; None: alone).
+    ledger: Ledger | None = None
 
 
 class ShardHost(Protocol):
