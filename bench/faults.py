@@ -5,7 +5,8 @@ Two kinds of run share one local Ray cluster (``ray.init`` here; every process j
 with ``--address``) and one private redis-server with AOF:
 
 * **replicas**: a real nested fan-out pipeline (doc -> long-tailed pages -> regions ->
-  sleep-modelled "GPU" OCR -> reduce -> reduce) run by 2-3 ``rayorch driver`` processes
+  sleep-modelled "GPU" OCR, a pool that sizes itself between 1 and 4 actors through the
+  pool ledger -> reduce -> reduce) run by 2-3 ``rayorch driver`` processes
   with a file sink. The harness SIGKILLs drivers (and starts replacements), SIGKILLs
   pool actors, SIGSTOPs a driver past its lease TTL and SIGCONTs it (a *deposed wake-up*
   when another driver took one of its shards meanwhile) and kills and restarts Redis.
@@ -133,7 +134,7 @@ class FaultPipeline(ro.Pipeline):
                                   "pid_dir": pid_dir}
         self.split = ro.RayModule(SplitDoc, batch_size=4, **common)
         self.regions = ro.RayModule(SplitPage, batch_size=16, **common)
-        self.ocr = ro.RayModule(SleepGpu, a_ms=gpu_ms, b_ms=gpu_ms / 10, replicas=2,
+        self.ocr = ro.RayModule(SleepGpu, a_ms=gpu_ms, b_ms=gpu_ms / 10, replicas=(1, 4),
                                 batch_size=16, num_gpus=0.5, pid_dir=pid_dir,
                                 max_attempts=max_attempts, num_cpus=0.25)
         self.join = ro.RayModule(JoinRegions, batch_size=16, **common)

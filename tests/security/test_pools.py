@@ -49,14 +49,15 @@ def test_killing_the_only_driver_releases_its_pools(
         [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", redis_url,
          "--address", ray.get_runtime_context().gcs_address, "--driver-id", "only",
          "--lease-ttl", "2", "--quiet"],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=(tmp_path / "err").open("w"))
     try:
         deadline = time.monotonic() + 120
         while not delivered_count(out) and time.monotonic() < deadline:
-            assert proc.poll() is None, "the driver exited early"
+            assert proc.poll() is None, f"the driver exited early: {(tmp_path / 'err').read_text()}"
             time.sleep(0.2)
         actors = _run_actors(ray, run_id)
-        assert len(actors) == 6, actors  # split, regions, ocr x2, join, assemble
+        # split, regions, join, assemble, and the OCR pool (it sizes itself: 1 to 4)
+        assert 5 <= len(actors) <= 8, actors
         assert ray.available_resources().get("CPU", 0) < before["CPU"] - 1
     finally:
         proc.send_signal(signal.SIGKILL)
