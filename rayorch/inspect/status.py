@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rayorch.core.ids import CallId
+from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
 from rayorch.core.run_view import RunView
 from rayorch.core.vocabulary import Outcome
 from rayorch.core.words import plural
@@ -46,6 +47,7 @@ class CallStatus:
     batch_busy_s: float = 0.0
     replicas: int | None = None  # its pool's fixed size, as the stored plan declares it
     batch_size: int | None = None
+    sizes: str | None = None  # a pool that sizes itself: "auto" or "min-max"
 
     @property
     def sealed(self) -> int:
@@ -207,28 +209,35 @@ def status_of(view: RunView, *, total: int | None, drivers: list[str],
             sv.facts))
     pools = pool_sizes(view.plan)
     for call, merged in calls.items():
-        merged.replicas, merged.batch_size = pools.get(call, (None, None))
+        merged.replicas, merged.batch_size, merged.sizes = pools.get(call, (None, None, None))
     ranked = sorted(calls, key=lambda c: (order.get(c, len(order)), c))
     status.call_status = {call: calls[call] for call in ranked}
     status.calls = {call: calls[call].counts for call in ranked}
     return status
 
 
-def pool_sizes(plan: Mapping[str, Any]) -> dict[CallId, tuple[int | None, int | None]]:
-    """``{call: (replicas, batch_size)}`` of its module, from a stored plan description."""
+def pool_sizes(plan: Mapping[str, Any]
+               ) -> dict[CallId, tuple[int | None, int | None, str | None]]:
+    """``{call: (replicas, batch_size, sizes)}`` of its module, from a stored plan
+    description: a pool that sizes itself has no one ``replicas``; ``sizes`` says its range
+    (``"auto"``, ``"2-8"``)."""
     modules = {m.get("name"): m.get("options", {}) for m in plan.get("modules", ())
                if isinstance(m, Mapping)}
-    out: dict[CallId, tuple[int | None, int | None]] = {}
+    out: dict[CallId, tuple[int | None, int | None, str | None]] = {}
     for module, calls in calls_by_module(plan).items():
         options = modules.get(module)
         if not isinstance(options, Mapping):
             continue
         replicas, batch = options.get("replicas"), options.get("batch_size")
-        if options.get("max_replicas") is not None:  # it sized itself: no one size
+        most, sizes = options.get("max_replicas"), None
+        if most is not None:  # it sized itself: no one size
+            sizes = ("auto" if replicas == 1 and most == AUTO_MAX_REPLICAS
+                     else f"{replicas}-{most}" if isinstance(replicas, int)
+                     and isinstance(most, int) else "?")
             replicas = None
         for call in calls:
             out[call] = (replicas if isinstance(replicas, int) else None,
-                         batch if isinstance(batch, int) else None)
+                         batch if isinstance(batch, int) else None, sizes)
     return out
 
 

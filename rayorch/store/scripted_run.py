@@ -80,13 +80,15 @@ def write_scripted_run(
     retry: tuple[int, int] | None = (3, 0),
     page_bytes: int = 8,
     complete: bool = True,
+    plan: Plan | None = None,
 ) -> ScriptedRun:
     """Write a run of ``len(pages)`` sources (``pages[i]`` pages each) into ``store``.
 
     ``record_failure``/``group_failure``/``retry`` name a page ``(source, ordinal)``
     whose OCR fails logically, fails its group, or crashes once (physical retry).
+    ``plan``: :func:`scripted_plan` with other module options (its Calls the same).
     """
-    plan = scripted_plan()
+    plan = plan or scripted_plan()
     store.open_run(run_id, plan, shards=shards, micro_batch=micro_batch)
     result = ScriptedRun(run_id)
     driver = "scripted-driver"
