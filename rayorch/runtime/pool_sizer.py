@@ -52,6 +52,7 @@ class PoolSizer:
         self._ledger = ledger
         self.wants: dict[str, float] = {}  # what the run's work asks for (the ledger's claim)
         self.share: dict[str, float] | None = None  # the run's budget, as the ledger said
+        self._runs = 1  # runs claiming the cluster at the last report
         self._driver, self._record = driver, record
         self._pools, self._clock, self._log = pools, clock, log
         self._module_of: dict[CallId, str] = {}
@@ -141,6 +142,12 @@ class PoolSizer:
         budget = self.budget
         if self._ledger is not None:
             reply = self._ledger.report(self.wants, stages)
+            if reply is not None and reply.runs != self._runs:
+                self._runs = reply.runs
+                share = ", ".join(f"{key} {amount:g}"
+                                  for key, amount in sorted(reply.budget.items()) if amount)
+                self._log(f"rayorch: {reply.runs} run(s) share the cluster; this run's share: "
+                          f"{share or 'none'}")
             if reply is not None:
                 if not reply.leader:  # the run's leader sizes the pools its drivers share
                     self.wants, self.share = {}, reply.budget
