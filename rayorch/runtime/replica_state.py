@@ -48,6 +48,43 @@ class ShardState:
                            for r, code in zip(reports, codes) if code == CommitVerdict.ACCEPTED)
 
 
+class HeldShards(dict[int, ShardState]):
+    """The shards one driver holds (shard -> :class:`ShardState`) and the newest fact seq it
+    knows of each: the one object its loop (``ShardDriver``) and its leases (``ShardLeases``)
+    both read and change. A shard's seq outlives its state (a shard lost and taken again is
+    checked against what this driver saw before: a store that went back is noticed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seqs: dict[int, int] = {}
+
+    def known_seq(self, k: int) -> int:
+        """The newest seq of shard ``k``'s facts this driver knows (0: none)."""
+        return self.seqs.get(k, 0)
+
+    def read(self, k: int, last_seq: int) -> int:
+        """Shard ``k`` was read up to ``last_seq``; the seq known before (a store that
+        holds fewer facts than that went back)."""
+        known = self.seqs.get(k, 0)
+        self.seqs[k] = last_seq
+        return known
+
+    def appended(self, k: int, seqs: Sequence[int]) -> None:
+        """This driver's append to shard ``k`` landed at ``seqs``."""
+        if seqs:
+            self.seqs[k] = max(self.seqs.get(k, 0), *seqs)
+
+    def forget_seq(self, k: int) -> None:
+        """Shard ``k``'s store went back: its seq is what the next read says."""
+        self.seqs.pop(k, None)
+
+    def release_all(self) -> dict[int, ShardState]:
+        """Let go of every shard (a store outage: each is taken again); what was held."""
+        held = dict(self)
+        self.clear()
+        return held
+
+
 @dataclass
 class ReplicaStats:
     """Counters of one driver (printed by ``rayorch driver``)."""
@@ -74,4 +111,4 @@ class ReplicaStats:
                 f"{self.store_outages} store outages, slowest takeover {took:.2f}s")
 
 
-__all__ = ["ReplicaStats", "ShardState"]
+__all__ = ["HeldShards", "ReplicaStats", "ShardState"]

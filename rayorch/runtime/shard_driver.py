@@ -60,7 +60,7 @@ from rayorch.progress import RunStats, make_progress
 from rayorch.runtime.delivery import CallerSink, Feed
 from rayorch.runtime.pool_sizer import PoolChange, PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
-from rayorch.runtime.replica_state import ReplicaStats, ShardState
+from rayorch.runtime.replica_state import HeldShards, ReplicaStats, ShardState
 from rayorch.runtime.shard_leases import (
     DriverConfig,
     LeaseLostStop,
@@ -107,7 +107,7 @@ class ShardDriver:
             self.call_specs[node.call.id] = node.call
         # Downstream Calls first: finishing parents frees memory and yields results sooner.
         self._call_rank = {call: -i for i, call in enumerate(self.call_specs)}
-        self.shards: dict[int, ShardState] = {}
+        self.shards = HeldShards()  # shared with self.leases (runtime/replica_state.py)
         self.finished: dict[int, ShardState] = {}  # with config.keep_finished only
         self.counters = ReplicaStats(driver_id)
         self.stats = RunStats(run_id, sources_total=feed.total)
@@ -290,8 +290,7 @@ class ShardDriver:
                 "(and, with a durable store, module outputs) must be msgpack-able values; "
                 "convert sets and custom objects to lists, dicts or tuples") from exc
         st.appended(seqs)
-        seen = self.leases.seen_seq
-        seen[st.shard] = max(seen.get(st.shard, 0), *seqs)
+        self.shards.appended(st.shard, seqs)
         emitted = [fact.index for fact in facts if isinstance(fact, OutputEmitted)]
         if emitted:
             self.feed.delivered(st.shard, emitted)
@@ -486,7 +485,7 @@ class ShardDriver:
             with self._guard(k):
                 self._flush(st)  # fenced: a deposed driver writes no part
                 # (the part's name records what the store acknowledged: audit's rollback check)
-                events = self.sink.deliver(k, ready, acked=self.leases.seen_seq.get(k, 0))
+                events = self.sink.deliver(k, ready, acked=self.shards.known_seq(k))
                 self._perform(st, st.machine.handle(*events))
                 try:
                     self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands

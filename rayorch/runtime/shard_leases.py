@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from rayorch.core.errors import RayorchError
 from rayorch.core.machine import BatchFailed
 from rayorch.core.pool_sizing import SizingSettings
-from rayorch.runtime.replica_state import ReplicaStats, ShardState
+from rayorch.runtime.replica_state import HeldShards, ReplicaStats
 from rayorch.store.base import LineageStore, RunInfo
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class DriverConfig:
 class ShardHost(Protocol):
     """What :class:`ShardLeases` asks of the driver whose shards it leases."""
 
-    shards: dict[int, ShardState]
+    shards: HeldShards
 
     def take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
         """Rebuild shard ``k`` from the store and hold it with ``epoch``."""
@@ -105,8 +105,9 @@ class ShardHost(Protocol):
 
 class ShardLeases:
     """Who holds which shard, for one driver: take, renew, balance and lose shards, ride out
-    store outages (see the module docstring). The driver's held shards are ``host.shards``;
-    what is rebuilt, and how, is the host's."""
+    store outages (see the module docstring). The driver's held shards are ``host.shards``
+    (:class:`HeldShards`, shared with the driver's loop); what is rebuilt, and how, is the
+    host's."""
 
     def __init__(self, host: ShardHost, *, store: LineageStore, run_id: str, info: RunInfo,
                  driver_id: str, config: DriverConfig, counters: ReplicaStats) -> None:
@@ -114,7 +115,6 @@ class ShardLeases:
         self.driver_id, self.config, self.counters = driver_id, config, counters
         self._log = config.log
         self.run_done = False  # every shard of the run is done (or, holding all, finished)
-        self.seen_seq: dict[int, int] = {}  # per shard, the last fact seq this driver knows
         self._last_balance = -1e9
         self._seen_free: set[int] = set()
         self._released_at: dict[int, float] = {}
@@ -122,7 +122,7 @@ class ShardLeases:
         self._backoff = 0.2
 
     @property
-    def shards(self) -> dict[int, ShardState]:
+    def shards(self) -> HeldShards:
         return self.host.shards
 
     def take_settled(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
@@ -230,8 +230,7 @@ class ShardLeases:
 
     def seen(self, k: int, last_seq: int) -> None:
         """Shard ``k``'s facts reach ``last_seq``; a store holding fewer lost some (checked)."""
-        known = self.seen_seq.get(k, 0)
-        self.seen_seq[k] = last_seq
+        known = self.shards.read(k, last_seq)
         if last_seq < known:
             self._check_run_kept()
             self._log(f"driver {self.driver_id}: the lineage store went back on shard {k} "
@@ -267,7 +266,7 @@ class ShardLeases:
             self._log(f"driver {self.driver_id}: the lineage store went back on shard {k}: "
                       f"{exc.detail} (a rollback); rebuilt from what it holds, outputs "
                       "already written adopted")
-            self.seen_seq.pop(k, None)  # said once
+            self.shards.forget_seq(k)  # said once
             self.host.forget_outputs(k)  # the rebuilt shard offers again what the store lacks
             self.host.resync(k, str(exc))
 
@@ -341,8 +340,7 @@ class ShardLeases:
                 continue  # still down (an outage longer than the client's quick retries)
 
     def _retake_after_outage(self) -> None:
-        lost = dict(self.shards)
-        self.shards.clear()
+        lost = self.shards.release_all()
         self.look_again()
         if self.config.mode is LeaseMode.SHARE:
             return  # the next balance tick takes shards again
