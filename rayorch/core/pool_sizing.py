@@ -143,7 +143,7 @@ class SizingDecision:
     sizes: Mapping[str, int]
     changes: tuple[Resize, ...] = ()
     binding: str | None = None
-    """The stage whose work takes longest to drain per unit of resource (None: no work)."""
+    """The stage whose work takes longest to drain with its actors (None: no work)."""
     pressure: Mapping[str, float] = field(default_factory=dict)
     """Each stage's drain time at its target size, in seconds."""
 
@@ -416,7 +416,9 @@ class _Plan:
         changes = tuple(Resize(name, s.size, self.target[name], self.reason[name])
                         for name, s in self.stages.items() if self.target[name] != s.size)
         pressed = [name for name in self.stages if self.drain_s(name) > 0]
-        binding = max(pressed, key=lambda n: (self.priority(n), n)) if pressed else None
+        # The stage whose work takes longest to finish with its actors: per unit of resource
+        # orders growth, but a small actor (0.25 CPU) would look bound however fast it drains.
+        binding = max(pressed, key=lambda n: (self.drain_s(n), n)) if pressed else None
         return SizingDecision(dict(self.target), changes, binding,
                               {name: self.drain_s(name) for name in self.stages})
 

@@ -3,7 +3,8 @@
 :class:`PoolSizer` belongs to one driver (:class:`~rayorch.runtime.shard_driver.ShardDriver`).
 Each turn the driver hands it the shards' loads (``ShardMachine.load``, one query per shard);
 every ``interval_s / 5`` it samples the pools (:meth:`~rayorch.runtime.ports.Pools.counts`)
-to follow idle actors, and every ``interval_s`` it asks the pure policy
+to follow idle actors, and every ``interval_s`` (and at once on news: the run's first work
+waiting, a pool's first measured cost) it asks the pure policy
 (:func:`rayorch.core.pool_sizing.plan_sizes`) and performs its answer through the pools port
 (``resize``: start actors, or drain them; a draining actor takes no new batch and leaves
 once its batches are back). Each change is kept with its time and reason
@@ -53,6 +54,8 @@ class PoolSizer:
         self.wants: dict[str, float] = {}  # what the run's work asks for (the ledger's claim)
         self.share: dict[str, float] | None = None  # the run's budget, as the ledger said
         self._runs = 1  # runs claiming the cluster at the last report
+        self._known: set[str] = set()  # pools whose cost the last decision knew
+        self._worked = False  # a decision saw work waiting
         self._driver, self._record = driver, record
         self._pools, self._clock, self._log = pools, clock, log
         self._module_of: dict[CallId, str] = {}
@@ -107,7 +110,13 @@ class PoolSizer:
                 watch.spare = min(watch.spare, c.idle)
             else:
                 watch.idle_since, watch.spare = None, 0
-        if now >= self._next_decision:
+        measured = {name for name, watch in self._watch.items() if watch.cost_s is not None}
+        news = (measured - self._known) or (not self._worked and any(backlog.values()))
+        if now >= self._next_decision or news:
+            # Also at once when there is news: the run's first work (the unmeasured stages
+            # get their even share now, not an interval later) and a stage's first cost.
+            self._known |= measured
+            self._worked = self._worked or any(backlog.values())
             self._next_decision = now + self.settings.interval_s
             self._decide(now, ready, counts)
 
@@ -219,7 +228,7 @@ class PoolSizer:
 
     # -- reporting ------------------------------------------------------------------------------
     def binding(self) -> str | None:
-        """The stage that bound the run: the one most often slowest to drain per resource."""
+        """The stage that bound the run: the one most often slowest to drain."""
         if self._binding is not None:
             self._bound_by(self._binding[0], self._clock())
         if not self.binding_s:
