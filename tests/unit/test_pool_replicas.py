@@ -209,4 +209,4 @@ def test_status_gives_a_pool_that_sizes_itself_no_one_size() -> None:
     from rayorch.inspect.status import pool_sizes
 
     sizes = pool_sizes(Two("auto", 3).compile().describe())
-    assert sorted(sizes.values(), key=str) == [(3, 1), (None, 1)]
+    assert sorted(sizes.values(), key=str) == [(3, 1, None), (None, 1, "auto")]
