@@ -429,8 +429,9 @@ def raydata_child(corpus: Path, out_dir: Path, cpus: int, batch_size: int) -> di
 
 # -- the sweep --------------------------------------------------------------------------
 def sweep(corpus: str, directory: Path, docs: int, pages: int, args: argparse.Namespace,
-          log: Any) -> list[dict[str, Any]]:
-    """Every variant of one corpus, ``args.reps`` rounds (the grid only in the first)."""
+          log: Any, save: Any) -> list[dict[str, Any]]:
+    """Every variant of one corpus, ``args.reps`` rounds (the grid only in the first);
+    ``save(rows)`` after each run."""
     splits = grid(args.cpus)
     if args.quick:
         splits = [s for s in splits if s in (DEFAULT_SPLIT, (1, 1), (1, 3))]
@@ -457,6 +458,7 @@ def sweep(corpus: str, directory: Path, docs: int, pages: int, args: argparse.Na
         log(f"  wall {row['wall_s']:.1f}s, {row['pages_per_s']:.1f} pages/s, "
             f"pools {pools_text(row.get('pools'))}, decisions {row.get('decisions')}")
         rows.append(row)
+        save(rows)
 
     for rep in range(args.reps):
         named = ["auto", default, "raydata"]
@@ -509,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    def write(data: dict[str, Any]) -> None:  # after every run: a cut-short sweep keeps its rows
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "rows.json").write_text(json.dumps(data, indent=1))
+
     if not args.source.is_dir():
         sys.exit(f"no PDFs at {args.source}: python scripts/fetch_corpus.py --all, or --source")
     entries = source_entries(args.source)
@@ -523,15 +529,13 @@ def main(argv: list[str] | None = None) -> int:
         docs, pages = build(corpus, directory, entries, pages_wanted, most)
         corpora[corpus] = {"documents": docs, "pages": pages}
         log(f"{corpus}: {docs} documents, {pages} pages under {directory}")
-        rows += sweep(corpus, directory, docs, pages, args, log)
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "rows.json").write_text(json.dumps(
-            {"cpus": args.cpus, "corpora": corpora, "rows": rows}, indent=1))
+        earlier = list(rows)
+        rows += sweep(corpus, directory, docs, pages, args, log,
+                      lambda mine, earlier=earlier: write(
+                          {"cpus": args.cpus, "corpora": corpora, "rows": earlier + mine}))
     load_after = Path("/proc/loadavg").read_text().strip()
-    (args.out / "rows.json").write_text(json.dumps(
-        {"cpus": args.cpus, "corpora": corpora, "load_before": load_before,
-         "load_after": load_after, "seconds": time.perf_counter() - started, "rows": rows},
-        indent=1))
+    write({"cpus": args.cpus, "corpora": corpora, "load_before": load_before,
+           "load_after": load_after, "seconds": time.perf_counter() - started, "rows": rows})
     print(f"Declared CPUs: {args.cpus} on {os.cpu_count()} cores; load before: {load_before}; "
           f"after: {load_after}; {time.perf_counter() - started:.0f} s\n")
     for corpus in args.corpus:
