@@ -142,7 +142,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "wall_s": spread([r["wall_s"] for r in mine]),
             "pages_per_s": spread([r["pages_per_s"] for r in mine]),
             "after_ray_pages_per_s": spread([r["after_ray_pages_per_s"] for r in mine]),
-            "pools": last.get("pools"), "bound_by": last.get("bound_by"),
+            "pools": last.get("pools"),
+            "bound_by": "/".join(r.get("bound_by") or "none" for r in mine)
+            if any(r.get("bound_by") for r in mine) else None,
             "decisions": [r.get("decisions") for r in mine],
             "decision_ms": [r.get("decision_ms") for r in mine],
         }
@@ -170,6 +172,11 @@ def pools_text(pools: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def rate(value: float) -> str:
+    """Pages per second: two decimals under 10, one under 100, else a whole number."""
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+
+
 def _ms(values: list[float | None]) -> str:
     shown = [v for v in values if v is not None]
     return "/".join(f"{v:.2f}" for v in shown) if shown else ""
@@ -193,8 +200,8 @@ def table(corpus: str, stats: dict[str, dict[str, Any]], *, default: str) -> str
         cost = f" ({_ms(s['decision_ms'])})" if decisions else ""
         lines.append(
             f"| {label} | {s['runs']} | {s['wall_s']['min']:.1f} / {s['wall_s']['median']:.1f} "
-            f"| {s['pages_per_s']['min']:,.1f} / {s['pages_per_s']['median']:,.1f} "
-            f"| {s['after_ray_pages_per_s']['median']:,.1f} | {pools_text(s['pools'])} "
+            f"| {rate(s['pages_per_s']['min'])} / {rate(s['pages_per_s']['median'])} "
+            f"| {rate(s['after_ray_pages_per_s']['median'])} | {pools_text(s['pools'])} "
             f"| {s['bound_by'] or ''} | "
             f"{'/'.join(str(d) for d in decisions)}{cost} |")
     auto = stats.get("auto")
@@ -495,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "pool_sizing_ray")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny corpus (300 + 4 pages), one round, 3 static splits")
+    parser.add_argument("--tables-from", type=Path, metavar="ROWS_JSON",
+                        help="only print the tables of an earlier run's rows.json")
     parser.add_argument("--raydata-child", nargs=2, metavar=("CORPUS", "OUT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -502,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         corpus, out = (Path(p) for p in args.raydata_child)
         print(json.dumps(raydata_child(corpus, out, args.cpus, args.ocr_batch_size)),
               flush=True)
+        return 0
+    if args.tables_from:
+        print(tables(json.loads(args.tables_from.read_text())))
         return 0
     if args.quick:
         args.born_pages, args.scan_pages, args.reps = 300, 4, 1
@@ -538,12 +550,19 @@ def main(argv: list[str] | None = None) -> int:
            "load_after": load_after, "seconds": time.perf_counter() - started, "rows": rows})
     print(f"Declared CPUs: {args.cpus} on {os.cpu_count()} cores; load before: {load_before}; "
           f"after: {load_after}; {time.perf_counter() - started:.0f} s\n")
-    for corpus in args.corpus:
-        mine = [r for r in rows if r["corpus"] == corpus]
-        c = corpora[corpus]
-        print(f"{corpus}: {c['documents']} documents, {c['pages']} pages\n")
-        print(table(corpus, summarize(mine), default=variant_name(DEFAULT_SPLIT)) + "\n")
+    print(tables({"corpora": corpora, "rows": rows}))
     return 0
+
+
+def tables(data: dict[str, Any]) -> str:
+    """Every corpus' tables from ``rows.json``'s contents."""
+    parts = []
+    for corpus, c in data["corpora"].items():
+        mine = [r for r in data["rows"] if r["corpus"] == corpus]
+        if mine:
+            parts.append(f"{corpus}: {c['documents']} documents, {c['pages']} pages\n\n"
+                         + table(corpus, summarize(mine), default=variant_name(DEFAULT_SPLIT)))
+    return "\n\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":

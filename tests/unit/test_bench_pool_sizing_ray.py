@@ -66,7 +66,7 @@ def test_summarize_best_static_and_the_table() -> None:
     rows = [
         _row("auto", "auto", 10.0, 100.0, pools=pools, bound_by="render", decisions=3,
              decision_ms=0.2),
-        _row("auto", "auto", 12.0, 80.0, pools=pools, bound_by="render", decisions=4,
+        _row("auto", "auto", 12.0, 80.0, pools=pools, bound_by="ocr", decisions=4,
              decision_ms=0.4),
         _row("r2:o1", "static", 20.0, 50.0),
         _row("r1:o1", "static", 15.0, 70.0),
@@ -84,7 +84,7 @@ def test_summarize_best_static_and_the_table() -> None:
     lines = text.splitlines()
     assert lines[0] == "**scanned**"
     assert lines[4].startswith("| auto | 2 | 10.0 / 11.0 | 80.0 / 90.0 | 45.0 | "
-                               "render 1→3→2, ocr 1 | render | 3/4 (0.20/0.40) |")
+                               "render 1→3→2, ocr 1 | render/ocr | 3/4 (0.20/0.40) |")
     assert lines[5].startswith("| r1:o1 (best static) | 1 |")
     assert lines[6].startswith("| r2:o1 (default) | 1 |")
     assert lines[7].startswith("| raydata | 1 |")
