@@ -10,6 +10,7 @@ from bench.pool_sizing_ray import (
     best_static,
     grid,
     most_actors,
+    page_rate,
     parse_sizer_line,
     pick,
     pools_text,
@@ -96,3 +97,8 @@ def test_summarize_best_static_and_the_table() -> None:
 def test_variant_names() -> None:
     assert variant_name((2, 1)) == "r2:o1"
     assert variant_name("auto") == "auto"
+
+
+def test_page_rate_from_pages_and_run_time_not_the_rounded_summary() -> None:
+    assert page_rate({"pages": 37, "run_s": 110.0, "pages_per_s": 0.3}) == 37 / 110.0
+    assert page_rate({"pages_per_s": 12.5}) == 12.5
