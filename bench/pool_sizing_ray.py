@@ -500,8 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scan-pages", type=int, default=32)
     parser.add_argument("--scan-batch-size", type=int, default=4,
                         help="pages per OCR batch on the scanned corpus (--batch-size; the "
-                        "job's default 16 makes 2 batches of 32 pages: no pool of more "
-                        "than 2 OCR actors could be used)")
+                        "job's default 16 makes 3 batches of 37 pages: no pool of more "
+                        "than 3 OCR actors could be used)")
     parser.add_argument("--ocr-batch-size", type=int, default=16, help=argparse.SUPPRESS)
     parser.add_argument("--max-doc-pages", type=int, default=200)
     parser.add_argument("--max-scan-doc-pages", type=int, default=8)
