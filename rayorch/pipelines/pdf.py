@@ -28,6 +28,7 @@ layer for ``auto``) carry a PNG and are OCR Grains.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,15 @@ class PdfPipeline(ro.Pipeline):
         auto = engine == "auto"
         ocr_options: dict[str, Any] = {"lazy": True} if auto else {}
         ocr_options.update(engine_options or {})
+        ocr_cpus = ocr_num_cpus if ocr_num_cpus is not None else ocr_module_cpus(engine)
+        ocr_replicas = model_replicas(ocr_gpus) if replicas is None else replicas
+        if (FALLBACK_ENGINE if auto else engine) == "rapidocr" \
+                and not isinstance(ocr_replicas, int):
+            # A pool that sizes itself fills the CPUs its actors declare: each actor's ONNX
+            # Runtime uses as many threads (its default, every core of the node, would
+            # oversubscribe the node as the pool grows).
+            ocr_options.setdefault("intra_op_num_threads", max(1, math.ceil(ocr_cpus)))
+            ocr_options.setdefault("inter_op_num_threads", 1)
         self.render = ro.RayModule(
             RenderPages,
             needs_image=not auto and engine_needs_image(engine),
@@ -174,9 +184,7 @@ class PdfPipeline(ro.Pipeline):
             OcrPage if ocr_inflight == 1 else AsyncOcrPage,
             max_inflight=ocr_inflight,
             batch_size=batch_size,
-            replicas=model_replicas(ocr_gpus) if replicas is None else replicas,
-            num_cpus=ocr_num_cpus if ocr_num_cpus is not None else ocr_module_cpus(engine),
-            num_gpus=ocr_gpus,
+            replicas=ocr_replicas, num_cpus=ocr_cpus, num_gpus=ocr_gpus,
         ).pre_init(FALLBACK_ENGINE if auto else engine, **ocr_options)
         self.assemble = ro.RayModule(AssembleDocument, page_markers=page_markers,
                                      batch_size=8, num_cpus=0.25)

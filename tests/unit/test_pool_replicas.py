@@ -210,3 +210,24 @@ def test_status_gives_a_pool_that_sizes_itself_no_one_size() -> None:
 
     sizes = pool_sizes(Two("auto", 3).compile().describe())
     assert sorted(sizes.values(), key=str) == [(3, 1, None), (None, 1, "auto")]
+
+
+def test_a_self_sizing_rapidocr_pool_runs_onnx_on_the_cpus_its_actors_declare() -> None:
+    """RapidOCR's ONNX Runtime takes every core by default: a pool that grows actors by
+    their declared CPUs would run (cores x actors) threads. Its actors use what they declare;
+    a fixed pool keeps the default (its user chose the count)."""
+    pytest.importorskip("rapidocr_onnxruntime")
+    from rayorch.pipelines.document.ocr import RapidOcrEngine
+    from rayorch.pipelines.pdf import PdfPipeline
+
+    def ocr_kwargs(**options: Any) -> dict[str, Any]:
+        return dict(PdfPipeline(**options).compile().module("ocr").kwargs)
+
+    assert ocr_kwargs()["intra_op_num_threads"] == 1  # auto, 0.5 CPU an actor
+    assert ocr_kwargs(engine="rapidocr", replicas=(1, 4))["intra_op_num_threads"] == 1
+    assert ocr_kwargs(ocr_num_cpus=3.0)["intra_op_num_threads"] == 3
+    assert "intra_op_num_threads" not in ocr_kwargs(replicas=2)
+    assert ocr_kwargs(engine_options={"intra_op_num_threads": 6})["intra_op_num_threads"] == 6
+    engine = RapidOcrEngine(intra_op_num_threads=1, inter_op_num_threads=1)
+    session = engine._ocr.text_det.infer.session
+    assert session.get_session_options().intra_op_num_threads == 1  # reaches ONNX Runtime
