@@ -2,6 +2,7 @@
 
     python bench/pool_sizing_ray.py                 # both corpora, 4 declared CPUs, 2 reps
     python bench/pool_sizing_ray.py --quick         # a tiny corpus, one rep, a small grid
+    python bench/pool_sizing_ray.py --splits 1:2 3:1  # the grid cut to these static splits
 
 Two corpora, made once under ``.cache/pool_sizing_ray`` from the fetched Debian doc PDFs
 (``python scripts/fetch_corpus.py --all``; ``--source DIR`` for another directory of PDFs):
@@ -448,6 +449,9 @@ def sweep(corpus: str, directory: Path, docs: int, pages: int, args: argparse.Na
     """Every variant of one corpus, ``args.reps`` rounds (the grid only in the first);
     ``save(rows)`` after each run."""
     splits = grid(args.cpus)
+    if args.splits:  # only these static splits (and the default), e.g. a re-run of the best
+        wanted = {tuple(int(x) for x in text.split(":")) for text in args.splits}
+        splits = [s for s in splits if s in wanted]
     if args.quick:
         splits = [s for s in splits if s in (DEFAULT_SPLIT, (1, 1), (1, 3))]
     default = variant_name(DEFAULT_SPLIT)
@@ -493,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, default=4,
                         help="CPUs every run's Ray declares (default 4)")
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--splits", nargs="+", metavar="R:O",
+                        help="run only these static splits of the grid (and the default)")
     parser.add_argument("--corpus", nargs="+", default=list(CORPORA), choices=CORPORA)
     parser.add_argument("--source", type=Path, default=SOURCE,
                         help="the PDFs the corpora are made from (default .cache/corpus)")
