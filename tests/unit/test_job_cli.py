@@ -356,3 +356,11 @@ def test_with_json_stdout_carries_the_summary_only(
     out, err = capsys.readouterr()
     assert json.loads(out)["pools"]["one"]["replicas"] == "auto"
     assert "a pool grew" in err and "10 PYTHON worker" in err
+
+
+def test_a_slow_rate_keeps_its_digits_and_a_fast_one_one_decimal() -> None:
+    from rayorch.pipelines.job.summary import format_rate
+
+    assert format_rate(0.3127) == "0.313"  # OCR on a CPU: 0.3 would hide a 10% change
+    assert format_rate(283.04) == "283.0" and format_rate(12.25) == "12.2"
+    assert format_rate(None) == "-"

@@ -21,6 +21,14 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_NAMED_FAILURES = 10
 
 
+def format_rate(rate: float | None) -> str:
+    """A rate per second for people: one decimal from 10 up, three digits below (OCR on a
+    CPU runs 0.2-0.4 pages/s); ``-`` when not known."""
+    if rate is None:
+        return "-"
+    return f"{rate:.1f}" if rate >= 10 else f"{rate:.3g}"
+
+
 @dataclass
 class JobSummary:
     """Counts of a job run (sources and their parts), its failures and warnings, its clock.
@@ -89,7 +97,7 @@ class JobSummary:
         unit, part = self.layout.unit, self.layout.part
         with self.lock:
             rate = self.rate()
-            shown = "-" if rate is None else f"{rate:.1f}"
+            shown = format_rate(rate)
             return (f"rayorch: {self.done + self.kept}/{self.total} {unit}s, "
                     f"{plural(self.parts, part)}, {shown} {part}s/s after start-up, "
                     f"{plural(self.failed, 'failure')}")
@@ -137,7 +145,7 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
     lines = [
         head,
         f"{plural(result[f'{part}s'], part)} in {format_seconds(result['run_s'])} after "
-        f"start-up = {'-' if rate is None else f'{rate:.1f}'} {part}s/s "
+        f"start-up = {format_rate(rate)} {part}s/s "
         f"({result['engine_option']} {result['engine']}"
         + (f"; {part}s by engine: {engines})" if engines else ")"),
         f"start-up {format_seconds(result['startup_s'])} (Ray "
