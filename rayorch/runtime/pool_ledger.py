@@ -98,6 +98,15 @@ class _SharedPools:
     version: int = 0
 
 
+_RAY_BOOKKEEPING = ("memory", "object_store_memory")
+
+
+def claimable(resource: str) -> bool:
+    """Whether runs claim ``resource``: not Ray's own memory, node and placement-group keys."""
+    return not (resource in _RAY_BOOKKEEPING or resource.startswith(("node:", "accelerator_type:"))
+                or "_group_" in resource)
+
+
 class PoolLedgerState:
     """The ledger's state and rules, without Ray (the actor wraps one; tests use it
     directly with their own clock)."""
@@ -281,9 +290,12 @@ class RayLedger:
         return result
 
     def capacity(self) -> dict[str, float]:
+        """The cluster's resources an actor may ask for: CPU, GPU and custom ones (not Ray's
+        memory, node and placement-group bookkeeping)."""
         import ray
 
-        return {k: float(v) for k, v in ray.cluster_resources().items()}  # type: ignore[no-untyped-call]
+        return {k: float(v) for k, v in ray.cluster_resources().items()  # type: ignore[no-untyped-call]
+                if claimable(k)}
 
     def report(self, wants: Mapping[str, float], loads: Sequence[StageLoad]
                ) -> LedgerReply | None:
@@ -323,4 +335,4 @@ class RayLedger:
 
 
 __all__ = ["CLAIM_TTL_S", "LEDGER_NAME", "LedgerReply", "PoolLedgerActor", "PoolLedgerState",
-           "RayLedger", "SharedPools"]
+           "RayLedger", "SharedPools", "claimable"]

@@ -103,3 +103,13 @@ def test_a_restarted_ledger_learns_the_live_sets_back_from_the_drivers() -> None
     assert ledger.live("run") == {"ocr": (0, 4, 5)}
     assert ledger.resize("run", "ocr", 4)[0] == (0, 4, 5, 6)
     assert ledger.live("nobody") == {}
+
+
+def test_runs_claim_cpus_gpus_and_custom_resources_not_rays_bookkeeping() -> None:
+    from rayorch.runtime.pool_ledger import claimable
+
+    assert claimable("CPU") and claimable("GPU") and claimable("cpu-node")
+    for key in ("memory", "object_store_memory", "node:10.0.0.1", "node:__internal_head__",
+                "CPU_group_0_7fd1e6fec6b8b0c63b42968bcffd02000000", "bundle_group_7fd1e6fe",
+                "accelerator_type:H100"):
+        assert not claimable(key), key
