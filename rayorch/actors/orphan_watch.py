@@ -7,7 +7,10 @@ and GPUs for good. So each shared actor runs a daemon thread that reads the run'
 driver registry (heartbeats, in server time) every ``CHECK_EVERY_S``; once no driver
 has been alive for ``grace_s``, the actor's process exits and Ray frees its resources.
 Until some driver was alive after the actor started (its pool is still being built,
-before the driver's first heartbeat) it waits up to ``STARTUP_S``.
+before the driver's first heartbeat) it waits up to ``STARTUP_S``; an actor started mid-run
+(a self-sizing pool grew, a driver adopted its run's live set, a crashed one was replaced)
+knows a driver was alive and leaves ``grace_s`` after the last heartbeat deadline, even if
+that driver died while the actor started.
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ class OrphanWatch:
     watch never sampled it alive.
     """
 
-    def __init__(self, grace_s: float, startup_s: float = STARTUP_S) -> None:
+    def __init__(self, grace_s: float, startup_s: float = STARTUP_S,
+                 driver_seen: bool = False) -> None:
         self.grace_s, self.startup_s = grace_s, startup_s
         self.started: float | None = None
-        self.seen_driver = False
+        self.seen_driver = driver_seen  # started mid-run: a driver was alive then
         self.absent_since: float | None = None
 
     def orphaned(self, now: float, deadlines: Iterable[float]) -> bool:
@@ -69,7 +73,8 @@ class OrphanWatch:
 
 
 def start_orphan_watch(store_url: str, run_id: str, grace_s: float,
-                       exit_process: Callable[[], None] | None = None) -> threading.Thread:
+                       exit_process: Callable[[], None] | None = None, *,
+                       driver_seen: bool = False) -> threading.Thread:
     """Start the daemon thread of one shared actor; it ends the process when orphaned."""
 
     def leave() -> None:
@@ -81,7 +86,7 @@ def start_orphan_watch(store_url: str, run_id: str, grace_s: float,
         from rayorch.store.registry import open_store
 
         store = open_store(store_url)
-        watch = OrphanWatch(grace_s)
+        watch = OrphanWatch(grace_s, driver_seen=driver_seen)
         while True:
             try:
                 now, drivers = store.driver_registry(run_id)

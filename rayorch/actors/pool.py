@@ -154,7 +154,9 @@ class ActorPool:
         self._first = set(first)  # the slots of the pool as built
         self.cap: int | None = None  # set when an actor added by resize() failed to build
         self.start_times: list[float] = []  # seconds each recent actor took to start
+        self._built = False  # an actor spawned later is spawned mid-run (orphan watch)
         self._grow(len(first), first)
+        self._built = True
         self._said_late: set[tuple[int, int]] = set()
         self.ready_at: float | None = None if self.starting() else time.monotonic()
         """When every first actor was up (``time.monotonic()``); None while one starts."""
@@ -261,7 +263,8 @@ class ActorPool:
             options.update(name=self.shared_name(index), namespace=SHARED_NAMESPACE,
                            lifetime="detached", get_if_exists=True)
             if binding is not None:  # detached: it must leave by itself once orphaned
-                binding = replace(binding, orphan_grace_s=orphan_grace_s())
+                binding = replace(binding, orphan_grace_s=orphan_grace_s(),
+                                  orphan_driver_seen=self._built)
         elif self.name_prefix is not None:
             options["name"] = f"{self.name_prefix}:{self.module.name}:{index}:{incarnation}"
         # The --storage-option settings go to the actor in memory (never in the store).

@@ -52,6 +52,9 @@ class StoreBinding:
     url: str
     run_id: str
     orphan_grace_s: float | None = None  # shared (detached) actors: leave when orphaned
+    # Started while a driver of the run was alive (mid-run: grown, adopted, replaced): the
+    # actor need not wait for a first heartbeat to know the run had a driver.
+    orphan_driver_seen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,8 @@ class ModuleWorker:
         if binding is not None and binding.orphan_grace_s is not None:
             from rayorch.actors.orphan_watch import start_orphan_watch
 
-            start_orphan_watch(binding.url, binding.run_id, binding.orphan_grace_s)
+            start_orphan_watch(binding.url, binding.run_id, binding.orphan_grace_s,
+                               driver_seen=binding.orphan_driver_seen)
 
     def ping(self) -> int:
         """The worker's process id (also proves the constructor ran)."""

@@ -93,3 +93,9 @@ def test_orphan_watch_decisions() -> None:
     clean = OrphanWatch(grace_s=5, startup_s=60)
     assert not clean.orphaned(0, [30]) and not clean.orphaned(40, [])  # left cleanly
     assert clean.orphaned(45, [])
+    # Started mid-run (grown, adopted, replaced): its driver died while it started
+    grown = OrphanWatch(grace_s=5, startup_s=60, driver_seen=True)
+    assert not grown.orphaned(10, [8]) and not grown.orphaned(12.9, [8])
+    assert grown.orphaned(13, [8])  # not 60 s: the run had a driver, gone since its deadline
+    first = OrphanWatch(grace_s=5, startup_s=60)
+    assert not first.orphaned(13, [8])  # a pool's first actors wait for its first heartbeat

@@ -169,7 +169,8 @@ def test_pdf_pipeline_gpu_engine_asks_for_a_gpu_and_text_engine_for_no_images(
     auto = PdfPipeline().compile()  # the default: text layer, rapidocr where it is missing
     assert dict(auto.module("render").kwargs)["ocr_fallback"] is True
     assert auto.module("ocr").args == ("rapidocr",)
-    assert dict(auto.module("ocr").kwargs) == {"lazy": True}
+    assert dict(auto.module("ocr").kwargs) == {  # its pool sizes itself: ONNX on its CPUs
+        "lazy": True, "intra_op_num_threads": 1, "inter_op_num_threads": 1}
 
 
 def test_pdf_pipeline_rejects_an_unknown_engine_before_running() -> None:
