@@ -40,7 +40,11 @@ LEDGER_NAMESPACE = "rayorch"
 CLAIM_TTL_S = 20.0
 """A driver that has not reported for this long no longer claims (4 default intervals)."""
 IDLE_EXIT_S = 600.0
-CALL_TIMEOUT_S = 5.0
+CALL_TIMEOUT_S = 1.0
+"""How long a driver's loop waits for the ledger's answer to a resize (a lease TTL is seconds:
+a report never waits, its reply is read at a later decision)."""
+STALE_S = 30.0
+"""A report unanswered this long: the ledger is stuck; the driver sizes alone, asks again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,14 +256,20 @@ class PoolLedgerActor(PoolLedgerState):
 
 
 class RayLedger:
-    """A driver's side of the ledger on Ray: one blocking call per decision, with a
-    timeout; an unreachable ledger is said once and the driver sizes alone meanwhile."""
+    """A driver's side of the ledger on Ray. A report never blocks the driver's loop (its
+    leases renew in the same loop): it is sent, and its reply is read at a later decision
+    (the sizer acts on the latest reply). A resize waits ``CALL_TIMEOUT_S`` at most. An
+    unreachable ledger is said once and the driver sizes alone meanwhile (a driver whose pools
+    are shared only follows until the ledger has answered)."""
 
     def __init__(self, run_id: str, driver_id: str, *, log: Callable[[str], None]) -> None:
         self.run_id, self.driver_id, self._log = run_id, driver_id, log
         self._actor: Any = None
         self._said = False
         self._shared: SharedPools | None = None
+        self._pending: Any = None  # the report sent and not answered yet
+        self._sent_at = 0.0
+        self._reply: LedgerReply | None = None
 
     def _handle(self) -> Any:
         import ray
@@ -270,23 +280,30 @@ class RayLedger:
                                          lifetime="detached", get_if_exists=True).remote()
         return self._actor
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _failed(self, exc: BaseException) -> None:
+        self._actor = None  # the ledger died or is stuck: next time a fresh handle
+        if not self._said:
+            self._said = True
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            self._log(f"rayorch: pool ledger unreachable ({type(exc).__name__}: {text}); this "
+                      "driver sizes its pools alone until it answers")
+
+    def _answered(self) -> None:
+        if self._said:
+            self._said = False
+            self._log("rayorch: pool ledger answers again")
+
+    def _call(self, method: str, *args: Any, timeout_s: float = CALL_TIMEOUT_S,
+              **kwargs: Any) -> Any:
         import ray
 
         try:
             result = ray.get(self._handle().call.remote(method, *args, **kwargs),
-                             timeout=CALL_TIMEOUT_S)
-        except Exception as exc:  # the ledger died or is slow: next time a fresh handle
-            self._actor = None
-            if not self._said:
-                self._said = True
-                self._log(f"rayorch: pool ledger unreachable ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}); this driver sizes "
-                          "its pools alone until it answers")
+                             timeout=timeout_s)
+        except Exception as exc:
+            self._failed(exc)
             return None
-        if self._said:
-            self._said = False
-            self._log("rayorch: pool ledger answers again")
+        self._answered()
         return result
 
     def capacity(self) -> dict[str, float]:
@@ -299,22 +316,52 @@ class RayLedger:
 
     def report(self, wants: Mapping[str, float], loads: Sequence[StageLoad]
                ) -> LedgerReply | None:
-        """Claim ``wants`` for the run with this driver's ``loads``; the shared pools of
-        the attached port (:meth:`attach`) follow the run's live sets, and the leader kills
-        the actors every driver has let go of."""
+        """Claim ``wants`` for the run with this driver's ``loads`` (sent, not waited for);
+        the latest reply: the shared pools of the attached port (:meth:`attach`) follow its
+        live sets, and the leader kills the actors every driver has let go of. None while
+        none came and the pools are private (the driver sizes alone)."""
+        import ray
+
         shared = self._shared
-        held = None if shared is None else shared.held()
-        reply = self._call("report", self.run_id, self.driver_id, capacity=self.capacity(),
-                           wants=dict(wants), loads=tuple(loads), held=held,
-                           version=0 if shared is None else shared.version)
-        if not isinstance(reply, LedgerReply):
-            return None
-        if shared is not None:
-            shared.adopt(reply.live, reply.version)
-            for module, indexes in reply.retire.items():
-                shared.kill_dropped(module, indexes)
-                self._call("retired", self.run_id, module, list(indexes))
-        return reply
+        if self._pending is not None:
+            done, _ = ray.wait([self._pending], timeout=0)
+            if done:
+                ref, self._pending = self._pending, None
+                try:
+                    got = ray.get(ref)
+                except Exception as exc:
+                    self._failed(exc)
+                    got = None
+                if isinstance(got, LedgerReply):
+                    self._answered()
+                    self._reply = got
+                    self._follow(got)
+            elif time.monotonic() - self._sent_at > STALE_S:
+                self._failed(TimeoutError(f"no answer in {STALE_S:g}s"))
+                self._pending = None
+        if self._pending is None:
+            try:
+                self._pending = self._handle().call.remote(
+                    "report", self.run_id, self.driver_id, capacity=self.capacity(),
+                    wants=dict(wants), loads=tuple(loads),
+                    held=None if shared is None else shared.held(),
+                    version=0 if shared is None else shared.version)
+                self._sent_at = time.monotonic()
+            except Exception as exc:
+                self._failed(exc)
+        if self._reply is None and shared is not None:
+            return LedgerReply({}, leader=False)  # shared pools: follow until it answers
+        return self._reply
+
+    def _follow(self, reply: LedgerReply) -> None:
+        shared = self._shared
+        if shared is None:
+            return
+        shared.adopt(reply.live, reply.version)
+        for module, indexes in reply.retire.items():
+            shared.kill_dropped(module, indexes)
+            with contextlib.suppress(Exception):  # not waited for: a retry is harmless
+                self._handle().call.remote("retired", self.run_id, module, list(indexes))
 
     def attach(self, shared: SharedPools) -> None:
         """The port whose shared pools follow this run's live sets."""
@@ -326,7 +373,9 @@ class RayLedger:
         return None if answer is None else (tuple(answer[0]), int(answer[1]))
 
     def live(self) -> dict[str, tuple[int, ...]]:
-        answer = self._call("live", self.run_id)
+        """The run's shared pools' live sets (before the driver's loop: the ledger may be
+        starting, so this waits longer)."""
+        answer = self._call("live", self.run_id, timeout_s=10.0)
         return dict(answer) if isinstance(answer, dict) else {}
 
     def leave(self) -> None:

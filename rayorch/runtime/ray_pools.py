@@ -147,6 +147,8 @@ class RayPools:
         return {name: held_indexes(pool) for name, pool in self.pools.items() if pool.shared}
 
     def adopt(self, live: Mapping[str, Sequence[int]], version: int) -> None:
+        if version < self.version:  # a late reply: this driver follows newer sets already
+            return
         for name, indexes in live.items():
             if name in self.pools and self.pools[name].shared:
                 adopt_live(self.pools[name], indexes)

@@ -51,6 +51,7 @@ from rayorch.pipelines.job.summary import (
     EXIT_OK,
     EXIT_USAGE,
     JobSummary,
+    format_rate,
     format_seconds,
     summary_text,
 )
@@ -414,8 +415,8 @@ def run_job(
               "engine": engine[1], "engine_option": engine[0], **pools}
     summary.run_ended = clock.t_end
     rate = summary.rate() if run_id is not None else None
-    # three significant digits: 0.1 is too coarse for OCR on a CPU (0.2-0.4 pages/s)
-    result[f"{job.part}s_per_s"] = None if rate is None else float(f"{rate:.3g}")
+    # as format_rate shows it: one decimal, three digits under 10/s (OCR on a CPU)
+    result[f"{job.part}s_per_s"] = None if rate is None else float(format_rate(rate))
     if args.json:
         stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
