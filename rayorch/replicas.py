@@ -13,6 +13,7 @@ import sys
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from rayorch.actors.shared_pool import kill_shared
 from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING
 from rayorch.driver import DriverError, _zip_inputs, new_run_id
@@ -228,9 +229,10 @@ def join_run(
         ship_user_code([type(pipeline), *(m.target for m in plan.modules if m.target)])
         driver_id = driver_id or new_driver_id()
         log = (lambda line: None) if quiet else log_to_stderr
-        ledger = RayLedger(run_id, driver_id, log=log)  # the pools the other drivers sized
+        ledger = (RayLedger(run_id, driver_id, log=log)  # the pools the other drivers sized
+                  if any(m.options.sizes_itself for m in plan.modules) else None)
         pools, call_module = build_pools(plan, store, run_id, depth=manifest.depth, shared=True,
-                                         live=ledger.live())
+                                         live=ledger.live() if ledger is not None else None)
     except BaseException:
         lineage.close()
         raise
@@ -238,7 +240,7 @@ def join_run(
     def release(run_done: bool) -> None:
         for pool in pools.values():
             if run_done:
-                pool.kill_shared()
+                kill_shared(pool)
             pool.shutdown()
         with contextlib.suppress(Exception):
             lineage.heartbeat(run_id, driver.driver_id, 0)

@@ -130,8 +130,9 @@ class ActorPool:
         """``shared``: the actors are named, detached and found by name (``get_if_exists``),
         so every driver of a run uses the same ones; one actor per slot index (its name
         carries no incarnation), and :meth:`shutdown` only forgets them (see
-        :meth:`kill_shared`). Needs ``name_prefix``. ``reservation``: the run's placement
-        group, which holds this module's first actor (actors/reservation.py). ``indexes``:
+        ``actors/shared_pool.py`` ``kill_shared``). Needs ``name_prefix``. ``reservation``:
+        the run's placement group, which holds this module's first actor
+        (actors/reservation.py). ``indexes``:
         the actors a shared pool starts with (the run's live set), else ``0..replicas-1``.
         """
         opts = module.options
@@ -296,14 +297,6 @@ class ActorPool:
                 return
             time.sleep(0.05)
 
-    def kill_shared(self) -> None:
-        """Kill the run's shared actors by name (the driver that sees the run complete)."""
-        for slot in self.slots:
-            with contextlib.suppress(ValueError):
-                handle = ray.get_actor(self.shared_name(slot.index), namespace=SHARED_NAMESPACE)
-                ray.kill(handle, no_restart=True)
-            slot.queue.clear()
-
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Block until every actor has built its user target (raises on failure)."""
         timeout_s = start_timeout_s() if timeout_s is None else timeout_s
@@ -379,10 +372,15 @@ class ActorPool:
         if size > len(live):
             self._grow(size - len(live))
             return
-        surplus = sorted(live, key=lambda s: (s.ready, len(s.queue) + s.reserved, -s.index))
-        for slot in surplus[: len(live) - max(1, size)]:
+        for slot in self.drain_order()[: len(live) - max(1, size)]:
             slot.draining = True
         self.retire()
+
+    def drain_order(self) -> list[ActorSlot]:
+        """The live slots in the order a shrink drains them: starting ones, then the least
+        loaded, the newest first among equals."""
+        return sorted(self.live_slots(),
+                      key=lambda s: (s.ready, len(s.queue) + s.reserved, -s.index))
 
     def retire(self) -> None:
         """Kill the draining actors whose batches are all back (a shared pool's are only

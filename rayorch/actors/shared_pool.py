@@ -34,24 +34,24 @@ def adopt_live(pool: ActorPool, live: Sequence[int]) -> None:
     pool.retire()
 
 
-def held_indexes(pool: ActorPool) -> list[int]:
-    """The indexes whose actors this driver still has (live, or draining with batches)."""
-    return sorted(slot.index for slot in pool.slots)
-
-
-def kill_dropped(pool: ActorPool, indexes: Sequence[int]) -> None:
-    """Kill dropped actors of the shared pool by name (no driver holds them any more)."""
+def kill_by_name(pool: ActorPool, indexes: Sequence[int]) -> None:
+    """Kill actors of the shared pool by their names (whichever driver started them)."""
     for index in indexes:
         with contextlib.suppress(ValueError):  # gone already
             handle = ray.get_actor(pool.shared_name(index), namespace=SHARED_NAMESPACE)
             ray.kill(handle, no_restart=True)
 
 
-def drop_order(pool: ActorPool) -> list[int]:
-    """Which actors this driver would drain first: starting ones, then the least loaded."""
-    live = pool.live_slots()
-    return [s.index for s in sorted(live, key=lambda s: (s.ready, len(s.queue) + s.reserved,
-                                                          -s.index))]
+def kill_shared(pool: ActorPool) -> None:
+    """Kill the run's shared actors this driver knows (the driver that sees the run done)."""
+    kill_by_name(pool, [slot.index for slot in pool.slots])
+    for slot in pool.slots:
+        slot.queue.clear()
 
 
-__all__ = ["adopt_live", "drop_order", "held_indexes", "kill_dropped"]
+def held_indexes(pool: ActorPool) -> list[int]:
+    """The indexes whose actors this driver still has (live, or draining with batches)."""
+    return sorted(slot.index for slot in pool.slots)
+
+
+__all__ = ["adopt_live", "held_indexes", "kill_by_name", "kill_shared"]

@@ -165,7 +165,7 @@ def plan_sizes(stages: Sequence[StageLoad], free: Resources, settings: SizingSet
     cluster); None: no cap beyond ``free``.
     """
     _check(stages)
-    held = _held(stages)
+    held = held_resources(stages)
     capacity = {key: held.get(key, 0.0) + max(0.0, free.get(key, 0.0))
                 for key in {*held, *free}}
     if budget is not None:
@@ -198,11 +198,14 @@ def _check(stages: Sequence[StageLoad]) -> None:
             raise SizingError(f"stage {s.name!r}: negative need {dict(s.need)}")
 
 
-def _held(stages: Sequence[StageLoad]) -> dict[str, float]:
+def held_resources(stages: Sequence[StageLoad], sizes: Mapping[str, int] | None = None
+                   ) -> dict[str, float]:
+    """What the stages' actors hold (draining ones too), at their sizes or at ``sizes``."""
     held: dict[str, float] = {}
     for s in stages:
+        size = s.size if sizes is None else sizes[s.name]
         for key, amount in s.need.items():
-            held[key] = held.get(key, 0.0) + amount * (s.size + s.draining)
+            held[key] = held.get(key, 0.0) + amount * (size + s.draining)
     return held
 
 
@@ -424,4 +427,4 @@ class _Plan:
 
 
 __all__ = ["AUTO_MAX_REPLICAS", "DEFAULT_SIZING", "Resize", "SizingDecision", "SizingError",
-           "SizingSettings", "StageLoad", "idle_limit_s", "plan_sizes"]
+           "SizingSettings", "StageLoad", "held_resources", "idle_limit_s", "plan_sizes"]

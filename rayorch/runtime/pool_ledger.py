@@ -32,11 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rayorch.actors.pool import SHARED_NAMESPACE
 from rayorch.core.pool_sizing import StageLoad
 from rayorch.core.run_shares import fair_shares, leader
 
 LEDGER_NAME = "rayorch:pool-ledger"
-LEDGER_NAMESPACE = "rayorch"
+LEDGER_NAMESPACE = SHARED_NAMESPACE  # with the shared pools' actors
 CLAIM_TTL_S = 20.0
 """A driver that has not reported for this long no longer claims (4 default intervals)."""
 IDLE_EXIT_S = 600.0
@@ -270,6 +271,7 @@ class RayLedger:
         self._pending: Any = None  # the report sent and not answered yet
         self._sent_at = 0.0
         self._reply: LedgerReply | None = None
+        self._capacity: dict[str, float] | None = None
 
     def _handle(self) -> Any:
         import ray
@@ -308,7 +310,14 @@ class RayLedger:
 
     def capacity(self) -> dict[str, float]:
         """The cluster's resources an actor may ask for: CPU, GPU and custom ones (not Ray's
-        memory, node and placement-group bookkeeping)."""
+        memory, node and placement-group bookkeeping), as read for the latest report (one
+        read a decision)."""
+        if self._capacity is None:
+            self._capacity = self._read_capacity()
+        return self._capacity
+
+    @staticmethod
+    def _read_capacity() -> dict[str, float]:
         import ray
 
         return {k: float(v) for k, v in ray.cluster_resources().items()  # type: ignore[no-untyped-call]
@@ -339,10 +348,11 @@ class RayLedger:
             elif time.monotonic() - self._sent_at > STALE_S:
                 self._failed(TimeoutError(f"no answer in {STALE_S:g}s"))
                 self._pending = None
+        self._capacity = self._read_capacity()
         if self._pending is None:
             try:
                 self._pending = self._handle().call.remote(
-                    "report", self.run_id, self.driver_id, capacity=self.capacity(),
+                    "report", self.run_id, self.driver_id, capacity=self._capacity,
                     wants=dict(wants), loads=tuple(loads),
                     held=None if shared is None else shared.held(),
                     version=0 if shared is None else shared.version)

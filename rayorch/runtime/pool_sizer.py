@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from rayorch.core.ids import CallId
 from rayorch.core.machine import MachineLoad
 from rayorch.core.plan import ModuleSpec, Plan
-from rayorch.core.pool_sizing import SizingSettings, StageLoad, plan_sizes
+from rayorch.core.pool_sizing import SizingSettings, StageLoad, held_resources, plan_sizes
 from rayorch.core.run_shares import merge_loads, tighter
 from rayorch.inspect.pool_log import POOL_RECORD_VERSION, PoolChange, pool_changes, pool_lines
 from rayorch.runtime.ports import Completion, Ledger, PoolCounts, Pools
@@ -191,18 +191,10 @@ class PoolSizer:
     def _wants(self, stages: Sequence[StageLoad]) -> dict[str, float]:
         """What the run's pools would hold with the cluster to themselves (its claim)."""
         assert self._ledger is not None
-        capacity = self._ledger.capacity()
-        held: dict[str, float] = {}
-        for s in stages:
-            for key, amount in s.need.items():
-                held[key] = held.get(key, 0.0) + amount * (s.size + s.draining)
-        alone = plan_sizes(stages, {k: v - held.get(k, 0.0) for k, v in capacity.items()},
-                           self.settings)
-        wants: dict[str, float] = {}
-        for s in stages:
-            for key, amount in s.need.items():
-                wants[key] = wants.get(key, 0.0) + amount * (alone.sizes[s.name] + s.draining)
-        return wants
+        held = held_resources(stages)
+        alone = plan_sizes(stages, {k: v - held.get(k, 0.0)
+                                    for k, v in self._ledger.capacity().items()}, self.settings)
+        return held_resources(stages, alone.sizes)
 
     def _stage(self, name: str, backlog: int, coming: float, c: PoolCounts, now: float
                ) -> StageLoad:

@@ -15,7 +15,7 @@ from typing import Any
 import ray
 
 from rayorch.actors.pool import ActorPool, ActorSlot, InFlightBatch
-from rayorch.actors.shared_pool import adopt_live, drop_order, held_indexes, kill_dropped
+from rayorch.actors.shared_pool import adopt_live, held_indexes, kill_by_name
 from rayorch.actors.worker import BatchTask
 from rayorch.core.ids import CallId
 from rayorch.core.machine import GrainTag
@@ -136,11 +136,10 @@ class RayPools:
             return
         if self.ledger is None:
             return  # nobody publishes a shared pool's size: it keeps it
-        answer = self.ledger.resize(module, size, drop_order(pool))
+        answer = self.ledger.resize(module, size, [s.index for s in pool.drain_order()])
         if answer is not None:
             live, version = answer
-            adopt_live(pool, live)
-            self.version = max(self.version, version)
+            self.adopt({module: live}, version)
 
     # -- shared pools (pool_ledger.SharedPools) --------------------------------------------
     def held(self) -> dict[str, list[int]]:
@@ -156,7 +155,7 @@ class RayPools:
 
     def kill_dropped(self, module: str, indexes: Sequence[int]) -> None:
         if module in self.pools:
-            kill_dropped(self.pools[module], indexes)
+            kill_by_name(self.pools[module], indexes)
 
     # -- Ray details ---------------------------------------------------------------------
     def _starting(self) -> list[Any]:
