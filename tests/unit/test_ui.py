@@ -48,14 +48,17 @@ def store() -> Iterator[LineageStore]:
 
 
 def write_hostile(store: LineageStore) -> None:
-    """A source whose input and whose OCR failure cause are HTML and script."""
+    """A source whose input, OCR failure cause, driver and sink are HTML and script."""
     store.open_run("evil", scripted_plan())
-    epoch = store.acquire_lease("evil", 0, "d", ttl_s=60)
+    epoch = store.acquire_lease("evil", 0, HOSTILE, ttl_s=60)
+    store.heartbeat("evil", HOSTILE, ttl_s=60)
     store.append("evil", 0, epoch, [SourceAdmitted(0, (HOSTILE,), key=HOSTILE, ts=1.0),
-                                    GrainDispatched("render", (0,), 0, ts=1.5)], driver="d")
+                                    GrainDispatched("render", (0,), 0, ts=1.5)],
+                 driver=HOSTILE)
     store.commit("evil", [GrainCommitted("render", (0,), 0, REPORT_RECORD_FAILURE,
                                          cause=HOSTILE, ts=2.0)])
-    store.append("evil", 0, epoch, [OutputEmitted(0, "failed", ts=2.5)], driver="d")
+    store.append("evil", 0, epoch, [OutputEmitted(0, "failed", sink=HOSTILE, ts=2.5)],
+                 driver=HOSTILE)
 
 
 def test_every_page_of_a_run_renders_from_its_view(store: LineageStore) -> None:
@@ -98,6 +101,34 @@ def test_values_from_the_store_are_shown_inert(store: LineageStore) -> None:
         assert "<script>alert" not in response.text and "<img src=x" not in response.text
         assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in response.text, url
         assert "script-src 'self'" in response.headers["content-security-policy"]
+
+
+def test_every_page_reachable_from_the_index_shows_store_text_inert(
+        store: LineageStore) -> None:
+    """Crawl the web view from ``/`` (every link, every page of every run): no page renders
+    the hostile input or failure cause as markup, and the pages that show them escape them."""
+    write_hostile(store)
+    client = TestClient(build_app(store))
+    seen: set[str] = set()
+    todo = ["/"]
+    escaped = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"
+    shown: set[str] = set()
+    while todo and len(seen) < 400:
+        url = todo.pop()
+        if url in seen:
+            continue
+        seen.add(url)
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert "<script>alert" not in response.text and "<img src=x" not in response.text, url
+        if escaped in response.text:
+            shown.add(url.split("?")[0].rsplit("/", 1)[0])
+        for link in re.findall(r'href="(/[^"#]*)"', response.text):
+            if not link.startswith("/static/"):
+                todo.append(link.replace("&amp;", "&"))
+    assert any("/runs/evil/failures/" in u for u in seen), sorted(seen)
+    # the cause on its failures page, the input and cause on the run's and source's pages
+    assert {"/runs/evil/failures", "/runs/evil/sources", "/runs"} <= shown, shown
 
 
 def test_a_bad_or_missing_run_is_a_clear_page(store: LineageStore) -> None:
