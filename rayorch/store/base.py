@@ -5,6 +5,8 @@
 * :class:`Leases`: who drives a shard (epoch = fencing token).
 * :class:`RunRegistry`: runs and their manifests (create, reopen, list, delete).
 * :class:`DriverRegistry`: which drivers are alive on a run and which shards are done.
+* :class:`~rayorch.store.claims.ContentClaims`: dedup indexes (first claim of a content key
+  wins), the shared state of dedup stages.
 
 Each shard's facts are numbered by a per-shard sequence number starting at 1; a reader's
 cursor is the last sequence number it has seen. Where each fact goes and what is checked
@@ -32,6 +34,7 @@ from rayorch.core.ids import CallId, DomainId, Path
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import RunView, fold_shard
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
+from rayorch.store.claims import ContentClaims
 from rayorch.store.errors import RunShapeError
 from rayorch.store.layout import AppendBasis as AppendBasis
 from rayorch.store.layout import RunInfo as RunInfo
@@ -268,8 +271,8 @@ class PoolLog(ABC):
         """The run's pool log, oldest first (``rayorch status`` shows it)."""
 
 
-class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog):
-    """A store of runs with all five interfaces: what drivers, workers and tools open.
+class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog, ContentClaims):
+    """A store of runs with all six interfaces: what drivers, workers and tools open.
 
     Backends: :class:`~rayorch.store.memory.MemoryStore` (``memory://``),
     :class:`~rayorch.store.redis_store.RedisStore` (``redis://``, ``rediss://``) and
@@ -313,6 +316,6 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog):
         self.close()
 
 
-__all__ = ["DEFAULT_READ_LIMIT", "POOL_LOG_MAX", "DriverRegistry", "FactLog", "LeaseHolder",
+__all__ = ["DEFAULT_READ_LIMIT", "POOL_LOG_MAX", "ContentClaims", "DriverRegistry", "FactLog", "LeaseHolder",
            "Leases", "LineageStore", "PoolLog", "RunInfo", "RunRegistry", "StoredFact",
            "shard_of"]

@@ -17,6 +17,8 @@ touches one shard stays in one Redis Cluster slot::
     ro:{<run>:<k>}:epoch                string  last epoch handed out (never goes backwards)
     ro:{<run>:<k>}:seq                  string  last sequence number of the shard's facts
     ro:{<run>:<k>}:lastop               string  token of the last driver append (retry safety)
+    ro:{claims:<scope>}                 hash    content key -> claimant (a dedup index,
+                                                rayorch/store/claims.py)
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def grain_field(call: CallId, path: Path) -> str:
 def barrier_member(call: CallId, parent: Path) -> str:
     """The barrier-set member of a GroupFailure barrier on ``(call, parent)``."""
     return f"{call}|{format_path(parent)}"
+
+
+def claims_key(scope: str) -> str:
+    """The hash of a dedup scope's content claims (its own hash slot)."""
+    return f"{PREFIX}:{{claims:{scope}}}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,5 +116,5 @@ class ShardKeys:
         return fixed + [self.facts(d) for d in domains]
 
 
-__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "done_key", "drivers_key", "grain_field",
+__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key", "grain_field",
            "manifest_key", "meta_key", "pools_key", "valid_run_id"]

@@ -30,6 +30,7 @@ from rayorch.store.base import (
     LineageStore,
     StoredFact,
 )
+from rayorch.store.claims import MemoryClaims
 from rayorch.store.errors import RunNotFoundError, StoreClosedError, StoreURLError
 from rayorch.store.gate import (
     GrainEntry,
@@ -77,7 +78,7 @@ class _Run:
     pools: list[bytes] = field(default_factory=list)  # the pool log
 
 
-class MemoryStore(LineageStore):
+class MemoryStore(MemoryClaims, LineageStore):
     """Lineage facts in this process's memory; thread-safe."""
 
     _registry: ClassVar[dict[str, MemoryStore]] = {}
@@ -92,6 +93,7 @@ class MemoryStore(LineageStore):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._runs: dict[str, _Run] = {}
+        MemoryClaims.__init__(self)
 
     @classmethod
     def open(cls, url: str) -> MemoryStore:

@@ -94,6 +94,7 @@ from rayorch.store.redis_support import (
     redact_url,
     seq_of,
 )
+from rayorch.store.redis_claims import RedisClaims
 from rayorch.store.reuse_audit import refs_held_elsewhere
 from rayorch.store.scripts import (
     ACQUIRE_LEASE,
@@ -119,7 +120,7 @@ MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket
 _STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries")
 
 
-class RedisStore(LineageStore):
+class RedisStore(RedisClaims, LineageStore):
     """Lineage facts in Redis Streams; cheap to open (connects on first use), pickles as its URL."""
 
     SCHEMES: tuple[str, ...] = ("redis", "rediss")

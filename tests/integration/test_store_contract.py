@@ -514,3 +514,46 @@ class TestFactLog:
         assert ((3, 1), CommitVerdict.BARRED) in rejected
         clone = pickle.loads(pickle.dumps(store))
         assert clone.read_run("scripted") == store.read_run("scripted")
+
+
+class TestContentClaims:
+    """The dedup index (``ContentClaims``): the first claim of a content key wins, all or
+    none, and a retried claimant finds its own claim."""
+
+    def test_first_claim_wins_and_a_retry_finds_its_own(self, store: LineageStore) -> None:
+        scope = f"scope-{uuid.uuid4().hex[:8]}"
+        assert store.claim(scope, ["h1", "h2"], "a.pdf") == ("a.pdf", "a.pdf")
+        assert store.claim(scope, ["h1", "h2"], "a.pdf") == ("a.pdf", "a.pdf")  # a retry
+        assert store.claim(scope, ["h2", "h3"], "b.pdf") == ("a.pdf", None)     # nothing taken
+        assert store.holders(scope, ["h3", "h1"]) == (None, "a.pdf")
+        assert store.claim(scope, ["h3"], "c.pdf") == ("c.pdf",)
+        assert store.claims_of(scope) == {"h1": "a.pdf", "h2": "a.pdf", "h3": "c.pdf"}
+        assert store.holders(f"{scope}-other", ["h1"]) == (None,)  # scopes are apart
+        store.delete_claims(scope)
+        assert store.claims_of(scope) == {}
+
+    def test_racing_claimants_agree_on_one_holder(self, store: LineageStore) -> None:
+        scope = f"scope-{uuid.uuid4().hex[:8]}"
+        answers: dict[str, tuple[str | None, ...]] = {}
+
+        def claim(name: str) -> None:
+            answers[name] = store.claim(scope, ["k1", "k2", f"own-{name}"], name)
+
+        threads = [threading.Thread(target=claim, args=(f"d{i}",)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [n for n, a in answers.items() if a[0] == n]
+        assert len(winners) == 1
+        assert all(a[:2] == (winners[0], winners[0]) for a in answers.values())
+        assert set(store.claims_of(scope).values()) == {winners[0]}  # losers took nothing
+
+    def test_bad_claims_are_refused_before_any_write(self, store: LineageStore) -> None:
+        from rayorch.store.claims import ClaimError
+
+        for scope, keys, claimant in [("bad scope", ["k"], "a"), ("s", [], "a"),
+                                      ("s", ["k"], ""), ("s", ["k", "x" * 600], "a")]:
+            with pytest.raises(ClaimError):
+                store.claim(scope, keys, claimant)
+        assert store.claims_of("s") == {}
