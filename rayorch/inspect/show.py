@@ -22,6 +22,7 @@ from rayorch.core.ids import CallId, DomainId, Path, format_grain, format_path
 from rayorch.core.run_view import GrainView, ShardView
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, REPORT_PRESENT
 from rayorch.core.words import plural
+from rayorch.inspect.drops import Drop, grains_drop
 
 # A Grain's state, as shown: its seal, or why it has none.
 PRESENT, REUSED, FAILED, IN_FLIGHT, SUPPRESSED, NOT_RUN = (
@@ -114,6 +115,8 @@ class Lineage:
     admitted: list[SourceAdmitted]
     root: EntityStory
     emitted: list[OutputEmitted]
+    drop: Drop | None = None
+    """Why a data-quality stage dropped the source (inspect/drops.py), if one did."""
 
     @property
     def empty(self) -> bool:
@@ -212,7 +215,8 @@ def lineage(view: ShardView, path: Path) -> Lineage:
     root_index = index if n == 1 else None
     admitted = [f for _, f in view.admitted.get(index, [])] if root_index is not None else []
     emitted = [f for _, f in view.emitted.get(index, [])] if root_index is not None else []
-    return Lineage(path, admitted, entity(path), emitted)
+    drop = grains_drop(index, [g for g in grains if len(g.path) == 1]) if n == 1 else None
+    return Lineage(path, admitted, entity(path), emitted, drop)
 
 
 def ordinal_ranges(parent: Path, ordinals: tuple[int, ...] | list[int]) -> str:
@@ -252,6 +256,8 @@ def lineage_lines(story: Lineage) -> list[str]:
         lines.append(f"entity {format_path(story.path)}")
     entity(story.root, "")
     lines.extend(f"output of source {e.index}: {e.outcome}" for e in story.emitted)
+    if story.drop is not None:
+        lines.append(f"dropped by {story.drop.call}: {story.drop.text()}")
     return lines
 
 

@@ -21,6 +21,7 @@ from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
 from rayorch.core.run_view import RunView
 from rayorch.core.vocabulary import Outcome
 from rayorch.core.words import plural
+from rayorch.inspect.drops import drops_by_reason, run_drops
 from rayorch.inspect.pool_log import calls_by_module, pool_changes, pool_lines
 from rayorch.store.base import LeaseHolder, LineageStore, RunInfo
 
@@ -101,6 +102,8 @@ class RunStatus:
     call_status: dict[CallId, CallStatus] = field(default_factory=dict)
     first_ts: float | None = None
     last_ts: float | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Sources a data-quality stage dropped, by ``stage: reason`` (inspect/drops.py)."""
 
     @property
     def in_progress(self) -> int:
@@ -134,6 +137,7 @@ class RunStatus:
                         else self.total - self.admitted},
             "calls": {call: dict(c) for call, c in self.calls.items()},
             "expansions": {domain: dict(c) for domain, c in self.expansions.items()},
+            "dropped": dict(self.dropped),
             "drivers": self.drivers, "failover_retries": self.failovers,
             "pools": [asdict(change) for change in pool_changes(self.pools)],
             "shards": [{"shard": s.shard, "holder": s.holder, "epoch": s.epoch, "done": s.done,
@@ -146,6 +150,10 @@ class RunStatus:
         out = [f"run {self.run_id}: {state}; parents {total}: {self.emitted_present} done, "
                f"{self.emitted_not_present} failed, {self.in_progress} in progress, "
                f"{'?' if self.total is None else self.total - self.admitted} not admitted"]
+        if self.dropped:
+            reasons = ", ".join(f"{label} {n}" for label, n in self.dropped.items())
+            out.append(f"  dropped {sum(self.dropped.values())} by data-quality stages: "
+                       f"{reasons}")
         for call, c in self.calls.items():
             parts = ", ".join(f"{k} {n}" for k, n in sorted(c.items()))
             out.append(f"  call {call}: {parts}")
@@ -207,6 +215,7 @@ def status_of(view: RunView, *, total: int | None, drivers: list[str],
             shard, None if holder is None else holder.driver,
             None if holder is None else holder.epoch, shard in done, bool(sv.completed),
             sv.facts))
+    status.dropped = drops_by_reason(run_drops(view))
     pools = pool_sizes(view.plan)
     for call, merged in calls.items():
         merged.replicas, merged.batch_size, merged.sizes = pools.get(call, (None, None, None))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ from rayorch.pipelines.document.regions import (
 )
 from rayorch.pipelines.document.render import DEFAULT_DPI, RenderPages, RenderPdf
 from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, document_warnings, summary_dict
+from rayorch.pipelines.quality import add_stages, keep_documents, keep_sources
+from rayorch.pipelines.quality.dedup import DEFAULT_THRESHOLD
 from rayorch.pipelines.sources import failure_kind, find_files, list_inputs
 from rayorch.pipelines.vllm_runtime import model_replicas, vllm_num_cpus, vllm_num_gpus
 
@@ -114,6 +117,12 @@ class PdfPipeline(ro.Pipeline):
     one actor on vLLM's CPU build (:func:`~rayorch.pipelines.vllm_runtime.model_replicas`).
     A number (``replicas=2``) is exactly that many actors; ``(min, max)`` a range.
 
+    Data-quality stages (:func:`rayorch.pipelines.quality.stage_modules`): ``dedup``
+    (``"exact"``: byte copies dropped before rendering, text copies after; ``"near"``:
+    also MinHash near-copies at ``near_threshold``), ``languages`` (ISO codes to keep),
+    ``quality="default"`` (Gopher/C4/FineWeb rules); ``claims`` is the store URL of the
+    dedup index and ``dedup_scope`` its name (give it to share the index across runs).
+
     >>> plan = PdfPipeline().compile()
     """
 
@@ -135,8 +144,20 @@ class PdfPipeline(ro.Pipeline):
         layout_batch_size: int = 4,
         layout_replicas: Replicas = "auto",
         max_fallback_share: float = 1.0,
+        dedup: str | None = None,
+        languages: Sequence[str] = (),
+        quality: str = "off",
+        claims: str = "memory://",
+        dedup_scope: str | None = None,
+        near_threshold: float = DEFAULT_THRESHOLD,
+        dedup_against: Sequence[str] = (),
     ) -> None:
         super().__init__()
+        # The data-quality stages (rayorch.pipelines.quality): byte copies dropped before
+        # rendering, the documents' text judged after assembly.
+        add_stages(self, dedup=dedup, languages=languages, quality=quality, claims=claims,
+                   dedup_scope=dedup_scope, near_threshold=near_threshold,
+                   dedup_against=dedup_against)
         if engine not in OCR_MODES:
             valid = ", ".join(repr(m) for m in OCR_MODES)
             raise OcrEngineError(f"unknown OCR engine {engine!r}: choose one of {valid}")
@@ -247,6 +268,10 @@ class PdfPipeline(ro.Pipeline):
         ).pre_init(**options)
 
     def forward(self, pdfs: Any) -> Any:
+        return keep_documents(self, self.documents(keep_sources(self, pdfs)))
+
+    def documents(self, pdfs: Any) -> Any:
+        """PDFs -> their documents, by the engine's grain."""
         if self.engine == "mineru":  # one module, two Calls: one pool, one engine
             return self.regions(pdfs, functools.partial(self.mineru, step="layout"),
                                 functools.partial(self.mineru, step="recognise"))

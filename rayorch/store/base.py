@@ -316,6 +316,6 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog, Conten
         self.close()
 
 
-__all__ = ["DEFAULT_READ_LIMIT", "POOL_LOG_MAX", "ContentClaims", "DriverRegistry", "FactLog", "LeaseHolder",
-           "Leases", "LineageStore", "PoolLog", "RunInfo", "RunRegistry", "StoredFact",
-           "shard_of"]
+__all__ = ["DEFAULT_READ_LIMIT", "POOL_LOG_MAX", "ContentClaims", "DriverRegistry", "FactLog",
+           "LeaseHolder", "Leases", "LineageStore", "PoolLog", "RunInfo", "RunRegistry",
+           "StoredFact", "shard_of"]

@@ -116,5 +116,5 @@ class ShardKeys:
         return fixed + [self.facts(d) for d in domains]
 
 
-__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key", "grain_field",
-           "manifest_key", "meta_key", "pools_key", "valid_run_id"]
+__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key",
+           "grain_field", "manifest_key", "meta_key", "pools_key", "valid_run_id"]

@@ -84,6 +84,7 @@ from rayorch.store.payload import (
     deletable_refs,
     store_identity,
 )
+from rayorch.store.redis_claims import RedisClaims
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
@@ -94,7 +95,6 @@ from rayorch.store.redis_support import (
     redact_url,
     seq_of,
 )
-from rayorch.store.redis_claims import RedisClaims
 from rayorch.store.reuse_audit import refs_held_elsewhere
 from rayorch.store.scripts import (
     ACQUIRE_LEASE,

@@ -1,0 +1,105 @@
+"""Why documents were dropped, read from the run's facts: the verdicts of data-quality
+stages (``rayorch.pipelines.quality``) that their ``GrainCommitted`` facts record.
+
+A verdict is an output value of the shape ``{"stage": str, "keep": bool, "reason": str |
+None, ...}``; a committed one with ``keep`` False is a drop. The first drop of a source
+(in its shard's fact order) is why it is gone: a later stage never sees a dropped document.
+Reads the one run view (:mod:`rayorch.core.run_view`), like status, show and audit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rayorch.core.run_view import GrainView, RunView, ShardView
+from rayorch.core.vocabulary import REPORT_PRESENT
+
+
+@dataclass(frozen=True)
+class Drop:
+    """One dropped source: which Call dropped it, its stage, reason and the rest of the
+    verdict (the kept copy, the score)."""
+
+    index: int
+    call: str
+    seq: int
+    verdict: dict[str, Any]
+
+    @property
+    def stage(self) -> str:
+        return str(self.verdict.get("stage"))
+
+    @property
+    def reason(self) -> str:
+        return str(self.verdict.get("reason"))
+
+    @property
+    def label(self) -> str:
+        """``stage: reason`` (what the summaries count)."""
+        return f"{self.stage}: {self.reason}"
+
+    def details(self) -> dict[str, Any]:
+        """The verdict without ``stage``, ``keep`` and ``reason``."""
+        return {k: v for k, v in self.verdict.items() if k not in ("stage", "keep", "reason")}
+
+    def text(self) -> str:
+        """In words, for people: ``dedup_text: duplicate (kept: a.pdf)``."""
+        details = ", ".join(f"{k}: {v}" for k, v in sorted(self.details().items()))
+        return self.label + (f" ({details})" if details else "")
+
+
+def is_verdict(value: Any) -> bool:
+    """Whether ``value`` is a data-quality verdict (see the module doc)."""
+    return (isinstance(value, dict) and isinstance(value.get("stage"), str)
+            and isinstance(value.get("keep"), bool) and "reason" in value)
+
+
+def grain_drop(grain: GrainView) -> Drop | None:
+    """The drop a source's Grain committed, if its outputs hold one."""
+    if len(grain.path) != 1 or not grain.committed:
+        return None
+    seq, fact = grain.committed[0]
+    if fact.outcome != REPORT_PRESENT or not fact.outputs:
+        return None
+    for value in fact.outputs:
+        if is_verdict(value) and value["keep"] is False:
+            return Drop(grain.path[0], grain.call, seq, dict(value))
+    return None
+
+
+def grains_drop(index: int, grains: Iterable[GrainView]) -> Drop | None:
+    """The first drop (in fact order) among one source's Grains."""
+    drops = [d for d in map(grain_drop, grains) if d is not None and d.index == index]
+    return min(drops, key=lambda d: d.seq, default=None)
+
+
+def shard_drops(shard: ShardView) -> dict[int, Drop]:
+    """The drops of one shard's sources, by source index."""
+    found: dict[int, Drop] = {}
+    for grain in shard.grains.values():
+        drop = grain_drop(grain)
+        if drop is not None:
+            earlier = found.get(drop.index)
+            if earlier is None or drop.seq < earlier.seq:
+                found[drop.index] = drop
+    return found
+
+
+def run_drops(view: RunView) -> dict[int, Drop]:
+    """Every dropped source of the run, by index (sorted)."""
+    drops: dict[int, Drop] = {}
+    for shard in view.shards.values():
+        drops.update(shard_drops(shard))
+    return dict(sorted(drops.items()))
+
+
+def drops_by_reason(drops: dict[int, Drop]) -> dict[str, int]:
+    """``{"stage: reason": count}``, most first."""
+    return dict(Counter(d.label for d in drops.values()).most_common())
+
+
+__all__ = ["Drop", "drops_by_reason", "grain_drop", "grains_drop", "is_verdict", "run_drops",
+           "shard_drops"]
