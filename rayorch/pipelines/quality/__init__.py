@@ -20,6 +20,7 @@ or one by one: ``ro.RayModule(LanguageId, languages=["en"], num_outputs=2)`` the
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -68,6 +69,11 @@ def stage_modules(*, dedup: str | None = None, languages: Sequence[str] = (),
     if not 0.0 < near_threshold < 1.0:
         raise QualityOptionError(f"the near-dedup threshold is between 0 and 1, not "
                                  f"{near_threshold}")
+    missing = [name for name in ("rensa", "py3langid")
+               if importlib.util.find_spec(name) is None]
+    if missing and (dedup == "near" or languages):
+        raise QualityOptionError(f"{' and '.join(missing)} missing: pip install "
+                                 "'rayorch[quality]'")
     modules: dict[str, Any] = {}
     light: dict[str, Any] = {"num_outputs": 2, "num_cpus": 0.25, "batch_size": 32}
     if dedup is not None:
