@@ -33,6 +33,7 @@ from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, for
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import GrainView, ShardView, first_before, fold_shard
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
+from rayorch.inspect.drops import check_claims
 from rayorch.inspect.status import declared_sources
 from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
@@ -352,6 +353,7 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
             _fold_through_kernel(plan, shard, facts, shape, report, committed)
     _check_every_shard_held(run_id, views, expected, done, report)
     report.violations += [Violation(*finding) for finding in check_reuse(store, views)]
+    report.violations += [Violation(*finding) for finding in check_claims(store, views)]
     return report
 
 

@@ -96,10 +96,41 @@ def run_drops(view: RunView) -> dict[int, Drop]:
     return dict(sorted(drops.items()))
 
 
+def check_claims(store: Any, views: dict[int, ShardView]) -> list[tuple[int, int, str, str]]:
+    """Audit findings ``(shard, seq, object, message)``: each exact-dedup verdict against
+    the store's dedup index. A dropped copy's key must be held by the copy it names, a
+    kept document's key must be claimed. A ``memory://`` run's index lived in its actors:
+    nothing to check here."""
+    from rayorch.store.registry import is_shared_store
+
+    if not is_shared_store(getattr(store, "url", "memory://")):
+        return []
+    findings = []
+    for shard, view in views.items():
+        for grain in view.grains.values():
+            if len(grain.path) != 1 or not grain.committed:
+                continue
+            seq, fact = grain.committed[0]
+            for value in fact.outputs or ():
+                if not (is_verdict(value) and isinstance(value.get("key"), str)
+                        and isinstance(value.get("scope"), str)):
+                    continue
+                [holder] = store.holders(value["scope"], [value["key"]])
+                name = f"{grain.call}[{grain.path[0]}]"
+                if value["keep"] is False and holder != value.get("kept"):
+                    findings.append((shard, seq, name, f"dropped as a copy of "
+                                     f"{value.get('kept')!r}, but the dedup index holds "
+                                     f"{value['key']} for {holder!r}"))
+                elif value["keep"] is True and holder is None:
+                    findings.append((shard, seq, name, f"kept, but its claim of "
+                                     f"{value['key']} is not in the dedup index"))
+    return findings
+
+
 def drops_by_reason(drops: dict[int, Drop]) -> dict[str, int]:
     """``{"stage: reason": count}``, most first."""
     return dict(Counter(d.label for d in drops.values()).most_common())
 
 
-__all__ = ["Drop", "drops_by_reason", "grain_drop", "grains_drop", "is_verdict", "run_drops",
-           "shard_drops"]
+__all__ = ["Drop", "check_claims", "drops_by_reason", "grain_drop", "grains_drop", "is_verdict",
+           "run_drops", "shard_drops"]

@@ -164,3 +164,29 @@ def test_a_pipeline_drops_through_f_filter_and_the_facts_say_why() -> None:
     assert drops_by_reason(drops)["dedup_text: duplicate"] == 1
     text = "\n".join(lineage_lines(lineage(shard, (1,))))
     assert "dropped by dedup_text: dedup_text: duplicate" in text and "kept: a" in text
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_survivor_of_each_group_is_delivered_across_retries_and_restarts(seed: int) -> None:
+    """Faults after the claim (a lost report, a timeout), duplicate reports and driver
+    restarts retry dedup Grains whose claims are already recorded: a retried document
+    finds its own claim, so each group delivers exactly one copy and every dropped copy
+    names a delivered one."""
+    from rayorch.core.plan import Policy
+    from rayorch.runtime.in_process import ExecutorOptions
+
+    groups = [long_text(10 + g, 300) for g in range(4)]
+    docs = [(text if copy == 0 else text.upper(), f"g{g}-c{copy}")
+            for copy in range(3) for g, text in enumerate(groups)]
+    options = ExecutorOptions(batch_size=2, policy=Policy.ELASTIC, actors=2, seed=seed,
+                              random_order=True, fault_rate=0.5, max_faults_per_grain=2,
+                              bogus_report_rate=0.2, restart_rate=0.05, fence_on_restart=True)
+    result = execute(Clean(new_scope()).compile(), docs, options)
+    present = {docs[i][1] for i, (item,) in result.outputs.items()
+               if item.outcome is Outcome.PRESENT}
+    assert sorted(name.split("-")[0] for name in present) == ["g0", "g1", "g2", "g3"]
+    drops = run_drops(RunView("r", {}, {0: fold_shard(0, numbered(result.log))}))
+    assert len(drops) == 8
+    for index, drop in drops.items():
+        assert drop.verdict["kept"] in present
+        assert drop.verdict["kept"].split("-")[0] == docs[index][1].split("-")[0]

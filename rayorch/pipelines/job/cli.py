@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TextIO
@@ -70,6 +71,8 @@ def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
         f"{unit}s": summary.done + summary.kept,
         "succeeded": summary.succeeded + summary.kept,
         "failed": summary.failed,
+        "dropped": summary.dropped,
+        "drops": dict(summary.drops),
         "kept": summary.kept,
         f"{part}s": summary.parts,
         "failures": summary.failure_kinds(),
@@ -342,6 +345,7 @@ def run_job(
     outputs: Callable[[OutputDir, JobSummary], str],
     big_first: bool = False,
     sizes: Mapping[str, int] | None = None,
+    rebuild: Callable[[OutputDir], Any] | None = None,
 ) -> int:
     """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
 
@@ -350,10 +354,15 @@ def run_job(
     ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
     says what the run left in ``--output``. ``big_first`` dispatches the largest files
     first (outputs keep their ids and order; ``sizes``: the sizes the input listing gave).
-    Returns the exit code.
+    ``rebuild(out)``: the pipeline again once ``--output`` is prepared (its dedup index is
+    the output's). Documents a data-quality stage dropped are counted apart and listed in
+    ``dropped.jsonl`` (``job/drops.py``). Returns the exit code.
     """
+    from rayorch.pipelines.job.drops import check_dedup_store, drop_rows, readable_store
+
     plan = pipeline.compile()
     check_store(args.store)
+    check_dedup_store(args)
     if (args.reuse or args.no_reuse) and not is_shared_store(args.store):
         raise UsageError("--reuse needs the store of the earlier run: pass --store redis://... "
                          "(a memory:// store ends with its process)")
@@ -361,6 +370,9 @@ def run_job(
         raise UsageError("--no-reuse CALL goes with --reuse RUN")
     out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
                             overwrite=args.overwrite, resume=args.resume)
+    if rebuild is not None:
+        pipeline = rebuild(out)
+        plan = pipeline.compile()
     ids = out.remaining(sources)
     if big_first:
         ids = largest_first(ids, sources, sizes)
@@ -373,7 +385,9 @@ def run_job(
     # With --json stdout carries the summary only: what Ray prints there meanwhile (a
     # raylet warning as the pools grow, say) goes to stderr.
     stdout = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+    stages = getattr(pipeline, "quality_stages", None)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), \
+            readable_store(args.store) as (store_url, store):
         try:
             if ids:
                 clock.starting_ray()
@@ -385,7 +399,7 @@ def run_job(
                 from rayorch.driver import new_run_id
 
                 sink = out.sink_for(new_run_id(plan), writer)
-                handle = pipeline.run(sources, store=args.store, ordered=False,
+                handle = pipeline.run(sources, store=store_url, ordered=False,
                                       progress=progress, address=args.address,
                                       admission_order=ids, sink=sink, reuse=args.reuse,
                                       no_reuse=args.no_reuse, ui=args.ui)
@@ -402,6 +416,10 @@ def run_job(
                     clock.done()
                     summary.run_ended = clock.t_end
                 pools = pools_summary(plan, handle.pool_sizer)
+                if stages:  # why each dropped document was dropped, from the run's facts
+                    out.drops = drop_rows(store, run_id, sources)
+                    summary.drops = dict(Counter(f"{d['stage']}: {d['reason']}"
+                                                 for d in out.drops).most_common())
             else:
                 summary.run_started = clock.running()
             complete = True

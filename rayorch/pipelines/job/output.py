@@ -41,6 +41,8 @@ MARKER = ".rayorch-output.json"
 DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
 """Names of the files a job writes per source: ``<index:05d>-<slug>.<ext>``."""
 LINES_KEY = "lines"
+DROPPED_NAME = "dropped.jsonl"
+"""One line per document a data-quality stage dropped, and why (``job/drops.py``)."""
 """The key of a record's value that holds the source's lines (``layout.lines``)."""
 
 
@@ -62,9 +64,12 @@ class JobWriter:
 
     def delivered(self, summary: JobSummary, sources: list[str], index: int, value: Any
                   ) -> None:
-        """Count one delivered result: finished, or failed with its row's cause."""
+        """Count one delivered result: finished, dropped (by a data-quality stage), or
+        failed with its row's cause."""
         if self.finished(value):
             self.count(summary, value)
+        elif isinstance(value, FailedResult) and value.outcome is Outcome.DROPPED:
+            summary.add_dropped()
         else:
             source = sources[index] if 0 <= index < len(sources) else None
             summary.add_failed(str(source), failure_cause(value))
@@ -100,6 +105,8 @@ class OutputDir:
         """Lines in ``layout.lines`` (kept ones included)."""
         self.sink: FileSink | None = None
         self._writer: JobWriter | None = None
+        self.drops: list[dict[str, Any]] | None = None
+        """The ``dropped.jsonl`` rows of this run (None: the run has no quality stage)."""
         self.started = False
         """Whether a run began here (:meth:`note_run`)."""
 
@@ -154,6 +161,8 @@ class OutputDir:
                         "use --overwrite to start afresh")
                 kept = _finished(storage, layout, len(sources))
                 marker["runs"] = list(earlier.get("runs", []))
+                if isinstance(earlier.get("dedup_scope"), str):  # the same dedup index
+                    marker["dedup_scope"] = earlier["dedup_scope"]
             else:
                 remove_sink(storage.url)
             _remove_outputs(storage, layout, keep=_owned_files(layout, kept))
@@ -167,6 +176,17 @@ class OutputDir:
         if self.path is None:
             raise UsageError(f"--output {self.url}: this job writes to a local directory only")
         return self.path
+
+    @property
+    def dedup_scope(self) -> str:
+        """The dedup index of this output (kept by ``--resume``, new otherwise)."""
+        scope = self.marker.get("dedup_scope")
+        if not isinstance(scope, str):
+            from rayorch.pipelines.quality import new_scope
+
+            scope = self.marker["dedup_scope"] = new_scope()
+            _write_json(self.storage, MARKER, self.marker)
+        return scope
 
     def remaining(self, sources: list[str]) -> list[int]:
         """Ids of the sources this run must (re)do."""
@@ -239,6 +259,8 @@ class OutputDir:
             remove_sink(self.url)
             return
         self._write_views(self.delivered())
+        if self.drops is not None:
+            _write_lines(self.storage, DROPPED_NAME, self.drops)
         self.marker["status"] = "complete" if complete else "incomplete"
         _write_json(self.storage, MARKER, self.marker)
 
@@ -255,9 +277,17 @@ class OutputDir:
                     rows[index] = value
                 continue
             source = self.sources[index] if 0 <= index < len(self.sources) else None
-            rows[index] = {"id": index, "source": source, "status": "failed",
-                           "cause": record["cause"], **self.layout.row_defaults}
+            cause = record["cause"]
+            status = "failed"
+            if record["outcome"] == Outcome.DROPPED.value:
+                status, cause = "dropped", self._drop_causes().get(index, cause)
+            rows[index] = {"id": index, "source": source, "status": status,
+                           "cause": cause, **self.layout.row_defaults}
         return rows
+
+    def _drop_causes(self) -> dict[int, str]:
+        """``stage: reason`` of each document this run dropped (``dropped.jsonl``)."""
+        return {int(row["id"]): f"{row['stage']}: {row['reason']}" for row in self.drops or ()}
 
     def _write_views(self, rows: dict[int, dict[str, Any]]) -> None:
         ordered = [row for _, row in sorted(rows.items())]
@@ -368,7 +398,7 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
                     name.startswith(".") and name.endswith(".tmp"))
                 if ours and name not in keep:
                     storage.delete(name)
-        for shared in (layout.rows, layout.lines):
+        for shared in (layout.rows, layout.lines, DROPPED_NAME):
             if shared:
                 storage.delete(shared)
     except StorageError as exc:
@@ -393,5 +423,5 @@ def _remove_folder(storage: Storage, folder: str, keep: set[str]) -> None:
         raise UsageError(f"--output {storage.url}: {exc}") from None
 
 
-__all__ = ["DOCUMENT_NAME", "LINES_KEY", "MARKER", "JobWriter", "OutputDir", "UsageError",
-           "failure_cause"]
+__all__ = ["DOCUMENT_NAME", "DROPPED_NAME", "LINES_KEY", "MARKER", "JobWriter", "OutputDir",
+           "UsageError", "failure_cause"]

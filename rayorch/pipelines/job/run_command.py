@@ -62,6 +62,7 @@ from rayorch.pipelines.job.cli import (
     require_positive,
     run_job,
 )
+from rayorch.pipelines.job.drops import add_quality_options, against_scope, quality_options
 from rayorch.pipelines.job.layouts import PDF_JOB
 from rayorch.pipelines.job.output import UsageError
 
@@ -120,15 +121,18 @@ def add_pdf_parser(jobs: Any) -> None:
     group.add_argument("--layout-batch-size", type=int, default=4,
                        help="pages per layout batch (--ocr layout; --batch-size is then "
                        "regions per recognition batch)")
+    add_quality_options(group)
     group.add_argument("--max-fallback-share", type=float, default=1.0, metavar="SHARE",
                        help="--ocr layout: fail a document when more than this share of "
                        "its blocks fell back (text layer, OCR of a crop or of the page); "
                        "default 1.0 = never")
 
 
-def pdf_pipeline(args: argparse.Namespace) -> Any:
-    """The ``PdfPipeline`` the options ask for (checked: a ``UsageError`` in one line)."""
+def pdf_pipeline(args: argparse.Namespace, scope: str | None = None) -> Any:
+    """The ``PdfPipeline`` the options ask for (checked: a ``UsageError`` in one line);
+    ``scope``: its dedup index (the output's, once prepared)."""
     from rayorch.pipelines.pdf import PdfPipeline
+    from rayorch.pipelines.quality import QualityOptionError
 
     require_positive(args, "batch_size", "dpi", "layout_batch_size")
     if not 0.0 <= args.max_fallback_share <= 1.0:
@@ -146,7 +150,19 @@ def pdf_pipeline(args: argparse.Namespace) -> Any:
         engine_options = {"model": args.model, **engine_options}
     if engine_options:
         options["engine_options"] = engine_options
-    return PdfPipeline(args.ocr, **options)
+    options |= quality_options(args)
+    if args.dedup is not None:
+        options |= {"claims": args.store, "dedup_scope": scope}
+        if scope is not None and args.dedup_against is not None:
+            against = against_scope(args.store, args.dedup_against)
+            if against == scope:
+                raise UsageError(f"--dedup-against {args.dedup_against} is this output's own "
+                                 "run: continue it with --resume")
+            options["dedup_against"] = [against]
+    try:
+        return PdfPipeline(args.ocr, **options)
+    except QualityOptionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def read_prompt(value: str) -> str:
@@ -228,6 +244,9 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
 
     same: dict[str, Any] = {"ocr": args.ocr, "tables": args.tables,
                             "page_markers": not args.no_page_markers}
+    quality = {k: v for k, v in quality_options(args).items() if v not in (None, [], "off")}
+    if quality:  # a resumed run keeps its data-quality stages
+        same["quality_stages"] = quality
     if args.ocr in REGION_ENGINES:
         same["max_fallback_share"] = args.max_fallback_share
     for name in ("model", "prompt", "max_tokens", "temperature"):  # only when given
@@ -240,4 +259,5 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=pdf_pipeline(args),
                    options=same, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
-                   sizes=sizes)
+                   sizes=sizes, rebuild=None if args.dedup is None
+                   else lambda out: pdf_pipeline(args, out.dedup_scope))

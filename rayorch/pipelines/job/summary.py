@@ -48,6 +48,10 @@ class JobSummary:
     """``(source, cause)`` of each failed source, in the words of its row."""
     warnings: list[str] = field(default_factory=list)
     engines: Counter[str] = field(default_factory=Counter)
+    dropped: int = 0
+    """Sources a data-quality stage dropped (this run's)."""
+    drops: dict[str, int] = field(default_factory=dict)
+    """This run's drops by ``stage: reason`` (read from its facts when it ends)."""
     run_started: float | None = None
     """``time.monotonic()`` when the run began (its actors may still be starting)."""
     run_ended: float | None = None
@@ -70,6 +74,11 @@ class JobSummary:
         with self.lock:
             self.done += 1
             self.failures.append((source, cause))
+
+    def add_dropped(self) -> None:
+        with self.lock:
+            self.done += 1
+            self.dropped += 1
 
     @property
     def failed(self) -> int:
@@ -139,6 +148,8 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
                 f"output: {outputs}")
     head = (f"run {result['run_id']} done: {plural(done, unit)} "
             f"({result['succeeded']} ok, {result['failed']} failed")
+    if result.get("dropped"):
+        head += f", {result['dropped']} dropped"
     head += f", {result['kept']} kept from the earlier run)" if result["kept"] else ")"
     engines = ", ".join(f"{n} {e}" for e, n in result[f"{part}_engines"].items())
     rate = result[f"{part}s_per_s"]
@@ -159,6 +170,10 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
         lines.extend(summary.failure_lines())
     else:
         lines.append("failures: none")
+    if summary.dropped:
+        reasons = ", ".join(f"{label} {n}" for label, n in summary.drops.items())
+        lines.append(f"dropped {plural(summary.dropped, unit)} (listed in dropped.jsonl)"
+                     + (f": {reasons}" if reasons else ""))
     if summary.warnings:
         lines.append(f"warnings ({len(summary.warnings)}):")
         lines.extend(f"  {w}" for w in summary.warnings[:MAX_NAMED_FAILURES])

@@ -88,6 +88,7 @@ class ClaimingStage:
         """Keep ``doc`` when it holds its keys (first claim wins), else drop it naming the
         holder (the smallest, when several hold its keys: the same on every retry)."""
         keys, details = self.keys(doc)
+        details["scope"] = self.scope
         if not keys:
             return kept(self.stage, note="no content to compare", **details)
         for earlier in self.against:
