@@ -148,7 +148,9 @@ def test_a_pipeline_drops_through_f_filter_and_the_facts_say_why() -> None:
     stage, the reason, the kept copy or the score."""
     a = long_text(5, 600)
     docs = [(a, "a"), (a.upper(), "b"), (FRENCH * 8, "c"),
-            ("\n\n".join(["Click here to subscribe to the newsletter of the committee."] * 80), "d"), (long_text(6, 600), "e"),
+            ("\n\n".join(["Click here to subscribe to the newsletter of the committee."] * 80),
+             "d"),
+            (long_text(6, 600), "e"),
             (a.replace("term1 ", "term2 ", 3), "f")]
     result = execute(Clean(new_scope()).compile(), docs)
     outcomes = [result.outputs[i][0].outcome for i in range(len(docs))]
