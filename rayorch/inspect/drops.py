@@ -117,7 +117,8 @@ def check_claims(store: Any, views: dict[int, ShardView]) -> list[tuple[int, int
                     continue
                 [holder] = store.holders(value["scope"], [value["key"]])
                 name = f"{grain.call}[{grain.path[0]}]"
-                if value["keep"] is False and holder != value.get("kept"):
+                exact = value.get("reason") == "duplicate"
+                if value["keep"] is False and exact and holder != value.get("kept"):
                     findings.append((shard, seq, name, f"dropped as a copy of "
                                      f"{value.get('kept')!r}, but the dedup index holds "
                                      f"{value['key']} for {holder!r}"))

@@ -157,7 +157,7 @@ class PdfPipeline(ro.Pipeline):
         # rendering, the documents' text judged after assembly.
         add_stages(self, dedup=dedup, languages=languages, quality=quality, claims=claims,
                    dedup_scope=dedup_scope, near_threshold=near_threshold,
-                   dedup_against=dedup_against)
+                   dedup_against=dedup_against, of_files=True)
         if engine not in OCR_MODES:
             valid = ", ".join(repr(m) for m in OCR_MODES)
             raise OcrEngineError(f"unknown OCR engine {engine!r}: choose one of {valid}")

@@ -159,13 +159,13 @@ def test_a_pipeline_drops_through_f_filter_and_the_facts_say_why() -> None:
     shard = fold_shard(0, numbered(result.log))
     drops = run_drops(RunView("r", {}, {0: shard}))
     assert {i: (d.stage, d.reason) for i, d in drops.items()} == {
-        1: ("dedup_text", "duplicate"), 2: ("language", "language"),
+        1: ("dedup_near", "duplicate"), 2: ("language", "language"),
         3: ("quality", drops[3].reason), 5: ("dedup_near", "near_duplicate")}
     assert drops[1].verdict["kept"] == "a" and drops[5].verdict["kept"] == "a"
     assert drops[2].verdict["lang"] == "fr"
-    assert drops_by_reason(drops)["dedup_text: duplicate"] == 1
+    assert drops_by_reason(drops)["dedup_near: duplicate"] == 1
     text = "\n".join(lineage_lines(lineage(shard, (1,))))
-    assert "dropped by dedup_text: dedup_text: duplicate" in text and "kept: a" in text
+    assert "dropped by dedup_near: dedup_near: duplicate" in text and "kept: a" in text
 
 
 @pytest.mark.parametrize("seed", range(6))

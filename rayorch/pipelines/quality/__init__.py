@@ -48,14 +48,17 @@ def new_scope() -> str:
 def stage_modules(*, dedup: str | None = None, languages: Sequence[str] = (),
                   quality: str = "off", claims: str = "memory://",
                   dedup_scope: str | None = None, near_threshold: float = DEFAULT_THRESHOLD,
-                  dedup_against: Sequence[str] = ()) -> dict[str, Any]:
+                  dedup_against: Sequence[str] = (), of_files: bool = False
+                  ) -> dict[str, Any]:
     """The stage modules the options ask for, by attribute name, in the order they run
     (:data:`~rayorch.pipelines.quality.verdict.STAGES`): ``dedup_bytes`` takes the
-    sources, the others the documents.
+    sources (files: only with ``of_files``), the others the documents.
 
-    ``dedup``: ``"exact"`` (input bytes and normalised text) or ``"near"`` (those and
-    MinHash near-duplicates at ``near_threshold``). ``claims``: the store URL the dedup
-    index lives in (the run's ``--store``; a ``memory://`` index lives in its one actor).
+    ``dedup``: ``"exact"`` (input bytes and normalised text) or ``"near"`` (input bytes,
+    then the normalised text and MinHash near-duplicates at ``near_threshold`` in one
+    claim). Dedup runs last, so only documents that every other stage kept claim text.
+    ``claims``: the store URL the dedup index lives in (the run's ``--store``; a
+    ``memory://`` index lives in its one actor).
     ``dedup_scope`` names the index (default: a new one; replica drivers and resumed runs
     must share it). ``dedup_against``: earlier scopes a document must not be in.
     """
@@ -81,7 +84,9 @@ def stage_modules(*, dedup: str | None = None, languages: Sequence[str] = (),
                  "against": list(dedup_against)}
         # A memory:// index lives in its actor's process: one actor holds all of it.
         claiming: dict[str, Any] = {**light, "replicas": "auto" if is_shared_store(claims) else 1}
-        modules["dedup_bytes"] = ro.RayModule(ExactDedup, of="bytes", **index, **claiming)
+        if of_files:
+            modules["dedup_bytes"] = ro.RayModule(ExactDedup, of="bytes", **index,
+                                                  **claiming)
     if languages:
         try:
             LanguageId(languages)  # checked here, before any actor starts
@@ -89,11 +94,11 @@ def stage_modules(*, dedup: str | None = None, languages: Sequence[str] = (),
             raise QualityOptionError(str(exc)) from None
         modules["language"] = ro.RayModule(LanguageId, languages=list(languages),
                                            replicas="auto", **light)
-    if dedup is not None:
-        modules["dedup_text"] = ro.RayModule(ExactDedup, of="text", **index, **claiming)
     if quality == "default":
         modules["quality"] = ro.RayModule(QualityFilter, replicas="auto", **light)
-    if dedup == "near":
+    if dedup == "exact":
+        modules["dedup_text"] = ro.RayModule(ExactDedup, of="text", **index, **claiming)
+    elif dedup == "near":
         modules["dedup_near"] = ro.RayModule(NearDedup, threshold=near_threshold, **index,
                                              **claiming)
     return modules
@@ -131,6 +136,21 @@ def keep_documents(pipeline: Any, docs: Any, ids: Any = None) -> Any:
     return docs
 
 
+class TextQuality(ro.Pipeline):
+    """Documents (text, or dicts with ``markdown``/``text``) and their ids through the
+    stages that ``options`` ask for (:func:`stage_modules`); what is left is the output.
+
+    >>> plan = TextQuality(dedup="near", languages=["en"], dedup_scope="s1").compile()
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        add_stages(self, **options)
+
+    def forward(self, docs: Any, ids: Any) -> Any:
+        return keep_documents(self, docs, ids)
+
+
 __all__ = ["DEDUP_MODES", "QUALITY_MODES", "STAGES", "ExactDedup", "LanguageId", "NearDedup",
-           "QualityFilter", "QualityOptionError", "add_stages", "dropped", "keep_documents",
-           "keep_sources", "kept", "new_scope", "stage_modules"]
+           "QualityFilter", "QualityOptionError", "TextQuality", "add_stages", "dropped",
+           "keep_documents", "keep_sources", "kept", "new_scope", "stage_modules"]

@@ -99,8 +99,19 @@ class ClaimingStage:
         answer = self.index.claim(self.scope, keys, claimant)
         others = sorted({h for h in answer if h is not None and h != claimant})
         if others:
-            return dropped(self.stage, self.reason, kept=others[0], **details)
+            return dropped(self.stage, self.reason_for(answer, claimant), kept=others[0],
+                           **details)
         return kept(self.stage, **details)
+
+    def reason_for(self, answer: tuple[str | None, ...], claimant: str) -> str:
+        """Why a document whose claim ``answer`` names other holders is dropped."""
+        return self.reason
+
+
+def text_key(text: str) -> str | None:
+    """The exact-dedup key of a text: the hash of its normalised words (None: none)."""
+    data = normalise(text).encode("utf-8")
+    return f"text:sha256:{hashlib.sha256(data).hexdigest()[:32]}" if data else None
 
 
 class ExactDedup(ClaimingStage):
@@ -119,11 +130,12 @@ class ExactDedup(ClaimingStage):
             from rayorch.pipelines.sources import check_file
 
             data = check_file(doc, "input", 1, whole=True).read()
+            key = f"bytes:sha256:{hashlib.sha256(data).hexdigest()[:32]}"
         else:
-            data = normalise(document_text(doc)).encode("utf-8")
-            if not data:
+            found = text_key(document_text(doc))
+            if found is None:
                 return [], {}
-        key = f"{self.of}:sha256:{hashlib.sha256(data).hexdigest()[:32]}"
+            key = found
         return [key], {"key": key}
 
 
@@ -149,7 +161,8 @@ def lsh_bands(threshold: float, num_perm: int, recall: float = 0.9) -> tuple[int
 class NearDedup(ClaimingStage):
     """Near dedup: a MinHash (rensa) of the text's ``shingle``-word shingles, cut into LSH
     bands; a document sharing a band with a kept one is its near-duplicate (estimated
-    Jaccard at or above ``threshold``, by the bands' S-curve)."""
+    Jaccard at or above ``threshold``, by the bands' S-curve). It claims the exact text
+    key too (first): an exact copy is a ``duplicate``, with that ``key`` in its verdict."""
 
     stage = "dedup_near"
     reason = "near_duplicate"
@@ -184,12 +197,18 @@ class NearDedup(ClaimingStage):
                 for b in range(self.bands)]
 
     def keys(self, doc: Any) -> tuple[list[str], dict[str, Any]]:
-        signature = self.signature(document_text(doc))
-        if signature is None:
+        text = document_text(doc)
+        signature = self.signature(text)
+        key = text_key(text)
+        if signature is None or key is None:
             return [], {}
-        return self.band_keys(signature), {"threshold": self.threshold}
+        return [key, *self.band_keys(signature)], {"key": key, "threshold": self.threshold}
+
+    def reason_for(self, answer: tuple[str | None, ...], claimant: str) -> str:
+        exact = answer[0] is not None and answer[0] != claimant
+        return "duplicate" if exact else self.reason
 
 
 __all__ = ["DEFAULT_NUM_PERM", "DEFAULT_SHINGLE", "DEFAULT_THRESHOLD", "LOCAL_CLAIMS",
-           "ClaimingStage", "ExactDedup", "NearDedup", "document_id", "lsh_bands",
+           "ClaimingStage", "ExactDedup", "NearDedup", "document_id", "lsh_bands", "text_key",
            "open_claims"]

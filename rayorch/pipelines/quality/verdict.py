@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-STAGES = ("dedup_bytes", "language", "dedup_text", "quality", "dedup_near")
-"""The stages in the order the PDF job runs them (as FinePDFs: the cheap and exact first)."""
+STAGES = ("dedup_bytes", "language", "quality", "dedup_text", "dedup_near")
+"""The stages in the order the PDF job runs them: byte copies before any work (as
+FinePDFs), text dedup last (``dedup_text`` or ``dedup_near``, which claims the text's hash
+and its MinHash bands at once), so that only documents kept by every other stage enter
+the text index."""
 
 
 def kept(stage: str, **details: Any) -> tuple[bool, dict[str, Any]]:
