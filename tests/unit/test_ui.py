@@ -131,6 +131,25 @@ def test_every_page_reachable_from_the_index_shows_store_text_inert(
     assert {"/runs/evil/failures", "/runs/evil/sources", "/runs"} <= shown, shown
 
 
+def test_a_drop_shows_its_stage_and_reason_inert(store: LineageStore) -> None:
+    """A source a data-quality stage dropped: the run page counts drops by reason, the
+    source page says which stage dropped it and why (store text escaped)."""
+    store.open_run("dedup", scripted_plan())
+    epoch = store.acquire_lease("dedup", 0, "d", ttl_s=60)
+    store.append("dedup", 0, epoch, [SourceAdmitted(0, ("b.pdf",), ts=1.0),
+                                     GrainDispatched("render", (0,), 0, ts=1.5)], driver="d")
+    verdict = {"stage": "dedup_text", "keep": False, "reason": "duplicate", "kept": HOSTILE}
+    store.commit("dedup", [GrainCommitted("render", (0,), 0, "present",
+                                          outputs=(False, verdict), ts=2.0)])
+    store.append("dedup", 0, epoch, [OutputEmitted(0, "dropped", ts=2.5)], driver="d")
+    client = TestClient(build_app(store))
+    run = client.get("/runs/dedup").text
+    assert re.search(r'id="dropped-sources">dedup_text: duplicate: 1<', run), run
+    source = client.get("/runs/dedup/sources/0").text
+    assert "dropped by <code>render</code>: dedup_text: duplicate (kept: " in source
+    assert HOSTILE not in source and "&lt;script&gt;" in source
+
+
 def test_a_bad_or_missing_run_is_a_clear_page(store: LineageStore) -> None:
     client = TestClient(build_app(store))
     missing = client.get("/runs/nope")
