@@ -178,3 +178,30 @@ def test_a_killed_dedup_job_resumed_keeps_its_survivors(redis_url: str,
     for index, outcome in before.items():  # delivered before the kill: still the survivor
         if outcome == "present":
             assert index in delivered
+
+
+def test_dedup_against_an_earlier_run_drops_what_it_delivered(redis_url: str,
+                                                               tmp_path: Path) -> None:
+    """``--dedup-against latest``: a second job drops the documents the first one delivered
+    (found in the first run's dedup index through the store's record of its output)."""
+    first_in, second_in = tmp_path / "in1", tmp_path / "in2"
+    first_in.mkdir()
+    second_in.mkdir()
+    shutil.copyfile(EXAMPLES / "gb4e-doc.pdf", first_in / "gb4e.pdf")
+    shutil.copyfile(EXAMPLES / "gb4e-doc.pdf", second_in / "again.pdf")
+    shutil.copyfile(EXAMPLES / "verse.pdf", second_in / "verse.pdf")
+    common = ["--ocr", "text", "--store", redis_url, "--dedup", "exact", "--no-progress",
+              "--json"]
+    first = rayorch("run", "pdf", "--input", str(first_in), "--output",
+                    str(tmp_path / "out1"), *common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = rayorch("run", "pdf", "--input", str(second_in), "--output",
+                     str(tmp_path / "out2"), *common, "--dedup-against", "latest")
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert json.loads(second.stdout)["drops"] == {"dedup_bytes: delivered_before": 1}
+    [dropped] = jsonl(tmp_path / "out2" / "dropped.jsonl")
+    assert dropped["source"].endswith("again.pdf")
+    assert dropped["kept"] == str(first_in / "gb4e.pdf") and dropped["kept_id"] is None
+    own = rayorch("run", "pdf", "--input", str(second_in), "--output",
+                  str(tmp_path / "out2"), *common, "--resume", "--dedup-against", "latest")
+    assert own.returncode == 2 and "own run" in own.stderr, own.stderr

@@ -94,8 +94,8 @@ class ClaimingStage:
         for earlier in self.against:
             held = sorted({h for h in self.index.holders(earlier, keys) if h is not None})
             if held:
-                return dropped(self.stage, "delivered_before", kept=held[0], scope=earlier,
-                               **details)
+                return dropped(self.stage, "delivered_before", kept=held[0],
+                               **{**details, "scope": earlier})
         answer = self.index.claim(self.scope, keys, claimant)
         others = sorted({h for h in answer if h is not None and h != claimant})
         if others:
