@@ -164,9 +164,10 @@ def index_memory(count: int, redis: Any) -> dict[str, Any]:
     rng = random.Random(7)
     claimant = "s3://bucket/corpus/some/prefix/document-0000000.pdf"  # a 52-char id
     keys_of = []
-    for n in range(count):
+    for _ in range(count):
         signature = [rng.getrandbits(32) for _ in range(stage.num_perm)]
-        keys_of.append([f"text:sha256:{rng.getrandbits(128):032x}", *stage.band_keys(signature)])
+        text = f"text:sha256:{rng.getrandbits(128):032x}"
+        keys_of.append([text, *stage.band_keys(signature)])
     out: dict[str, Any] = {"keys_per_document": len(keys_of[0]), "documents": count}
     tracemalloc.start()
     before = tracemalloc.take_snapshot()

@@ -136,8 +136,8 @@ def near_copy(text: str, rng: random.Random, vocab: list[str]) -> str:
         start = rng.randrange(len(tokens))
         del tokens[start:start + max(1, int(len(tokens) * rng.uniform(0.01, 0.2)))]
     if how == "header":
-        tokens = ["Draft", "copy", "--", "revised", "edition", str(rng.randrange(1, 20))] + \
-            tokens[rng.randrange(1, 12):]
+        header = ["Draft", "copy", "--", "revised", "edition", str(rng.randrange(1, 20))]
+        tokens = [*header, *tokens[rng.randrange(1, 12):]]
     out = []
     for token in tokens:  # reflowed: other line breaks, a hyphen here and there
         out.append(token)
@@ -181,7 +181,7 @@ def low_quality(rng: random.Random, vocab: list[str], prose: list[str]) -> list[
     menu = ["Home", "About us", "Contact", "Login", "Sign up", "Privacy policy", "Terms",
             "Cookies", "Share", "Subscribe", "Next page", "Previous page", "Search"]
     docs = []
-    for i in range(20):
+    for _ in range(20):
         line = rng.choice(prose)
         docs += [
             {"low": "boilerplate", "text": "\n".join(
@@ -219,12 +219,10 @@ def build_set(seed: int = 41, cache: Path = CACHE) -> list[dict[str, Any]]:
     pdfs = distinct_pdfs()
     copies += [{"kind": "byte", "group": f"pdf-{pdfs.index(p)}", "pdf": p, "text": ""}
                for p in rng.sample(pdfs, len(pdfs) // 2)]
-    tries = 0
     near = []
     for item in items * 2:
         if len(near) >= len(items):
             break
-        tries += 1
         text = near_copy(item["text"], rng, vocab)
         similarity = jaccard(item["text"], text)
         if similarity >= 0.8:
