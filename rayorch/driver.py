@@ -146,6 +146,12 @@ class RunHandle:
         return self._driver.pools.replaced()
 
     @property
+    def actors_recycled(self) -> int:
+        """How many actors were recycled past their module's ``max_rss``/``max_batches``
+        (each finished its batches first: no failure, no retry)."""
+        return self._driver.stats.actors_recycled
+
+    @property
     def elapsed_s(self) -> float:
         """Seconds from the start of the run to its end (so far, while it runs)."""
         if self._elapsed is not None:

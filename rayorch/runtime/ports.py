@@ -101,6 +101,11 @@ class Pools(Protocol):
         """Actors replaced so far (crashes, timeouts)."""
         ...
 
+    def recycled(self) -> list[tuple[str, str]]:
+        """``(module, why)`` of each actor recycled (``max_rss``, ``max_batches``) since the
+        last call."""
+        ...
+
     # -- sizing (docs/ARCHITECTURE.md, "Pools that size themselves") -----------------------
     def counts(self) -> dict[str, PoolCounts]:
         """Each pool's actors now, by module name."""
@@ -153,6 +158,10 @@ class ModulePools:
     def idle(self, call: CallId, slot: Any) -> bool:
         """An actor that holds one batch at a time is idle once reserved (the executor's)."""
         return True
+
+    def recycled(self) -> list[tuple[str, str]]:
+        """In-process actors hold no native memory of their own: none is recycled."""
+        return []
 
 
 class Sink(Protocol):

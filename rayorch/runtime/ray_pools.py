@@ -104,6 +104,13 @@ class RayPools:
     def replaced(self) -> int:
         return sum(p.replaced for p in self.pools.values())
 
+    def recycled(self) -> list[tuple[str, str]]:
+        out = []
+        for name, pool in self.pools.items():
+            out += [(name, why) for _, why in pool.recycled]
+            pool.recycled.clear()
+        return out
+
     def counts(self) -> dict[str, PoolCounts]:
         out = {}
         for name, pool in self.pools.items():

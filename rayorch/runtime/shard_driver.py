@@ -408,6 +408,7 @@ class ShardDriver:
         outage), the others are settled on a later turn, never dropped."""
         if not self._done:
             self._done.extend(self.pools.collect())
+            self._record_recycled()
         while self._done:
             done = self._done.popleft()
             sent = self._batches.pop(done.handle, None)
@@ -594,6 +595,25 @@ class ShardDriver:
             stats.suppressed = sum(load.suppressed[call_id] for load in loads)
         self.stats.actors_replaced = self.pools.replaced()
         self._progress.update(self.stats)
+
+    def _record_recycled(self) -> None:
+        """Say and record each actor the pools recycled (``max_rss``, ``max_batches``): a
+        pool change whose size stays, with why, for ``status``, the timeline and the web
+        view."""
+        recycled = self.pools.recycled()
+        if not recycled:
+            return
+        now = self._now()
+        counts = self.pools.counts()
+        changes = []
+        for module, why in recycled:
+            size = counts[module].size if module in counts else 0
+            change = PoolChange(time.monotonic() - self.stats.started, module, size, size, why,
+                                now, self.driver_id)
+            self._log(f"rayorch: {change.line()}")
+            changes.append(change)
+        self.stats.actors_recycled += len(changes)
+        self._record_pools(changes)
 
     def _record_pools(self, changes: Sequence[PoolChange]) -> None:
         """Keep pool size changes in the store for ``rayorch status`` (best effort)."""

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from rayorch.core.errors import RayorchError
 from rayorch.core.program import Replicas
 from rayorch.core.words import plural
 from rayorch.pipelines.job.layouts import PDF_JOB, VIDEO_JOB, JobLayout
@@ -127,6 +128,20 @@ def given_options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     """``{name: value}`` of the options among ``names`` that were given (not ``None``): what
     is left out takes the pipeline's own default (pool sizes: ``"auto"``)."""
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def native_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"actor_max_rss": ...}`` when ``--actor-max-rss`` was given (checked: a
+    ``UsageError`` in one line), else ``{}`` (the pipeline's default)."""
+    from rayorch.pipelines.limits import max_rss_bytes
+
+    if args.actor_max_rss is None:
+        return {}
+    try:
+        max_rss_bytes(args.actor_max_rss)
+    except RayorchError as exc:
+        raise UsageError(f"--actor-max-rss: {exc}") from None
+    return {"actor_max_rss": args.actor_max_rss}
 
 
 def pool_size_text(options: Any) -> str:
@@ -285,6 +300,10 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        "arguments and inputs are unchanged (a run id, or 'latest')")
     group.add_argument("--no-reuse", action="append", default=[], metavar="CALL",
                        help="with --reuse: run this Call again anyway (e.g. ocr; repeatable)")
+    group.add_argument("--actor-max-rss", default=None, metavar="SIZE",
+                       help="recycle an actor of a native-memory stage (render, OCR, layout, "
+                       "decode) once its resident memory passes SIZE, e.g. 2GB or 800MiB; "
+                       "'off' never (default 3GB; model engines are not recycled)")
     group.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                        dest="storage_options",
                        help="an object store setting for s3://, gs://, az:// --input and "

@@ -58,6 +58,7 @@ from typing import Any
 from rayorch.pipelines.job.cli import (
     add_job_parser,
     given_options,
+    native_limits,
     replicas_type,
     require_positive,
     run_job,
@@ -140,7 +141,7 @@ def pdf_pipeline(args: argparse.Namespace) -> Any:
     options |= {"batch_size": args.batch_size, "tables": args.tables,
                 "page_markers": not args.no_page_markers,
                 "layout_batch_size": args.layout_batch_size,
-                "max_fallback_share": args.max_fallback_share}
+                "max_fallback_share": args.max_fallback_share, **native_limits(args)}
     engine_options = model_options(args)
     if args.model is not None:
         engine_options = {"model": args.model, **engine_options}
