@@ -170,7 +170,7 @@ class ModuleWorker:
         # that JSON cannot hold fail their own records here, before the commit.
         reports = tuple(reports_for(task.call.id, task.tags, done.results, time.time(),
                                     json_rule=self._binding is not None))
-        rss = resident_bytes() if self._module.options.max_rss is not None else 0
+        rss = resident_bytes()  # for max_rss and the metrics (one read of /proc)
         if self._binding is None:
             return BatchResult(
                 task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),

@@ -43,6 +43,9 @@ class Completion:
     failure: str | None = None  # set (and ``reports`` empty) when the batch failed physically
     busy_s: float | None = None  # how long the batch ran on its actor (None: not measured)
     crashed: bool = False  # the actor died under the batch (not its own timeout/ActorFailure)
+    commit_s: float | None = None  # the actor's store commit (None: the shell commits)
+    rss_bytes: int = 0  # the actor's resident memory after the batch (0: unknown)
+    actor: int | None = None  # the actor's process id
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,10 @@ class RayPools:
                                       crashed=outcome.crashed))
             else:
                 out.append(Completion(handle, task.call.id, task.tags, result.reports,
-                                      result.verdicts, busy_s=busy_s))
+                                      result.verdicts, busy_s=busy_s,
+                                      commit_s=result.commit_seconds
+                                      if result.verdicts is not None else None,
+                                      rss_bytes=result.rss_bytes, actor=result.worker_pid))
         self._enforce_timeouts()
         return out
 

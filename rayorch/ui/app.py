@@ -93,6 +93,7 @@ class UiApp:
             Route("/runs/{run_id}/failures/{key}", self.failures),
             Route("/runs/{run_id}/timeline", self.timeline),
             Route("/runs/{run_id}/audit", self.audit),
+            Route("/metrics", self.metrics),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         self.starlette = Starlette(routes=routes, exception_handlers={
@@ -179,6 +180,20 @@ class UiApp:
         again = request.query_params.get("again") == "1"
         return await self._serve("audit.html", lambda: pages.audit_page(self.runs, run_id,
                                                                          again))
+
+    async def metrics(self, request: Request) -> Response:
+        """The store's runs for Prometheus (rayorch/ui/metrics.py)."""
+        from rayorch.ui.metrics import CONTENT_TYPE, store_metrics
+
+        try:
+            body = await run_in_threadpool(store_metrics, self.runs)
+        except ImportError:
+            return Response("/metrics needs prometheus-client: pip install "
+                            "'rayorch[metrics]'\n", status_code=501, media_type="text/plain")
+        except RayorchError as exc:
+            return Response(f"store unavailable: {exc}\n", status_code=503,
+                            media_type="text/plain")
+        return Response(body, media_type=CONTENT_TYPE)
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         return self._page("error.html", 404, title="not found",

@@ -385,3 +385,13 @@ def test_actor_max_rss_reaches_the_native_stages_and_a_bad_one_is_a_usage_error(
     err = capsys.readouterr().err
     assert "--actor-max-rss: actor max RSS 'lots': a size is a number of bytes" in err
     assert "Traceback" not in err
+
+
+def test_a_price_that_is_not_dollars_per_hour_is_a_usage_error_before_any_output(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("-1", "nan", "inf"):
+        code = cli_main(["run", "pdf", "--input", str(REPO / "examples" / "pdfs"),
+                         "--output", str(tmp_path / "out"), "--gpu-price", bad])
+        assert code == EXIT_USAGE
+        assert f"--gpu-price is dollars per hour >= 0, not {float(bad)}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -73,8 +73,8 @@ def add_run_parser(sub: Any) -> None:
 
     parser = sub.add_parser(
         "run",
-        help="run a shipped job (pdf: PDFs -> per-page OCR -> Markdown; "
-        "video: videos -> scene clips -> annotations)",
+        help="run a shipped job (pdf: PDFs -> pages -> text layer, OCR, layout regions or a "
+        "vision-language model -> Markdown; video: videos -> scene clips -> annotations)",
         description="Run a shipped job. Each job has its own options: "
         "rayorch run pdf --help, rayorch run video --help.",
     )
@@ -88,7 +88,8 @@ def add_pdf_parser(jobs: Any) -> None:
     from rayorch.pipelines.pdf import OCR_MODES
 
     group = add_job_parser(
-        jobs, PDF_JOB, help="PDFs -> per-page text (OCR where needed) -> Markdown",
+        jobs, PDF_JOB, help="PDFs -> Markdown: the text layer, OCR where needed, layout regions "
+        "(--ocr layout) or a vision-language model (vllm, mineru)",
         description=__doc__, input_help="a PDF file or a directory of PDFs", func=cmd_run_pdf)
     group.add_argument("--ocr", default="auto", choices=OCR_MODES,
                        help="OCR engine (default: auto; see above)")
