@@ -27,6 +27,8 @@ from rayorch.core.ids import CallId
 from rayorch.core.sanitize import sanitize
 
 POOL_RECORD_VERSION = 1
+RECYCLED = "recycled actor "
+"""How the reason of a recycling starts (actors/pool.py ``ActorPool._over_limit``)."""
 MOST_NOTES = 5  # notes kept about unreadable records (the count says how many in all)
 
 
@@ -43,7 +45,15 @@ class PoolChange:
     ts: float = 0.0
     driver: str = ""
 
+    @property
+    def recycle(self) -> bool:
+        """An actor replaced past its ``max_rss``/``max_batches`` (the size stays; the
+        pool's reason says ``recycled actor N: why``)."""
+        return self.before == self.after and self.reason.startswith(RECYCLED)
+
     def line(self) -> str:
+        if self.recycle:
+            return f"pool {self.module!r}: {self.reason} at {self.at_s:.1f}s"
         return (f"pool {self.module!r}: {self.before} -> {self.after} actors at "
                 f"{self.at_s:.1f}s: {self.reason}")
 
@@ -162,11 +172,17 @@ class PoolHistory:
         out = []
         several = len({s.driver for s in self.series}) > 1
         for s in sorted(self.series, key=lambda s: (s.module, s.driver)):
-            steps = " -> ".join(f"{c.after} ({t:.0f}s)"
-                                for (t, _), c in zip(s.points[1::2], s.changes, strict=True))
             name = f"{s.module} @ {s.driver}" if several else s.module
-            out.append(sanitize(f"  pool {name}: {s.changes[0].before} -> {steps}; last: "
-                                f"{s.changes[-1].reason}"))
+            sized = [(t, c) for (t, _), c in zip(s.points[1::2], s.changes, strict=True)
+                     if not c.recycle]
+            if sized:
+                steps = " -> ".join(f"{c.after} ({t:.0f}s)" for t, c in sized)
+                out.append(sanitize(f"  pool {name}: {sized[0][1].before} -> {steps}; last: "
+                                    f"{sized[-1][1].reason}"))
+            recycled = [c for c in s.changes if c.recycle]
+            if recycled:
+                out.append(sanitize(f"  pool {name}: {len(recycled)} actors recycled; last: "
+                                    f"{recycled[-1].reason}"))
         if self.skipped:
             out.append(sanitize(f"  ({self.note()})"))
         return out

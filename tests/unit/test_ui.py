@@ -281,3 +281,32 @@ def test_a_run_is_first_read_on_a_thread_and_pages_show_how_far(
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert 'id="reading"' not in page and 'id="run-state">complete' in page
+
+
+def test_metrics_export_the_stores_runs_and_the_token_guards_them(store: LineageStore) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rayorch.inspect.pool_log import PoolChange
+
+    store.record_pool_sizes("done", [
+        PoolChange(1.0, "ocr", 1, 3, "backlog", ts=1.0).encode(),
+        PoolChange(2.0, "ocr", 3, 3, "recycled actor 1: RSS 3.2 GB over max_rss 3.0 GB",
+                   ts=2.0).encode()])
+    response = TestClient(build_app(store)).get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith(
+        "text/plain; version=0.0.4")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(response.text) for s in f.samples}
+    assert samples[("rayorch_run_info", (("plan", "ScriptedPdfPipeline"), ("run", "done"),
+                                         ("state", "complete")))] == 1
+    assert samples[("rayorch_run_sources", (("run", "done"), ("state", "done")))] == 4
+    assert samples[("rayorch_run_sources", (("run", "half"), ("state", "failed")))] == 1
+    assert samples[("rayorch_run_grains_total", (("call", "ocr"), ("kind", "present"),
+                                                 ("run", "done")))] == 3
+    assert samples[("rayorch_run_pool_actors", (("module", "ocr"), ("run", "done")))] == 3
+    assert samples[("rayorch_run_pool_changes_total", (("kind", "recycle"), ("module", "ocr"),
+                                                       ("run", "done")))] == 1
+    guarded = TestClient(build_app(store, token="s3cret"))
+    assert guarded.get("/metrics").status_code == 401
+    assert guarded.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200

@@ -106,6 +106,7 @@ def content_entry(block: Block, figure: str | None, page: int) -> dict[str, Any]
                  if block["kind"] == "title" else {"type": "text", "text": text})
     entry["bbox"] = grid_box(block["bbox"])
     entry["page_idx"] = page - 1
+    entry["order"] = int(block["order"])  # its region: entity (source, page_idx, order)
     if block.get("fallback"):  # read another way than its kind asks (a table as its text)
         entry["fallback"] = str(block["fallback"])
         entry["region_kind"] = str(block["kind"])
