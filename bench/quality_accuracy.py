@@ -190,11 +190,37 @@ def index_memory(count: int, redis: Any) -> dict[str, Any]:
     return out
 
 
+def datasketch_pass(stream: list[dict[str, Any]], threshold: float
+                    ) -> tuple[dict[int, dict[str, Any]], float]:
+    """The same streaming near dedup with datasketch's MinHash and in-memory MinHashLSH
+    (its own band choice at ``threshold``, 128 permutations): query, then insert if new."""
+    from datasketch import MinHash, MinHashLSH
+
+    from rayorch.pipelines.quality.text import shingles, words
+
+    lsh = MinHashLSH(threshold=threshold, num_perm=128)
+    verdicts: dict[int, dict[str, Any]] = {}
+    started = time.perf_counter()
+    for item in stream:
+        minhash = MinHash(num_perm=128, seed=1)
+        minhash.update_batch([g.encode() for g in shingles(words(item["text"]), 5)])
+        found = sorted(lsh.query(minhash))
+        name = f"doc-{item['id']}"
+        if found:
+            verdicts[item["id"]] = {"keep": False, "kept": found[0]}
+        else:
+            lsh.insert(name, minhash)
+            verdicts[item["id"]] = {"keep": True}
+    return verdicts, time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--index-docs", type=int, default=50_000)
     parser.add_argument("--no-redis", action="store_true")
+    parser.add_argument("--peers", action="store_true",
+                        help="also datasketch's MinHash LSH on the same stream (extra bench)")
     args = parser.parse_args()
     items = build_set()
     rng = random.Random(1)
@@ -213,6 +239,16 @@ def main() -> None:
     rng.shuffle(shuffled)
     result["dedup_near"]["shuffled_groups_with_one_survivor"] = one_survivor_share(
         shuffled, dedup_pass(NearDedup(scope=new_scope()), shuffled))
+    started = time.perf_counter()
+    ours = dedup_pass(NearDedup(scope=new_scope()), texts)
+    ours_s = time.perf_counter() - started
+    if args.peers:
+        theirs, theirs_s = datasketch_pass(texts, 0.8)
+        result["side_by_side_near"] = {
+            "rayorch (rensa, claims)": {**dedup_scores(texts, ours),
+                                        "docs_per_s": round(len(texts) / ours_s, 1)},
+            "datasketch MinHashLSH": {**dedup_scores(texts, theirs),
+                                      "docs_per_s": round(len(texts) / theirs_s, 1)}}
     result["dedup_bytes"] = byte_scores(items)
     result["language"] = language_scores(items)
     result["quality"] = quality_scores(items)
