@@ -205,3 +205,24 @@ def test_dedup_against_an_earlier_run_drops_what_it_delivered(redis_url: str,
     own = rayorch("run", "pdf", "--input", str(second_in), "--output",
                   str(tmp_path / "out2"), *common, "--resume", "--dedup-against", "latest")
     assert own.returncode == 2 and "own run" in own.stderr, own.stderr
+
+
+def test_language_and_quality_drops_carry_their_scores(tmp_path: Path) -> None:
+    """``--lang de --quality default`` on English documents (the default memory store):
+    each is dropped for its language with the model's score, the run still succeeds."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("gb4e-doc.pdf", "verse.pdf"):
+        shutil.copyfile(EXAMPLES / name, inputs / name)
+    out = tmp_path / "out"
+    run = rayorch("run", "pdf", "--input", str(inputs), "--output", str(out), "--ocr", "text",
+                  "--lang", "de", "--quality", "default", "--no-progress")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "dropped 2 documents (listed in dropped.jsonl): language: language 2" in run.stdout
+    dropped = jsonl(out / "dropped.jsonl")
+    assert [(d["id"], d["stage"], d["reason"], d["lang"]) for d in dropped] == [
+        (0, "language", "language", "en"), (1, "language", "language", "en")]
+    assert all(0.5 < d["score"] <= 1.0 for d in dropped)
+    bad = rayorch("run", "pdf", "--input", str(inputs), "--output", str(tmp_path / "x"),
+                  "--lang", "english")
+    assert bad.returncode == 2 and "ISO 639-1" in bad.stderr, bad.stderr
