@@ -180,6 +180,7 @@ def test_a_killed_dedup_job_resumed_keeps_its_survivors(redis_url: str,
             assert index in delivered
 
 
+@pytest.mark.long
 def test_dedup_against_an_earlier_run_drops_what_it_delivered(redis_url: str,
                                                                tmp_path: Path) -> None:
     """``--dedup-against latest``: a second job drops the documents the first one delivered
