@@ -129,12 +129,12 @@ class ExactDedup(ClaimingStage):
         if self.of == "bytes":
             from rayorch.pipelines.sources import check_file
 
-            found = check_file(doc, "input", 1, whole=True)
-            if found.path is not None:  # a local file is hashed as it is read, not held
-                with found.path.open("rb") as fh:
+            source = check_file(doc, "input", 1, whole=True)
+            if source.path is not None:  # a local file is hashed as it is read, not held
+                with source.path.open("rb") as fh:
                     digest = hashlib.file_digest(fh, "sha256").hexdigest()
             else:
-                digest = hashlib.sha256(found.read()).hexdigest()
+                digest = hashlib.sha256(source.read()).hexdigest()
             key = f"bytes:sha256:{digest[:32]}"
         else:
             found = text_key(document_text(doc))
