@@ -46,9 +46,12 @@ class Drop:
         return {k: v for k, v in self.verdict.items() if k not in ("stage", "keep", "reason")}
 
     def text(self) -> str:
-        """In words, for people: ``dedup_text: duplicate (kept: a.pdf)``."""
+        """In words, for people: ``dropped by dedup_text: duplicate (kept: a.pdf, ...)``
+        (the stage named apart when its Call has another name)."""
         details = ", ".join(f"{k}: {v}" for k, v in sorted(self.details().items()))
-        return self.label + (f" ({details})" if details else "")
+        stage = "" if self.stage == self.call else f" (stage {self.stage})"
+        return (f"dropped by {self.call}{stage}: {self.reason}"
+                + (f" ({details})" if details else ""))
 
 
 def is_verdict(value: Any) -> bool:

@@ -257,7 +257,7 @@ def lineage_lines(story: Lineage) -> list[str]:
     entity(story.root, "")
     lines.extend(f"output of source {e.index}: {e.outcome}" for e in story.emitted)
     if story.drop is not None:
-        lines.append(f"dropped by {story.drop.call}: {story.drop.text()}")
+        lines.append(story.drop.text())
     return lines
 
 

@@ -107,7 +107,7 @@ def test_exact_dedup_delivers_one_copy_and_lists_the_others(redis_url: str,
     first = dropped[0]
     show = rayorch("show", run_id, str(first["id"]), "--store", redis_url)
     assert show.returncode == 0, show.stderr
-    assert f"dropped by {first['stage']}: {first['stage']}: duplicate" in show.stdout
+    assert f"dropped by {first['stage']}: duplicate (" in show.stdout
     assert f"kept: {first['kept']}" in show.stdout
     status = rayorch("status", run_id, "--store", redis_url)
     assert "dropped 2 by data-quality stages" in status.stdout, status.stdout

@@ -146,7 +146,7 @@ def test_a_drop_shows_its_stage_and_reason_inert(store: LineageStore) -> None:
     run = client.get("/runs/dedup").text
     assert re.search(r'id="dropped-sources">dedup_text: duplicate: 1<', run), run
     source = client.get("/runs/dedup/sources/0").text
-    assert "dropped by <code>render</code>: dedup_text: duplicate (kept: " in source
+    assert "dropped by render (stage dedup_text): duplicate (kept: " in source
     assert HOSTILE not in source and "&lt;script&gt;" in source
 
 
