@@ -111,6 +111,8 @@ def test_exact_dedup_delivers_one_copy_and_lists_the_others(redis_url: str,
     assert f"kept: {first['kept']}" in show.stdout
     status = rayorch("status", run_id, "--store", redis_url)
     assert "dropped 2 by data-quality stages" in status.stdout, status.stdout
+    as_json = json.loads(rayorch("status", run_id, "--store", redis_url, "--json").stdout)
+    assert as_json["dropped"] == summary["drops"]
     audit = rayorch("audit", run_id, "--store", redis_url)
     assert audit.returncode == 0 and f"run {run_id}: OK" in audit.stdout, audit.stdout
 
