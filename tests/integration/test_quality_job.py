@@ -208,6 +208,8 @@ def test_dedup_against_an_earlier_run_drops_what_it_delivered(redis_url: str,
     own = rayorch("run", "pdf", "--input", str(second_in), "--output",
                   str(tmp_path / "out2"), *common, "--resume", "--dedup-against", "latest")
     assert own.returncode == 2 and "own run" in own.stderr, own.stderr
+    marker = json.loads((tmp_path / "out2" / ".rayorch-output.json").read_text())
+    assert marker["status"] == "complete"  # refused before --output was touched
 
 
 def test_language_and_quality_drops_carry_their_scores(tmp_path: Path) -> None:

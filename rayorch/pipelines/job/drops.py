@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from rayorch.core.errors import RayorchError
 from rayorch.inspect.drops import Drop, run_drops
 from rayorch.pipelines.job.output import DROPPED_NAME, UsageError
 
@@ -72,6 +73,24 @@ def check_dedup_store(args: argparse.Namespace) -> None:
     if args.dedup_against is not None:
         raise UsageError("--dedup-against needs the store of the earlier run: pass --store "
                          "redis://...")
+
+
+def dedup_against(args: argparse.Namespace) -> str | None:
+    """The dedup scope ``--dedup-against`` names (None: not given), checked before anything
+    is touched: a shared store, an earlier run with one, not this output's own run."""
+    if args.dedup_against is None:
+        return None
+    check_dedup_store(args)
+    against = against_scope(args.store, args.dedup_against)
+    if args.resume:
+        try:
+            own = output_scope(args.output)
+        except (OSError, ValueError, RayorchError):
+            own = None
+        if own == against:
+            raise UsageError(f"--dedup-against {args.dedup_against} is this output's own "
+                             "run: --resume continues it")
+    return against
 
 
 def against_scope(store_url: str, run: str) -> str:
@@ -146,4 +165,5 @@ def drop_row(drop: Drop, sources: list[str], ids: dict[str, int]) -> dict[str, A
 
 
 __all__ = ["DROPPED_NAME", "add_quality_options", "against_scope", "check_dedup_store",
+           "dedup_against",
            "drop_row", "drop_rows", "output_scope", "quality_options", "readable_store"]

@@ -63,7 +63,7 @@ from rayorch.pipelines.job.cli import (
     require_positive,
     run_job,
 )
-from rayorch.pipelines.job.drops import add_quality_options, against_scope, quality_options
+from rayorch.pipelines.job.drops import add_quality_options, dedup_against, quality_options
 from rayorch.pipelines.job.layouts import PDF_JOB
 from rayorch.pipelines.job.output import UsageError
 
@@ -130,9 +130,11 @@ def add_pdf_parser(jobs: Any) -> None:
                        "default 1.0 = never")
 
 
-def pdf_pipeline(args: argparse.Namespace, scope: str | None = None) -> Any:
+def pdf_pipeline(args: argparse.Namespace, scope: str | None = None,
+                 against: str | None = None) -> Any:
     """The ``PdfPipeline`` the options ask for (checked: a ``UsageError`` in one line);
-    ``scope``: its dedup index (the output's, once prepared)."""
+    ``scope``: its dedup index (the output's, once prepared); ``against``: an earlier
+    run's index (``--dedup-against``)."""
     from rayorch.pipelines.pdf import PdfPipeline
     from rayorch.pipelines.quality import QualityOptionError
 
@@ -155,11 +157,7 @@ def pdf_pipeline(args: argparse.Namespace, scope: str | None = None) -> Any:
     options |= quality_options(args)
     if args.dedup is not None:
         options |= {"claims": args.store, "dedup_scope": scope}
-        if scope is not None and args.dedup_against is not None:
-            against = against_scope(args.store, args.dedup_against)
-            if against == scope:
-                raise UsageError(f"--dedup-against {args.dedup_against} is this output's own "
-                                 "run: continue it with --resume")
+        if against is not None:
             options["dedup_against"] = [against]
     try:
         return PdfPipeline(args.ocr, **options)
@@ -247,6 +245,8 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
     same: dict[str, Any] = {"ocr": args.ocr, "tables": args.tables,
                             "page_markers": not args.no_page_markers}
     quality = {k: v for k, v in quality_options(args).items() if v not in (None, [], "off")}
+    if args.dedup != "near":
+        quality.pop("near_threshold")
     if quality:  # a resumed run keeps its data-quality stages
         same["quality_stages"] = quality
     if args.ocr in REGION_ENGINES:
@@ -254,6 +254,7 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
     for name in ("model", "prompt", "max_tokens", "temperature"):  # only when given
         if args.ocr in MODEL_ENGINES and getattr(args, name) is not None:
             same[name] = getattr(args, name)
+    against = dedup_against(args)  # checked before --output is touched
     sizes = dict(list_pdfs(args.input))
     sources = sorted(sizes)
     if not sources:
@@ -262,4 +263,4 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
                    options=same, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
                    sizes=sizes, rebuild=None if args.dedup is None
-                   else lambda out: pdf_pipeline(args, out.dedup_scope))
+                   else lambda out: pdf_pipeline(args, out.dedup_scope, against))
