@@ -9,7 +9,8 @@ carries a unique token, so a call retried after a lost reply answers as the
 first one did instead of applying twice. Every key comes from :mod:`.keys`.
 
 URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
-``payload_threshold=BYTES`` (default 65536), ``retries=N`` (reconnect attempts).
+``payload_threshold=BYTES`` (default 128: larger outputs go to payload segments),
+``retries=N`` (reconnect attempts).
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ from redis.exceptions import (
 )
 
 from rayorch.core.errors import StoreError
-from rayorch.core.facts import Fact, GrainCommitted, GrainReused, decode_fact, encode_fact
+from rayorch.core.facts import (
+    Fact,
+    GrainCommitted,
+    GrainReused,
+    decode_fact,
+    encode_fact,
+    pack_value,
+)
 from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.machine import barrier_fact
@@ -414,22 +422,33 @@ class RedisStore(LineageStore):
         refs: dict[int, str] = {}
         calls: list[tuple[LuaScript, list[str], list[Any]]] = []
         positions: list[list[int]] = []
-        # Payload files are written before the scripts run and are not deleted if anything
-        # below raises: the outcome is then unknown (a lost reply may hide a commit), and a
-        # file's path is shared with any earlier commit of the same report. `rayorch gc`
-        # collects the files no fact refers to (docs/ARCHITECTURE.md, "Payload files").
+        # Payload segments are written before the scripts run and are not deleted if
+        # anything below raises: the outcome is then unknown (a lost reply may hide a
+        # commit), and a segment's name is shared with any earlier commit of the same
+        # reports. `rayorch gc` collects the objects no fact refers to
+        # (docs/ARCHITECTURE.md, "Payload segments and uncertain commits").
+        threshold = self.payloads.threshold
         for shard, items in groups.items():
             keys = ShardKeys(run_id, shard)
             streams: dict[DomainId, int] = {}
             args: list[Any] = [len(items), token]
             barrier_args: list[bytes] = []
-            threshold = self.payloads.threshold
-            for item in items:
+            large: dict[int, bytes] = {}  # position in items -> packed outputs
+            for at, item in enumerate(items):
+                if item.report.outputs is not None:
+                    packed = pack_value(item.report.outputs)
+                    if len(packed) > threshold:
+                        large[at] = packed
+            slim: dict[int, GrainCommitted] = {}
+            if large:
+                written, refs_of = self.payloads.write_segment(
+                    run_id, [items[at].report for at in large], list(large.values()))
+                for at, report, ref in zip(large, written, refs_of):
+                    slim[at] = report
+                    refs[items[at].position] = ref
+            for at, item in enumerate(items):
                 report = item.report
-                encoded = encode_fact(report)
-                if len(encoded) > threshold and report.outputs is not None:
-                    slim, refs[item.position] = self.payloads.externalize(run_id, report)
-                    encoded = encode_fact(slim)
+                encoded = encode_fact(slim.get(at, report))
                 index = streams.get(item.domain)
                 if index is None:
                     index = streams[item.domain] = len(streams) + 1
@@ -453,8 +472,8 @@ class RedisStore(LineageStore):
 
     def _delete_rejected_payloads(self, layout: RunLayout, reports: Sequence[GrainCommitted],
                                   verdicts: list[CommitVerdict], refs: dict[int, str]) -> None:
-        """Delete the files :func:`~rayorch.store.payload.deletable_refs` allows; the rest
-        is left to ``rayorch gc``."""
+        """Delete the segments :func:`~rayorch.store.payload.deletable_refs` allows; the
+        rest is left to ``rayorch gc``."""
 
         def sealed_generations(positions: list[int]) -> list[int | None]:
             client = self._client()

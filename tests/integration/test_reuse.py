@@ -111,7 +111,7 @@ def test_redis_changed_last_stage_runs_no_earlier_grain(
     assert main(["status", second.run_id, "--store", url]) == EXIT_OK
     assert "call ocr: reused 8" in capsys.readouterr().out
     # the second run reads the first run's payload files: deleting the first keeps them
-    files = lambda run: sorted((tmp_path / "payloads" / run).rglob("*.msgpack"))  # noqa: E731
+    files = lambda run: sorted((tmp_path / "payloads" / run).rglob("*.seg"))  # noqa: E731
     held = [f for f in files(first.run_id) if f.parent.name != "join"]  # join ran again
     assert held and main(["gc", "--store", url]) == EXIT_OK
     assert main(["delete", first.run_id, "--store", url]) == EXIT_OK
