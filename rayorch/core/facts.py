@@ -64,7 +64,8 @@ class GrainCommitted(Fact):
 
     ``outcome`` is one of ``present``, ``record_failure``, ``group_failure``.
     ``outputs`` holds one value per Call output (inline), or ``payload_ref`` points
-    to the durable copy written before the commit.
+    to the durable copy written before the commit; ``outline`` (:func:`outline_of`) then
+    keeps the outputs' structure, what a fold reads once the payload is freed.
     """
 
     tag: ClassVar[str] = "grain_committed"
@@ -75,6 +76,7 @@ class GrainCommitted(Fact):
     outputs: tuple[Any, ...] | None = None
     cause: str | None = None
     payload_ref: str | None = None
+    outline: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +226,42 @@ class CodecError(RayorchError):
 # -- values: msgpack with tuples and numpy arrays ---------------------------------
 _EXT_TUPLE = 1
 _EXT_NDARRAY = 2
+_EXT_FREED = 3
 _new_tuple = tuple.__new__
+OUTLINE_LEAF = 16
+"""Bytes of msgpack up to which a value stays in an outline (a page number, a mask)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FreedValue:
+    """A value whose payload was freed once nothing needed it: in an outline, and what a
+    reader of a freed payload gets in its place (docs/ARCHITECTURE.md, "Freeing values")."""
+
+    def __repr__(self) -> str:
+        return "<freed>"
+
+
+FREED = FreedValue()
+
+
+def outline_of(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The structure of a Grain's outputs that folding the lineage rests on: each output
+    as it is when small, a list or tuple as one of its items' outlines (an expand needs
+    its length, a filter its masks), anything else :data:`FREED`."""
+
+    def leaf(value: Any) -> Any:
+        try:
+            small = len(pack_value(value)) <= OUTLINE_LEAF
+        except (TypeError, ValueError, OverflowError):
+            small = False
+        return value if small else FREED
+
+    def one(value: Any) -> Any:
+        if isinstance(value, list | tuple) and len(pack_value(value)) > OUTLINE_LEAF:
+            return type(value)(leaf(v) for v in value)
+        return leaf(value)
+
+    return tuple(one(v) for v in outputs)
 
 
 def _ext(code: int, data: bytes) -> msgpack.ExtType:
@@ -235,6 +272,8 @@ def _ext(code: int, data: bytes) -> msgpack.ExtType:
 def _default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return _ext(_EXT_TUPLE, pack_value(list(obj)))
+    if isinstance(obj, FreedValue):
+        return _ext(_EXT_FREED, b"")
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is a dependency
@@ -260,6 +299,8 @@ def _default(obj: Any) -> Any:
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_TUPLE:
         return tuple(unpack_value(data))
+    if code == _EXT_FREED:
+        return FREED
     if code == _EXT_NDARRAY:
         import numpy as np
 

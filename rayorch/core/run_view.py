@@ -409,5 +409,25 @@ def call_domains(plan: Mapping[str, Any]) -> dict[CallId, DomainId]:
     return {n["call"]["id"]: n["domain"] for n in plan.get("nodes", ()) if n.get("call")}
 
 
-__all__ = ["CallTally", "GrainView", "RunView", "ShardView", "call_domains", "first_before",
-           "fold_shard", "numbered"]
+def delivered_calls(plan: Mapping[str, Any]) -> frozenset[CallId]:
+    """The Calls of a stored plan description whose values a run delivers: those reaching
+    an output through the structural primitives only (a reduce delivers its members')."""
+    ports = {p[0]: p for p in plan.get("ports", ())}
+    nodes = {n["id"]: n for n in plan.get("nodes", ())}
+    found: set[CallId] = set()
+    todo = [ports[p][3] for p in plan.get("outputs", ()) if p in ports]
+    seen: set[int] = set()
+    while todo:
+        node = nodes.get(todo.pop())
+        if node is None or node["id"] in seen:
+            continue
+        seen.add(node["id"])
+        if node.get("call"):
+            found.add(node["call"]["id"])
+        else:
+            todo.extend(ports[p][3] for p in node.get("inputs", ()) if p in ports)
+    return frozenset(found)
+
+
+__all__ = ["CallTally", "GrainView", "RunView", "ShardView", "call_domains", "delivered_calls",
+           "first_before", "fold_shard", "numbered"]

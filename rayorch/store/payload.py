@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from rayorch.core.facts import GrainCommitted, GrainReused, pack_value, unpack_value
+from rayorch.core.facts import GrainCommitted, GrainReused, outline_of, pack_value, unpack_value
 from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.storage import Storage, StorageError, check_key, open_storage
@@ -160,7 +160,8 @@ class PayloadStore:
         except StorageError as exc:
             raise PayloadError(key, f"cannot write it under {self.root} ({exc})") from exc
         refs = [f"{key}@{offset}+{length}" for offset, length in spans]
-        return [replace(r, outputs=None, payload_ref=ref) for r, ref in zip(reports, refs)], refs
+        return [replace(r, outputs=None, payload_ref=ref, outline=outline_of(r.outputs or ()))
+                for r, ref in zip(reports, refs)], refs
 
     @staticmethod
     def _run_dir(run_id: str) -> str:
@@ -217,10 +218,25 @@ class PayloadStore:
         return tuple(value)
 
     def resolve(self, fact: Sealing) -> Sealing:
-        """The fact with its outputs loaded back (``payload_ref`` kept)."""
+        """The fact with its outputs loaded back (``payload_ref`` kept). A value whose
+        segment was freed (deleted once its source was delivered) reads as its outline:
+        :func:`is_freed` says so (docs/ARCHITECTURE.md, "Freeing values")."""
         if fact.payload_ref is None or fact.outputs is not None:
             return fact
-        return replace(fact, outputs=self.load(fact.payload_ref))
+        try:
+            return replace(fact, outputs=self.load(fact.payload_ref))
+        except PayloadError:
+            outline = getattr(fact, "outline", None)
+            if outline is None or not self.is_missing(fact.payload_ref):
+                raise
+            return replace(fact, outputs=outline)
+
+    def is_missing(self, ref: str) -> bool:
+        """True when the object holding ``ref`` is not there (freed, or lost)."""
+        try:
+            return self.storage.head(self._key(object_of(ref))) is None
+        except (OSError, StorageError):
+            return False
 
     def delete(self, ref: str) -> None:
         """Remove the object holding ``ref`` (a whole segment); missing ones are fine."""
@@ -272,6 +288,12 @@ class PayloadStore:
             self.storage.remove_empty_dirs(base)
         except StorageError as exc:
             raise PayloadError(base, f"cannot delete it ({exc})") from exc
+
+
+def is_freed(fact: object) -> bool:
+    """A resolved fact whose outputs are its outline: its payload was freed."""
+    outline = getattr(fact, "outline", None)
+    return outline is not None and getattr(fact, "outputs", None) is outline
 
 
 def deletable_refs(
