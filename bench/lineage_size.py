@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run_job(code: Path, url: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(code), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    cmd = [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--input", str(args.input),
+    cmd = [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--input", str(args.input.resolve()),
            "--output", str(out), "--store", url, "--ocr", args.ocr, "--no-progress", "--json"]
     done = subprocess.run(cmd, env=env, cwd=tempfile.gettempdir(), capture_output=True,
                           text=True, timeout=args.timeout)

@@ -12,9 +12,7 @@ round trip through msgpack extension types.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
 from typing import Any, ClassVar
 
 import msgpack
@@ -213,10 +211,10 @@ FACT_TYPES: dict[str, type[Fact]] = {
     )
 }
 
-_FIELDS: dict[str, tuple[str, ...]] = {
+FACT_FIELDS: dict[str, tuple[str, ...]] = {
     tag: tuple(f.name for f in fields(cls) if f.name != "ts") for tag, cls in FACT_TYPES.items()
 }
-_PATH_FIELDS = frozenset({"path", "parent", "origin_path"})
+PATH_FIELDS = frozenset({"path", "parent", "origin_path"})
 
 
 class CodecError(RayorchError):
@@ -340,51 +338,8 @@ def unpack_value(data: bytes) -> Any:
     return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
 
 
-# -- facts ------------------------------------------------------------------------
-def _field_getter(names: tuple[str, ...]) -> Callable[[Fact], tuple[Any, ...]]:
-    """One call that returns a fact's field values as a tuple, in ``names`` order."""
-    if len(names) == 1:  # attrgetter of one name returns the value itself
-        one = attrgetter(names[0])
-        return lambda fact: (one(fact),)
-    return attrgetter(*names)
-
-
-_GETTERS: dict[type[Fact], Callable[[Fact], tuple[Any, ...]]] = {
-    cls: _field_getter(_FIELDS[tag]) for tag, cls in FACT_TYPES.items()
-}
-# Positions of Entity paths in a fact's values (stored as tuples; lists from older writers).
-_PATH_POSITIONS: dict[str, tuple[int, ...]] = {
-    tag: tuple(i for i, name in enumerate(names) if name in _PATH_FIELDS)
-    for tag, names in _FIELDS.items()
-}
-
-
-def encode_fact(fact: Fact) -> bytes:
-    """``[version, tag, ts, field...]`` as msgpack."""
-    return pack_value([CODEC_VERSION, fact.tag, fact.ts, *_GETTERS[type(fact)](fact)])
-
-
-def decode_fact(data: bytes) -> Fact:
-    try:
-        raw = unpack_value(data)
-        version, tag, ts, *values = raw
-    except Exception as exc:
-        raise CodecError(f"not a rayorch fact ({exc})") from exc
-    if version != CODEC_VERSION:
-        raise CodecError(f"fact codec version {version} is not supported (this is {CODEC_VERSION})")
-    cls = FACT_TYPES.get(tag)
-    if cls is None:
-        raise CodecError(f"unknown fact type {tag!r}")
-    del values[len(_FIELDS[tag]):]
-    for i in _PATH_POSITIONS[tag]:
-        if i < len(values) and type(values[i]) is not tuple:
-            values[i] = tuple(values[i])
-    return cls(*values, ts=ts)
-
-
-def fact_as_dict(fact: Fact) -> dict[str, Any]:
-    """A plain dict (for ``--json`` output)."""
-    out: dict[str, Any] = {"type": fact.tag, "ts": fact.ts}
-    for name in _FIELDS[fact.tag]:
-        out[name] = getattr(fact, name)
-    return out
+def barrier_fact(report: GrainCommitted) -> BarrierInstalled:
+    """The barrier a GroupFailure commit of a child Grain installs."""
+    return BarrierInstalled(
+        report.call, report.path[:-1], report.cause or "group failure", ts=report.ts
+    )

@@ -17,7 +17,7 @@ Pure: no store, no clock. Example::
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -409,6 +409,12 @@ def call_domains(plan: Mapping[str, Any]) -> dict[CallId, DomainId]:
     return {n["call"]["id"]: n["domain"] for n in plan.get("nodes", ()) if n.get("call")}
 
 
+def is_complete(shards_finished: Sequence[bool], emitted: int, total: int | None) -> bool:
+    """The one rule: a run is complete when it has shards, each marked done or holding its
+    ``RunCompleted``, and (when it declares how many) every source's output is emitted."""
+    return bool(shards_finished) and all(shards_finished) and (total is None or emitted == total)
+
+
 def delivered_calls(plan: Mapping[str, Any]) -> frozenset[CallId]:
     """The Calls of a stored plan description whose values a run delivers: those reaching
     an output through the structural primitives only (a reduce delivers its members')."""
@@ -430,4 +436,4 @@ def delivered_calls(plan: Mapping[str, Any]) -> frozenset[CallId]:
 
 
 __all__ = ["CallTally", "GrainView", "RunView", "ShardView", "call_domains", "delivered_calls",
-           "first_before", "fold_shard", "numbered"]
+           "first_before", "is_complete", "fold_shard", "numbered"]

@@ -39,10 +39,10 @@ from rayorch.core.run_view import (
     fold_shard,
 )
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
-from rayorch.inspect.status import declared_sources
 from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
 from rayorch.store.payload import is_freed
+from rayorch.store.progress import declared_sources
 from rayorch.store.reuse_audit import check_reuse
 
 
@@ -382,8 +382,8 @@ def audit_with_delivery(store: LineageStore, run_id: str, out_dir: str | None = 
 
 def delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
     """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
-    from rayorch.runtime.manifest import ManifestError, RunManifest
     from rayorch.runtime.sink_audit import check_delivery
+    from rayorch.store.records.manifest import ManifestError, RunManifest
 
     if out_dir is None:
         blob = store.load_manifest(run_id)
@@ -456,12 +456,14 @@ def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditRepor
         facts.append(stored)
     if freed:
         delivered = {s.fact.index for s in facts if isinstance(s.fact, OutputEmitted)}
-        kept = delivered_calls(store.run_info(run_id).plan)
+        info = store.run_info(run_id)
+        kept = delivered_calls(info.plan)
         report.counts.setdefault("payloads", Counter())["freed"] += len(freed)
         for stored in freed:
             fact = stored.fact
             assert isinstance(fact, GrainCommitted | GrainReused)
-            why = ("its value is delivered, so it is kept" if fact.call in kept else
+            why = ("the run keeps every value (keep=all)" if info.keep != "outputs" else
+                   "its value is delivered, so it is kept" if fact.call in kept else
                    None if fact.path[0] in delivered else
                    f"source {fact.path[0]} is not delivered, so it may still be needed")
             if why is not None:

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from rayorch.core.ids import CallId, GrainKey
 from rayorch.core.run_view import RunView, ShardView
 from rayorch.core.vocabulary import REPORT_PRESENT
-from rayorch.inspect.status import RunStatus, declared_sources, status_of
+from rayorch.inspect.status import RunStatus, status_of
 from rayorch.store.base import DEFAULT_READ_LIMIT, LineageStore, StoredFact
+from rayorch.store.progress import declared_sources
 
 READ_BATCH = 2_000  # facts a shard's first read files at a time (under the view's lock)
 

@@ -10,7 +10,6 @@ or abandoned.
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,11 +17,13 @@ from typing import Any
 
 from rayorch.core.ids import CallId
 from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
-from rayorch.core.run_view import RunView
+from rayorch.core.run_view import RunView, is_complete
 from rayorch.core.vocabulary import Outcome
 from rayorch.core.words import plural
-from rayorch.inspect.pool_log import calls_by_module, pool_changes, pool_lines
+from rayorch.inspect.pool_log import calls_by_module, pool_lines
 from rayorch.store.base import LeaseHolder, LineageStore, RunInfo
+from rayorch.store.progress import declared_sources
+from rayorch.store.records.pool_log import pool_changes
 
 
 @dataclass
@@ -108,8 +109,8 @@ class RunStatus:
 
     @property
     def complete(self) -> bool:
-        return bool(self.shards) and all(s.done or s.completed_fact for s in self.shards) and (
-            self.total is None or self.emitted_present + self.emitted_not_present == self.total)
+        return is_complete([s.done or s.completed_fact for s in self.shards],
+                           self.emitted_present + self.emitted_not_present, self.total)
 
     @property
     def reused(self) -> int:
@@ -162,19 +163,6 @@ class RunStatus:
             out.append(f"  {self.failovers} grains re-dispatched after a driver failover")
         out += pool_lines(self.pools)
         return out
-
-
-def declared_sources(store: LineageStore, info: RunInfo) -> int | None:
-    """How many sources the run declares (its manifest, else its config); None: unknown."""
-    from rayorch.runtime.manifest import RunManifest  # the decoder of the stored record
-
-    blob = store.load_manifest(info.run_id)
-    if blob is not None:
-        with contextlib.suppress(Exception):  # a damaged manifest is the audit's finding
-            return len(RunManifest.decode(blob).sources)
-    if isinstance(info.config.get("sources"), int):
-        return int(info.config["sources"])
-    return None
 
 
 def status_of(view: RunView, *, total: int | None, drivers: list[str],
@@ -306,5 +294,5 @@ def run_summary(store: LineageStore, run_id: str) -> RunSummary:
 
 
 __all__ = ["ABANDONED", "COMPLETE", "RUNNING", "CallStatus", "RunStatus", "RunSummary",
-           "ShardStatus", "declared_sources", "pool_sizes", "run_state", "run_status",
+           "ShardStatus", "pool_sizes", "run_state", "run_status",
            "run_summary", "status_of", "summary_of"]

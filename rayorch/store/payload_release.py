@@ -33,8 +33,9 @@ from rayorch.store.payload import PayloadStore, deletable_refs, object_of
 from rayorch.store.scripts import RELEASE_PAYLOADS, TRACK_PAYLOADS, LuaScript
 
 KEEP_MODES = ("outputs", "all")
-"""``keep=`` in the store URL: ``outputs`` frees other values once their source is
-delivered (the default); ``all`` keeps every value, for a run to be reused whole."""
+"""``keep=`` in the store URL, recorded with each run it opens (``RunInfo.keep``, first
+writer wins; runs recorded before it keep ``all``): ``outputs`` frees other values once
+their source is delivered (the default); ``all`` keeps every value, to be reused whole."""
 
 Eval = Callable[[LuaScript, Sequence[str], Sequence[Any]], Any]
 
@@ -45,7 +46,7 @@ class SegmentRelease:
     def __init__(self, payloads: PayloadStore, keep: str, run_eval: Eval,
                  sync_to_disk: Callable[[str], None]) -> None:
         self.payloads = payloads
-        self.keep_all = keep == "all"
+        self.keep = keep  # what a run this store opens records (RunInfo.keep)
         self._eval = run_eval
         self._sync = sync_to_disk
         self._kept: dict[str, frozenset[CallId]] = {}  # run -> its delivered Calls
@@ -80,7 +81,8 @@ class SegmentRelease:
               ref: str) -> None:
         """Count the segment of ``ref`` as held by the sources of ``reports`` (its values),
         unless one of them is kept: a segment with a kept value is never freed."""
-        if self.keep_all or any(r.call in self._kept_calls(layout) for r in reports):
+        if layout.info.keep != "outputs" or any(r.call in self._kept_calls(layout)
+                                                for r in reports):
             return
         keys = ShardKeys(layout.info.run_id, shard)
         segment = object_of(ref).partition("/")[2]  # below the run's folder
@@ -97,11 +99,12 @@ class SegmentRelease:
             for ref in deletable_refs(refs, verdicts, reports, sealed_generations):
                 self.payloads.delete(ref)
 
-    def release(self, run_id: str, shard: int, facts: Sequence[Fact]) -> None:
+    def release(self, layout: RunLayout, shard: int, facts: Sequence[Fact]) -> None:
         """After an accepted append: the delivered sources' segments go when none holds
         them. A failure here leaves garbage (objects facts name), never a needed value."""
-        if self.keep_all:
+        if layout.info.keep != "outputs":
             return
+        run_id = layout.info.run_id
         delivered = [f.index for f in facts if isinstance(f, OutputEmitted)]
         if not delivered:
             return

@@ -40,12 +40,10 @@ from rayorch.core.facts import (
     Fact,
     GrainCommitted,
     GrainReused,
-    decode_fact,
-    encode_fact,
+    barrier_fact,
 )
 from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
-from rayorch.core.machine import barrier_fact
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
@@ -92,6 +90,7 @@ from rayorch.store.payload import (
     store_identity,
 )
 from rayorch.store.payload_release import KEEP_MODES, SegmentRelease
+from rayorch.store.records.facts import decode_fact, encode_fact
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
@@ -267,7 +266,9 @@ class RedisStore(LineageStore):
             raise RunMismatchError(run_id, "shards / micro_batch", stored,
                                    f"{shards} / {micro_batch}")
         with self._errors():
+            self._client().hsetnx(meta_key(run_id), "keep", self.release.keep)  # first wins
             self._client().sadd(RUNS_KEY, run_id)
+        self._layouts.pop(run_id, None)
         return self.run_info(run_id)
 
     def run_info(self, run_id: str) -> RunInfo:
@@ -289,6 +290,7 @@ class RedisStore(LineageStore):
                 config=orjson.loads(raw[b"config"]),
                 created_ts=float(raw[b"created_ts"]),
                 sink=decode_sink(raw.get(b"sink")),
+                keep=decode_text(raw.get(b"keep", b"all")),
             )
             layout = self._layouts[run_id] = RunLayout(info)
         return layout
@@ -415,7 +417,7 @@ class RedisStore(LineageStore):
         )
         if int(result[0]) in (1, 2):
             first = int(result[1])
-            self.release.release(run_id, shard, facts)
+            self.release.release(layout, shard, facts)
             return list(range(first, first + len(prepared)))
         raise append_refusal(run_id, shard, epoch, result, [p.grain for p in prepared], basis)
 

@@ -26,9 +26,9 @@ from rayorch.core.facts import LeaseAcquired, OutputEmitted
 from rayorch.core.reference import evaluate
 from rayorch.inspect.audit import audit_run
 from rayorch.replicas import create_run, join_run
-from rayorch.runtime.manifest import ManifestError
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store.base import LineageStore
+from rayorch.store.records import ManifestError
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]

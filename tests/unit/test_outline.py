@@ -8,12 +8,11 @@ from rayorch.core.facts import (
     FREED,
     REPORT_PRESENT,
     GrainCommitted,
-    decode_fact,
-    encode_fact,
     outline_of,
     pack_value,
     unpack_value,
 )
+from rayorch.store.records import decode_fact, encode_fact
 
 
 def test_an_outline_keeps_lengths_masks_and_small_values_only() -> None:
