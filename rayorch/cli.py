@@ -1,5 +1,9 @@
-"""The ``rayorch`` command line: inspect runs kept in a lineage store.
+"""The ``rayorch`` command: data-preparation jobs on Ray, and the runs their lineage keeps.
 
+It runs the shipped jobs and inspects, audits, resumes and serves the runs of a lineage store.
+
+    rayorch run pdf --input DIR|URL --output DIR|URL   PDFs -> Markdown, content lists, figures
+    rayorch run video --input DIR --output DIR        videos -> scene clips -> annotations
     rayorch runs  --store URL                 list the runs
     rayorch audit RUN --store URL [--json]    verify a run's lineage and delivery evidence
     rayorch show  RUN ENTITY --store URL      the lineage tree of one source item
@@ -35,6 +39,7 @@ from rayorch.core.sanitize import json_safe, sanitize
 from rayorch.core.words import format_age, plural
 from rayorch.inspect.audit import audit_with_delivery, entity_story
 from rayorch.inspect.show import lineage, lineage_lines
+from rayorch.runtime.metrics import add_metrics_options
 from rayorch.runtime.sinks import FORMATS
 from rayorch.storage import parse_storage_options, set_storage_options
 from rayorch.store import open_store
@@ -306,6 +311,7 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
                         help="format of the part files in --out-dir (default: the run's, "
                         "else jsonl)")
     add_storage_option(parser)
+    add_metrics_options(parser)
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
@@ -316,7 +322,8 @@ def cmd_driver(args: argparse.Namespace) -> int:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
                       lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
-                      out_format=args.out_format, require_sink=True, trust=args.trust)
+                      out_format=args.out_format, require_sink=True, trust=args.trust,
+                      metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     with handle:
         handle.wait()
     print(sanitize(handle.stats.summary(), newlines=True), file=sys.stderr)

@@ -146,6 +146,17 @@ class RunHandle:
         return self._driver.pools.replaced()
 
     @property
+    def metrics_url(self) -> str | None:
+        """Where the run's Prometheus metrics are served (``metrics_port=``), or None."""
+        return self._driver.watch.metrics_url
+
+    @property
+    def actors_recycled(self) -> int:
+        """How many actors were recycled past their module's ``max_rss``/``max_batches``
+        (each finished its batches first: no failure, no retry)."""
+        return self._driver.stats.actors_recycled
+
+    @property
     def elapsed_s(self) -> float:
         """Seconds from the start of the run to its end (so far, while it runs)."""
         if self._elapsed is not None:
@@ -277,6 +288,8 @@ def run_pipeline(
     no_reuse: Sequence[str] = (),
     pool_sizing: SizingSettings = DEFAULT_SIZING,
     pool_budget: Mapping[str, float] | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -308,6 +321,9 @@ def run_pipeline(
     * ``pool_sizing``: how pools with ``replicas=(min, max)`` or ``"auto"`` size themselves
       (``rayorch.core.pool_sizing.SizingSettings``); ``pool_budget``: the most this run's
       pools may hold (``{"GPU": 4}``; default: whatever is free).
+    * ``metrics_port``: serve the run's Prometheus metrics on ``metrics_host`` (127.0.0.1)
+      at this port while it runs (0: a free port; ``RunHandle.metrics_url`` says which;
+      rayorch/runtime/metrics.py lists the series).
 
     On a shared store (``redis://``, ``rediss://``, ``redis+cluster://``) the run records
     a manifest (the pipeline's import path and constructor arguments, every source), so that
@@ -334,7 +350,8 @@ def run_pipeline(
                                 max_active_input_batches=max_active_input_batches,
                                 admission_order=admission_order, sink=sink, reuse=reuse,
                                 no_reuse=no_reuse, pool_sizing=pool_sizing,
-                                pool_budget=pool_budget, _one_shot=True)
+                                pool_budget=pool_budget, metrics_port=metrics_port,
+                                metrics_host=metrics_host, _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -383,6 +400,7 @@ class Executor:
                 sink: FileSink | None = None, reuse: str | None = None,
                 no_reuse: Sequence[str] = (), pool_sizing: SizingSettings = DEFAULT_SIZING,
                 pool_budget: Mapping[str, float] | None = None,
+                metrics_port: int | None = None, metrics_host: str = "127.0.0.1",
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.runtime.reuse_setup import open_reuse, reuse_config
@@ -444,7 +462,8 @@ class Executor:
 
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
                               progress=progress, new_run=created, sizing=pool_sizing,
-                              pool_budget=pool_budget)
+                              pool_budget=pool_budget, metrics_port=metrics_port,
+                              metrics_host=metrics_host)
         driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                               driver_id=new_driver_id(), pools=pools,
                               call_module=self._call_module,

@@ -54,6 +54,7 @@ class RunStats:
     sources_total: int | None = None
     batches: int = 0
     actors_replaced: int = 0
+    actors_recycled: int = 0  # past max_rss / max_batches (not failures)
 
     def call(self, call_id: CallId) -> CallStats:
         stats = self.calls.get(call_id)

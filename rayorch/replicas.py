@@ -177,6 +177,8 @@ def join_run(
     require_sink: bool = False,
     trust: Sequence[str] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> ReplicaHandle:
     """Join ``run_id`` as one more driver (starting one on a run whose drivers died resumes it).
 
@@ -187,6 +189,7 @@ def join_run(
     ``trust`` lists the modules the run's pipeline may be imported from (with
     ``$RAYORCH_TRUSTED_MODULES``; docs/ARCHITECTURE.md, "Trust model").
     ``storage_options``: object store settings for the sink and payloads (kept in memory).
+    ``metrics_port``: this driver's Prometheus endpoint (rayorch/runtime/metrics.py).
     """
     if storage_options is not None:
         set_storage_options(storage_options)
@@ -249,7 +252,8 @@ def join_run(
 
     config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
                           manifest.max_active_sources, progress=False, log=log,
-                          sizing=DEFAULT_SIZING)
+                          sizing=DEFAULT_SIZING, metrics_port=metrics_port,
+                          metrics_host=metrics_host)
     sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
     driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                           driver_id=driver_id, pools=pools, call_module=call_module,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -24,12 +23,13 @@ from typing import Any
 
 import ray
 
+from rayorch.actors.causes import first_line, first_line_with, raised_line
 from rayorch.actors.orphan_watch import orphan_grace_s
 from rayorch.actors.reservation import Reservation
 from rayorch.actors.worker import BatchResult, BatchTask, ModuleWorker, StoreBinding
 from rayorch.core.errors import RayorchError
 from rayorch.core.plan import ModuleSpec
-from rayorch.core.sanitize import strip_ansi
+from rayorch.core.sizes import format_byte_size
 from rayorch.storage import storage_options
 
 RemoteWorker = ray.remote(ModuleWorker)
@@ -96,6 +96,8 @@ class ActorSlot:
     ping: Any = None  # the actor's start-up answer while it is not known to be up
     spawned: float = field(default_factory=time.monotonic)
     draining: bool = False  # no new batch; the actor leaves once its queue is empty
+    batches: int = 0  # batches this incarnation finished (max_batches)
+    recycle: str | None = None  # why it is recycled: no new batch, replaced once idle
 
     @property
     def ready(self) -> bool:
@@ -138,6 +140,10 @@ class ActorPool:
         opts = module.options
         if shared and name_prefix is None:
             raise PoolError("a shared actor pool needs a name_prefix (the run's actor names)")
+        if shared and (opts.max_rss is not None or opts.max_batches is not None):
+            print(f"rayorch: module {module.name!r}: max_rss/max_batches do not apply to the "
+                  "actors that the drivers of a run share (they run other drivers' batches "
+                  "too); its actors are not recycled", file=sys.stderr, flush=True)
         self.module = module
         self.binding = binding
         self.name_prefix = name_prefix
@@ -149,6 +155,7 @@ class ActorPool:
         queued = 0 if opts.timeout_s is not None else 1
         self.depth = max(depth, self.inflight) if depth is not None else self.inflight + queued
         self.replaced = 0
+        self.recycled: list[tuple[int, str]] = []  # (slot index, why), in order
         self.slots: list[ActorSlot] = []
         self._next_index = 0  # slot indexes (actor names) are never reused
         first = indexes or list(range(max(1, opts.replicas)))
@@ -232,14 +239,14 @@ class ActorPool:
             if "No module named" in str(exc):
                 raise PoolError(
                     f"the actors of module {self.module.name!r} cannot import the code of "
-                    f"{self.module.target_name!r}: {_first_line_with(exc, 'No module named')}. "
+                    f"{self.module.target_name!r}: {first_line_with(exc, 'No module named')}. "
                     "Ray workers do not see your script's sys.path: install your code as a "
                     "package, start Ray with runtime_env={'working_dir': ...} (or PYTHONPATH), "
                     "or call ray.cloudpickle.register_pickle_by_value(your_module)"
                 ) from exc
             raise PoolError(
                 f"building module {self.module.name!r} in its actor failed: "
-                f"{_raised_line(exc)}; check the module's constructor and arguments"
+                f"{raised_line(exc)}; check the module's constructor and arguments"
             ) from exc
 
     # -- actors ---------------------------------------------------------------
@@ -352,7 +359,7 @@ class ActorPool:
             self.slots.remove(slot)
             if self.cap is None:
                 print(f"rayorch: an actor added to the pool of module {self.module.name!r} "
-                      f"failed to build ({_raised_line(exc)}); no more are added to it",
+                      f"failed to build ({raised_line(exc)}); no more are added to it",
                       file=sys.stderr, flush=True)
             self.cap = min(self.cap or len(self.slots), len(self.live_slots()))
 
@@ -391,8 +398,9 @@ class ActorPool:
                 self._kill(slot.handle)
             self.slots.remove(slot)
 
-    def replace(self, slot: ActorSlot) -> None:
-        """Kill the slot's actor and start a fresh one (a draining slot just goes).
+    def replace(self, slot: ActorSlot, *, count: bool = True) -> None:
+        """Kill the slot's actor and start a fresh one (a draining slot just goes);
+        ``count``: a replacement after a failure (not a recycling).
 
         Batches still queued on the old actor stay in flight as far as the driver
         knows; their refs resolve (with a result or an actor error) and are handed
@@ -412,7 +420,8 @@ class ActorPool:
         slot.incarnation += 1
         slot.handle = self._spawn(slot.index, slot.incarnation)
         slot.ping, slot.spawned = self._start_ping(slot.handle), time.monotonic()
-        self.replaced += 1
+        slot.batches, slot.recycle = 0, None
+        self.replaced += count
 
     def shutdown(self) -> None:
         """Kill every actor of the pool (a shared pool's actors are left to the other drivers)."""
@@ -447,10 +456,14 @@ class ActorPool:
         """Promise the next batch to the least-loaded actor that is up and has room; None
         when there is none (an actor still starting gets batches once it answers)."""
         self.check_started()
+        self._recycle_idle()
         best: ActorSlot | None = None
         for slot in self.slots:
             load = len(slot.queue) + slot.reserved
-            if load >= self.depth or not slot.ready or slot.draining or _holds_alone(slot):
+            spent = self.module.options.max_batches  # none past it, queued ones included
+            if (load >= self.depth or not slot.ready or slot.draining or slot.recycle
+                    or (spent is not None and slot.batches + load >= spent)
+                    or _holds_alone(slot)):
                 continue
             if best is None or load < len(best.queue) + best.reserved:
                 best = slot
@@ -471,7 +484,8 @@ class ActorPool:
 
     def capacity(self) -> int:
         """How many more batches the pool accepts now."""
-        return sum(self.depth - len(s.queue) - s.reserved for s in self.live_slots())
+        return sum(self.depth - len(s.queue) - s.reserved for s in self.live_slots()
+                   if not s.recycle)
 
     def in_flight(self) -> int:
         return sum(len(slot.queue) for slot in self.slots)
@@ -495,6 +509,7 @@ class ActorPool:
         finally:
             if batch.slot.draining:
                 self.retire()
+            self._recycle_idle()
 
     def _finish(self, batch: InFlightBatch) -> BatchOutcome:
         slot = batch.slot
@@ -509,7 +524,7 @@ class ActorPool:
         except ray.exceptions.RayError as exc:
             self.check_started()  # a module that never built is the run's error, not a retry
             cause = batch.kill_cause or (
-                f"actor of {self.module.name!r} died: {type(exc).__name__}: {_first_line(exc)}"
+                f"actor of {self.module.name!r} died: {type(exc).__name__}: {first_line(exc)}"
             )
             if current:
                 # Every batch queued on the dead actor died with it, for the same reason.
@@ -526,7 +541,34 @@ class ActorPool:
                     queued.kill_cause = queued.kill_cause or cause
                 self.replace(slot)
             return BatchOutcome(batch, result, result.physical_failure)
+        if current:
+            slot.batches += 1
+            slot.recycle = slot.recycle or self._over_limit(slot, result.rss_bytes)
         return BatchOutcome(batch, result, None)
+
+    # -- recycling (max_rss, max_batches) ----------------------------------------------------
+    def _over_limit(self, slot: ActorSlot, rss: int) -> str | None:
+        """Why the slot's actor must be recycled after this batch, or None."""
+        opts = self.module.options
+        if self.shared:
+            return None  # said once at the pool's start (__init__)
+        if opts.max_rss is not None and rss > opts.max_rss:
+            return (f"recycled actor {slot.index}: RSS {format_byte_size(rss)} over max_rss "
+                    f"{format_byte_size(opts.max_rss)} after {slot.batches} batches")
+        if opts.max_batches is not None and slot.batches >= opts.max_batches:
+            return f"recycled actor {slot.index}: max_batches={opts.max_batches} reached"
+        return None
+
+    def _recycle_idle(self) -> None:
+        """Replace each actor marked for recycling once its batches are all back: it took
+        no new one since (so none is lost or run twice), and a fresh one takes its place.
+        A shared pool's actors are never recycled (other drivers' batches may run there)."""
+        for slot in self.slots:
+            if slot.recycle and not slot.queue and not slot.reserved and not slot.draining:
+                why, slot.recycle = slot.recycle, None
+                slot.batches = 0
+                self.recycled.append((slot.index, why))
+                self.replace(slot, count=False)
 
     def overdue(self, now: float | None = None) -> list[InFlightBatch]:
         """Batches running longer than ``timeout_s`` (none when no timeout is set): a slot's
@@ -553,42 +595,3 @@ class ActorPool:
 
 def _holds_alone(slot: ActorSlot) -> bool:
     return any(batch.alone for batch in slot.queue)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = strip_ansi(str(exc)).strip().splitlines()
-    return text[0] if text else ""
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)?: \S")
-
-
-def _raised_line(exc: BaseException) -> str:
-    """``SomeError: message`` of the exception a remote constructor raised, on one line.
-
-    That exception ends Ray's report, after the traceback's last frame; all its lines are
-    kept (a pydantic ``ValidationError`` says what is wrong on the lines after its first),
-    joined with spaces. Without a traceback: the report's last ``SomeError: ...`` line,
-    else its first line.
-    """
-    lines = strip_ansi(str(exc)).splitlines()
-    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
-    if frames:
-        rest = lines[frames[-1] + 1:]
-        while rest and (not rest[0].strip() or rest[0][0].isspace()):  # its code, carets
-            rest = rest[1:]
-        if rest and _EXCEPTION_LINE.match(rest[0]):
-            return _shorten(" ".join(line.strip() for line in rest if line.strip()))
-    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    return _shorten(raised[-1].strip() if raised else _first_line(exc))
-
-
-def _shorten(cause: str, limit: int = 1000) -> str:
-    return cause if len(cause) <= limit else cause[: limit - 3] + "..."
-
-
-def _first_line_with(exc: BaseException, needle: str) -> str:
-    for line in strip_ansi(str(exc)).splitlines():
-        if needle in line:
-            return line.strip().removeprefix("ModuleNotFoundError: ")
-    return _first_line(exc)

@@ -93,6 +93,24 @@ class BatchResult:
     """Exceptions the user code raised in this batch, each handled in this actor."""
     replace_actor: bool = False
     """The UDF raised ``ro.ActorFailure``: the actor must be replaced."""
+    rss_bytes: int = 0
+    """The actor's resident memory after the batch (0: unknown), for ``max_rss``."""
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc/self/statm``; psutil elsewhere;
+    0 when neither can tell)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # no way to measure is "unknown", not an error
+        return 0
 
 
 class ModuleWorker:
@@ -152,16 +170,18 @@ class ModuleWorker:
         # that JSON cannot hold fail their own records here, before the commit.
         reports = tuple(reports_for(task.call.id, task.tags, done.results, time.time(),
                                     json_rule=self._binding is not None))
+        rss = resident_bytes()  # for max_rss and the metrics (one read of /proc)
         if self._binding is None:
             return BatchResult(
                 task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),
-                udf_seconds, udf_exceptions=done.exceptions,
+                udf_seconds, udf_exceptions=done.exceptions, rss_bytes=rss,
             )
         started = time.perf_counter()
         verdicts = self._commit(reports, task.run_id)
         return BatchResult(
             task.batch_id, task.call.id, task.tags, reports, verdicts, None, os.getpid(),
             udf_seconds, time.perf_counter() - started, udf_exceptions=done.exceptions,
+            rss_bytes=rss,
         )
 
     def _commit(self, reports: tuple[GrainCommitted, ...], run_id: str = "") -> tuple[int, ...]:

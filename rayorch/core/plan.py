@@ -82,6 +82,11 @@ class ModuleOptions:
     max_inflight: int = 1
     """Batches one actor runs at once (an engine that batches concurrent requests wants
     several: docs/ARCHITECTURE.md, "Several batches in flight per actor")."""
+    max_rss: int | None = None
+    """Bytes of resident memory past which an actor is recycled: it finishes its batches,
+    then a fresh one replaces it (docs/ARCHITECTURE.md, "Actors that recycle themselves")."""
+    max_batches: int | None = None
+    """Batches an actor runs before it is recycled the same way (None: no limit)."""
     max_replicas: int | None = None
     """None: ``replicas`` is fixed; else the pool sizes itself between ``replicas`` and this
     (``replicas=(min, max)``; ``"auto"`` is ``(1, AUTO_MAX_REPLICAS)``, bounded in practice

@@ -26,6 +26,7 @@ from rayorch.core.names import module_name_problem
 from rayorch.core.plan import ModuleOptions, ModuleSpec, Plan, Policy
 from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
 from rayorch.core.recovery import RecoveryError, as_policy
+from rayorch.core.sizes import parse_byte_size
 from rayorch.core.tracer import Port, active_trace, caller_location
 
 _OPTION_NAMES = frozenset(
@@ -42,6 +43,8 @@ _OPTION_NAMES = frozenset(
         "recovery",
         "output_layout",
         "max_inflight",
+        "max_rss",
+        "max_batches",
     }
 )
 """Execution options: rayorch's own, set flat or through ``ray_options``."""
@@ -140,7 +143,9 @@ class RayModule:
       ``resources``, ``max_attempts``, ``timeout_s``, ``policy`` = ``"elastic"`` |
       ``"parent_bound"``, ``batched``, ``num_outputs``, ``recovery``, ``output_layout``,
       ``max_inflight``: batches one actor runs at once, default 1; an ``async def``
-      ``__call__`` runs them as coroutines on one event loop, a plain one in threads);
+      ``__call__`` runs them as coroutines on one event loop, a plain one in threads;
+      ``max_rss`` (bytes, or ``"1.5GB"``) and ``max_batches``: an actor past either
+      finishes its batches, then is replaced by a fresh one, its *recycling*);
     * Ray actor options (``runtime_env``, ``memory``, ``max_restarts``,
       ``accelerator_type``, ``scheduling_strategy``, ``label_selector``, ...), given as
       ``ray_options={...}`` and passed to ``ray.remote(...).options`` unchanged;
@@ -170,6 +175,8 @@ class RayModule:
         recovery: Any = None,
         output_layout: str | None = None,
         max_inflight: int = 1,
+        max_rss: int | str | None = None,
+        max_batches: int | None = None,
         ray_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -188,7 +195,7 @@ class RayModule:
             "num_gpus": num_gpus, "resources": resources, "max_attempts": max_attempts,
             "timeout_s": timeout_s, "policy": policy, "batched": batched,
             "num_outputs": num_outputs, "recovery": recovery, "output_layout": output_layout,
-            "max_inflight": max_inflight,
+            "max_inflight": max_inflight, "max_rss": max_rss, "max_batches": max_batches,
         }
         self._ray: dict[str, Any] = {}
         self._check_constructor(location, explicit=False)
@@ -334,6 +341,7 @@ class RayModule:
             layout = "columns" if callable(getattr(self.target, "run", None)) else "rows"
         num_cpus, num_gpus = e["num_cpus"], e["num_gpus"]
         replicas, max_replicas = _replica_range(e["replicas"], location)
+        max_rss = _max_rss(e.get("max_rss"), location)
         checks = [
             (_is_int(e["batch_size"]) and e["batch_size"] >= 1,
              f"batch_size={e['batch_size']!r}", "batch_size must be >= 1 (an int)"),
@@ -349,6 +357,10 @@ class RayModule:
             (_is_int(e["max_inflight"]) and e["max_inflight"] >= 1,
              f"max_inflight={e['max_inflight']!r}",
              "max_inflight (batches one actor runs at once) must be an int >= 1"),
+            (e.get("max_batches") is None
+             or (_is_int(e["max_batches"]) and e["max_batches"] >= 1),
+             f"max_batches={e.get('max_batches')!r}",
+             "max_batches (batches an actor runs before it is recycled) must be an int >= 1"),
             (layout in ("rows", "columns"), f"output_layout={layout!r}",
              "output_layout is 'rows' (a tuple per record) or 'columns' (a list per output)"),
         ]
@@ -379,6 +391,8 @@ class RayModule:
             recovery=recovery,
             output_layout=layout,
             max_inflight=e["max_inflight"],
+            max_rss=max_rss,
+            max_batches=e.get("max_batches"),
         )
 
     def spec(self, name: str) -> ModuleSpec:
@@ -399,6 +413,18 @@ class RayModule:
 
     def __repr__(self) -> str:
         return f"RayModule({_target_name(self.target)}, {self.options})"
+
+
+def _max_rss(value: Any, location: Any) -> int | None:
+    """A module's ``max_rss`` in bytes (None: no limit)."""
+    if value is None:
+        return None
+    try:
+        return parse_byte_size(value)
+    except ValueError as exc:
+        raise ce.ModuleDefinitionError(f"invalid option max_rss={str(value)[:40]!r}", location,
+                                       f"{exc} (the resident memory past which an actor is "
+                                       "recycled)") from None
 
 
 def _is_int(value: Any) -> bool:

@@ -96,11 +96,17 @@ class PoolHistory:
         out = []
         several = len({s.driver for s in self.series}) > 1
         for s in sorted(self.series, key=lambda s: (s.module, s.driver)):
-            steps = " -> ".join(f"{c.after} ({t:.0f}s)"
-                                for (t, _), c in zip(s.points[1::2], s.changes, strict=True))
             name = f"{s.module} @ {s.driver}" if several else s.module
-            out.append(sanitize(f"  pool {name}: {s.changes[0].before} -> {steps}; last: "
-                                f"{s.changes[-1].reason}"))
+            sized = [(t, c) for (t, _), c in zip(s.points[1::2], s.changes, strict=True)
+                     if not c.recycle]
+            if sized:
+                steps = " -> ".join(f"{c.after} ({t:.0f}s)" for t, c in sized)
+                out.append(sanitize(f"  pool {name}: {sized[0][1].before} -> {steps}; last: "
+                                    f"{sized[-1][1].reason}"))
+            recycled = [c for c in s.changes if c.recycle]
+            if recycled:
+                out.append(sanitize(f"  pool {name}: {len(recycled)} actors recycled; last: "
+                                    f"{recycled[-1].reason}"))
         if self.skipped:
             out.append(sanitize(f"  ({self.note()})"))
         return out

@@ -55,6 +55,7 @@ from rayorch.pipelines.document.regions import (
 )
 from rayorch.pipelines.document.render import DEFAULT_DPI, RenderPages, RenderPdf
 from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, document_warnings, summary_dict
+from rayorch.pipelines.limits import NATIVE_MAX_RSS, max_rss_bytes
 from rayorch.pipelines.sources import failure_kind, find_files, list_inputs
 from rayorch.pipelines.vllm_runtime import model_replicas, vllm_num_cpus, vllm_num_gpus
 
@@ -135,8 +136,10 @@ class PdfPipeline(ro.Pipeline):
         layout_batch_size: int = 4,
         layout_replicas: Replicas = "auto",
         max_fallback_share: float = 1.0,
+        actor_max_rss: int | str | None = NATIVE_MAX_RSS,
     ) -> None:
         super().__init__()
+        rss = max_rss_bytes(actor_max_rss)  # native-memory stages (pipelines/limits.py)
         if engine not in OCR_MODES:
             valid = ", ".join(repr(m) for m in OCR_MODES)
             raise OcrEngineError(f"unknown OCR engine {engine!r}: choose one of {valid}")
@@ -150,7 +153,7 @@ class PdfPipeline(ro.Pipeline):
                 layout_replicas=layout_replicas, region_batch_size=batch_size,
                 region_replicas=replicas, max_fallback_share=max_fallback_share,
                 page_markers=page_markers, engine_options=engine_options or {},
-                inflight=ocr_inflight or MINERU_INFLIGHT)
+                inflight=ocr_inflight or MINERU_INFLIGHT, max_rss=rss)
             return
         ocr_inflight = ocr_inflight or 1
         ocr_gpus = ocr_num_gpus if ocr_num_gpus is not None else (
@@ -177,6 +180,7 @@ class PdfPipeline(ro.Pipeline):
             batch_size=render_batch_size,
             replicas=render_replicas,
             num_cpus=1.0,
+            max_rss=rss,
         )
         # The engine's options are constructor arguments (.pre_init), never execution
         # options: an engine's own timeout_s must not become the batch timeout.
@@ -185,6 +189,7 @@ class PdfPipeline(ro.Pipeline):
             max_inflight=ocr_inflight,
             batch_size=batch_size,
             replicas=ocr_replicas, num_cpus=ocr_cpus, num_gpus=ocr_gpus,
+            max_rss=None if engine in MODEL_ENGINES else rss,
         ).pre_init(FALLBACK_ENGINE if auto else engine, **ocr_options)
         self.assemble = ro.RayModule(AssembleDocument, page_markers=page_markers,
                                      batch_size=8, num_cpus=0.25)
@@ -194,7 +199,7 @@ class PdfPipeline(ro.Pipeline):
                         layout_replicas: Replicas, region_batch_size: int,
                         region_replicas: Replicas | None, max_fallback_share: float,
                         page_markers: bool, engine_options: dict[str, Any],
-                        inflight: int) -> None:
+                        inflight: int, max_rss: int | None) -> None:
         """The region grain's modules: render, the model modules, keep, assemble_page,
         assemble. For ``layout`` ``engine_options`` may hold ``layout`` and ``recognise``
         (each a dict of its model's constructor options); for ``mineru`` they are
@@ -205,7 +210,8 @@ class PdfPipeline(ro.Pipeline):
         # what is free.
         self.render = ro.RayModule(
             RenderLayoutPages, dpi=dpi, num_outputs=3,
-            batch_size=render_batch_size, replicas=render_replicas, num_cpus=0.5)
+            batch_size=render_batch_size, replicas=render_replicas, num_cpus=0.5,
+            max_rss=max_rss)
         if self.engine == "mineru":
             self._mineru_module(engine_options, region_replicas, region_batch_size, inflight)
         else:
@@ -214,12 +220,12 @@ class PdfPipeline(ro.Pipeline):
 
             self.layout = ro.RayModule(
                 LayoutOrFallback, batch_size=layout_batch_size, replicas=layout_replicas,
-                num_cpus=0.5,
+                num_cpus=0.5, max_rss=max_rss,
             ).pre_init(DetectLayout, **engine_options.get("layout", {}))
             self.recognise = ro.RayModule(
                 RecogniseOrFallback, batch_size=region_batch_size,
                 replicas="auto" if region_replicas is None else region_replicas,
-                num_cpus=0.5,
+                num_cpus=0.5, max_rss=max_rss,
             ).pre_init(RecogniseRegion, **engine_options.get("recognise", {}))
         self.keep = ro.RayModule(KeepRegions, num_outputs=2, batch_size=64, num_cpus=0.1)
         self.assemble_page = ro.RayModule(AssemblePage, batch_size=16, num_cpus=0.1)

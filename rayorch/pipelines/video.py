@@ -30,6 +30,7 @@ from typing import Any
 import rayorch as ro
 from rayorch import F, RecordFailure
 from rayorch.core.program import Replicas
+from rayorch.pipelines.limits import NATIVE_MAX_RSS, max_rss_bytes
 from rayorch.pipelines.sources import find_files, refuse, slug
 from rayorch.pipelines.video_annotate import (
     AnnotatorError,
@@ -248,8 +249,10 @@ class VideoPipeline(ro.Pipeline):
         annotate_num_cpus: float | None = None,
         annotate_num_gpus: float | None = None,
         annotate_inflight: int = 1,
+        actor_max_rss: int | str | None = NATIVE_MAX_RSS,
     ) -> None:
         super().__init__()
+        rss = max_rss_bytes(actor_max_rss)  # native-memory stages (pipelines/limits.py)
         ProbeVideo(max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold)
         DecodeClip(keyframes=keyframes)  # bad options fail here, not inside an actor
         vllm = annotate == "vllm"
@@ -260,11 +263,11 @@ class VideoPipeline(ro.Pipeline):
         self.probe = ro.RayModule(
             ProbeVideo, max_clip_s=max_clip_s, min_clip_s=min_clip_s, threshold=threshold,
             clips_dir=clips_dir, num_outputs=2, batch_size=1, replicas=probe_replicas,
-            num_cpus=0.5,
+            num_cpus=0.5, max_rss=rss,
         )
         self.decode = ro.RayModule(
             DecodeClip, keyframes=keyframes, images=annotator_needs_image(annotate),
-            batch_size=batch_size, replicas=decode_replicas, num_cpus=0.5,
+            batch_size=batch_size, replicas=decode_replicas, num_cpus=0.5, max_rss=rss,
         )
         self.annotate = ro.RayModule(
             AnnotateClip if annotate_inflight == 1 else AsyncAnnotateClip, annotate,

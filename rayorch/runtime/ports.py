@@ -43,6 +43,9 @@ class Completion:
     failure: str | None = None  # set (and ``reports`` empty) when the batch failed physically
     busy_s: float | None = None  # how long the batch ran on its actor (None: not measured)
     crashed: bool = False  # the actor died under the batch (not its own timeout/ActorFailure)
+    commit_s: float | None = None  # the actor's store commit (None: the shell commits)
+    rss_bytes: int = 0  # the actor's resident memory after the batch (0: unknown)
+    actor: int | None = None  # the actor's process id
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,11 @@ class Pools(Protocol):
         """Actors replaced so far (crashes, timeouts)."""
         ...
 
+    def recycled(self) -> list[tuple[str, str]]:
+        """``(module, why)`` of each actor recycled (``max_rss``, ``max_batches``) since the
+        last call."""
+        ...
+
     # -- sizing (docs/ARCHITECTURE.md, "Pools that size themselves") -----------------------
     def counts(self) -> dict[str, PoolCounts]:
         """Each pool's actors now, by module name."""
@@ -153,6 +161,10 @@ class ModulePools:
     def idle(self, call: CallId, slot: Any) -> bool:
         """An actor that holds one batch at a time is idle once reserved (the executor's)."""
         return True
+
+    def recycled(self) -> list[tuple[str, str]]:
+        """In-process actors hold no native memory of their own: none is recycled."""
+        return []
 
 
 class Sink(Protocol):

@@ -97,12 +97,22 @@ class RayPools:
                                       crashed=outcome.crashed))
             else:
                 out.append(Completion(handle, task.call.id, task.tags, result.reports,
-                                      result.verdicts, busy_s=busy_s))
+                                      result.verdicts, busy_s=busy_s,
+                                      commit_s=result.commit_seconds
+                                      if result.verdicts is not None else None,
+                                      rss_bytes=result.rss_bytes, actor=result.worker_pid))
         self._enforce_timeouts()
         return out
 
     def replaced(self) -> int:
         return sum(p.replaced for p in self.pools.values())
+
+    def recycled(self) -> list[tuple[str, str]]:
+        out = []
+        for name, pool in self.pools.items():
+            out += [(name, why) for _, why in pool.recycled]
+            pool.recycled.clear()
+        return out
 
     def counts(self) -> dict[str, PoolCounts]:
         out = {}

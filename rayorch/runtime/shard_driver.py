@@ -56,11 +56,12 @@ from rayorch.core.machine import (
 from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.reuse import Reuse
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
-from rayorch.progress import RunStats, make_progress
+from rayorch.progress import RunStats
 from rayorch.runtime.delivery import CallerSink, Feed
-from rayorch.runtime.pool_sizer import PoolChange, PoolSizer
+from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import HeldShards, ReplicaStats, ShardState
+from rayorch.runtime.run_watch import RunWatch
 from rayorch.runtime.shard_leases import (
     DriverConfig,
     LeaseLostStop,
@@ -126,15 +127,18 @@ class ShardDriver:
         self.leases = ShardLeases(self, store=store, run_id=run_id, info=info,
                                   driver_id=driver_id, config=config, counters=self.counters)
         self._guard = self.leases.guard  # a write to one shard: losing it drops the shard
+        self.watch = RunWatch(stats=self.stats, pools=pools, store=store, run_id=run_id,
+                              driver_id=driver_id, config=config, loads=self._loads,
+                              clock=self._now,
+                              modules={c: s.module for c, s in self.call_specs.items()})
         self.sizer: PoolSizer | None = None  # pools that size themselves (runtime/pool_sizer.py)
         if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
             self.sizer = PoolSizer(plan, pools, config.sizing, clock=self._now, log=self._log,
                                    budget=config.pool_budget, driver=driver_id,
-                                   record=self._record_pools, ledger=config.ledger)
+                                   record=self.watch.record_pools, ledger=config.ledger)
         self._rr = 0
         self._closed = False
         self._moved = False
-        self._progress = make_progress(config.progress)
 
     @property
     def disagreements(self) -> int:
@@ -144,8 +148,7 @@ class ShardDriver:
     # == the loop ===========================================================================
     def results(self) -> Generator[tuple[int, Any], None, None]:
         """Run until the run's shards are done; yield what the caller sink delivers."""
-        if self._progress is not None:
-            self._progress.start()
+        self.watch.start()
         try:
             if self.config.mode is LeaseMode.HOLD_ALL:
                 self.leases.take_all()
@@ -170,13 +173,13 @@ class ShardDriver:
                         self.sizer.tick(self._loads)
                     self._flush_all()
                     self.leases.store_back()
-                    self._show()
+                    self.watch.show()
                     if self._on_turn is not None:
                         self._on_turn()
                 except StoreUnavailableError as exc:
                     self.leases.outage(exc)
         finally:
-            self._stop_progress()
+            self.watch.stop()
 
     def acknowledge_held(self) -> None:
         """The caller closed the iterator normally: the output it holds is delivered."""
@@ -189,7 +192,7 @@ class ShardDriver:
         if self._closed:
             return
         self._closed = True
-        self._stop_progress()
+        self.watch.close()
         if self.sizer is not None and self.sizer.decisions:
             self._log(f"rayorch: {self.sizer.summary()}")
         for k, st in list(self.shards.items()):
@@ -408,6 +411,7 @@ class ShardDriver:
         outage), the others are settled on a later turn, never dropped."""
         if not self._done:
             self._done.extend(self.pools.collect())
+            self.watch.record_recycled()
         while self._done:
             done = self._done.popleft()
             sent = self._batches.pop(done.handle, None)
@@ -421,12 +425,20 @@ class ShardDriver:
             self.sizer.observe(done)
         self.stats.call(call).in_flight -= len(done.tags)
         if done.failure is not None:
+            self.watch.failed(call, done.failure, len(done.tags))
             self._batch_failed(call, done.tags, done.failure, crashed=done.crashed, alone=alone)
             return
+        commit_s = done.commit_s
         if done.verdicts is None:  # the worker did not commit (the memory store): here
+            started = time.perf_counter()
             verdicts = [int(v) for v in self.store.commit(self.run_id, done.reports)]
+            commit_s = time.perf_counter() - started
         else:
             verdicts = list(done.verdicts)
+        self.watch.batch(call, done, commit_s)
+        for report in done.reports:
+            if report.outcome != REPORT_PRESENT:
+                self.watch.failed(call, report.cause or report.outcome)
         by_shard: dict[int, tuple[list[GrainCommitted], list[int]]] = {}
         for report, code in zip(done.reports, verdicts, strict=True):
             reports, codes = by_shard.setdefault(self.info.shard_of(report.path[0]), ([], []))
@@ -584,30 +596,9 @@ class ShardDriver:
             "can be admitted; this is a bug in rayorch, please report it with the run id "
             f"{self.run_id}")
 
-    # == progress ================================================================================
-    def _show(self) -> None:
-        if self._progress is None:
-            return
-        loads = self._loads()
-        for call_id, stats in self.stats.calls.items():
-            stats.ready = sum(load.ready[call_id] for load in loads)
-            stats.suppressed = sum(load.suppressed[call_id] for load in loads)
-        self.stats.actors_replaced = self.pools.replaced()
-        self._progress.update(self.stats)
-
-    def _record_pools(self, changes: Sequence[PoolChange]) -> None:
-        """Keep pool size changes in the store for ``rayorch status`` (best effort)."""
-        with contextlib.suppress(StoreUnavailableError):
-            self.store.record_pool_sizes(self.run_id, [change.encode() for change in changes])
-
     def _loads(self) -> list[MachineLoad]:
         """What each held shard has ready and in flight (the one stats query)."""
         return [st.machine.load() for st in self.shards.values()]
-
-    def _stop_progress(self) -> None:
-        if self._progress is not None:
-            progress, self._progress = self._progress, None
-            progress.stop(self.stats)
 
 
 __all__ = ["FAILOVER_CAUSE", "DriverConfig", "LeaseLostStop", "LeaseMode", "ShardDriver",

@@ -83,6 +83,9 @@ class DriverConfig:
     pool_budget: Mapping[str, float] | None = None
     # Where the run claims its share of the cluster (runtime/pool_ledger.py; None: alone).
     ledger: Ledger | None = None
+    # A Prometheus endpoint on this port (runtime/metrics.py; 0: a free one; None: none).
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 class ShardHost(Protocol):

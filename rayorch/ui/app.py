@@ -6,6 +6,7 @@ Pages (every one paginated where it lists, each also served to the page's own po
     /runs/RUN                           progress chart, per Call, drivers and leases, failures
     /runs/RUN/sources[?only=failed]     the sources and their state
     /runs/RUN/sources/ENTITY            a source's (or page's) lineage: Grains, attempts
+    /runs/RUN/pages/SOURCE.PAGE         a page's layout regions on its image, what each read
     /runs/RUN/failures/CAUSE-ID         the failed Grains of one cause, linking to sources
     /runs/RUN/timeline                  per-Call windows, retries, failovers, throughput
     /runs/RUN/audit                     the audit, computed when asked
@@ -43,6 +44,7 @@ from rayorch.inspect.timeline import format_seconds
 from rayorch.store.base import LineageStore
 from rayorch.store.errors import InvalidRunIdError, RunNotFoundError, StoreClosedError
 from rayorch.ui import pages
+from rayorch.ui.page_view import PageImages
 from rayorch.ui.pages import PageNotFound, Runs
 
 HERE = FilePath(__file__).parent
@@ -82,6 +84,7 @@ class UiApp:
 
     def __init__(self, store: LineageStore, *, token: str | None = None) -> None:
         self.runs = Runs(store)
+        self.images = PageImages()
         self.env = _templates()
         for name in self.env.list_templates():  # compiled once, now, not in a first request
             self.env.get_template(name)
@@ -93,6 +96,10 @@ class UiApp:
             Route("/runs/{run_id}/failures/{key}", self.failures),
             Route("/runs/{run_id}/timeline", self.timeline),
             Route("/runs/{run_id}/audit", self.audit),
+            Route("/runs/{run_id}/pages/{entity}", self.page),
+            Route("/runs/{run_id}/pages/{entity}/image.png", self.page_image),
+            Route("/runs/{run_id}/pages/{entity}/regions/{order:int}.png", self.region_image),
+            Route("/metrics", self.metrics),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         self.starlette = Starlette(routes=routes, exception_handlers={
@@ -180,6 +187,62 @@ class UiApp:
         return await self._serve("audit.html", lambda: pages.audit_page(self.runs, run_id,
                                                                          again))
 
+    async def page(self, request: Request) -> Response:
+        run_id, text = request.path_params["run_id"], request.path_params["entity"]
+        return await self._serve("page.html", lambda: pages.page_page(
+            self.runs, run_id, _page_path(text)))
+
+    async def page_image(self, request: Request) -> Response:
+        """The page rendered from its source (404 with why when it cannot be)."""
+        run_id, text = request.path_params["run_id"], request.path_params["entity"]
+
+        def build() -> Response:
+            path = _page_path(text)
+            view = pages.page_page(self.runs, run_id, path)["view"]
+            try:
+                return Response(self.images.png(view.source, path[1]),
+                                media_type="image/png")
+            except LookupError as exc:
+                return Response(f"{exc}\n", status_code=404, media_type="text/plain")
+
+        return await run_in_threadpool(self._guarded, build)
+
+    async def region_image(self, request: Request) -> Response:
+        """A region's image (a figure's crop) as its Grain committed it."""
+        p = request.path_params
+
+        def build() -> Response:
+            png = pages.region_png(self.runs, p["run_id"], _page_path(p["entity"]), p["order"])
+            if png is None:
+                return Response("no image for this region\n", status_code=404,
+                                media_type="text/plain")
+            return Response(png, media_type="image/png")
+
+        return await run_in_threadpool(self._guarded, build)
+
+    def _guarded(self, build: Callable[[], Response]) -> Response:
+        """A non-HTML response; errors as plain text (never a traceback)."""
+        try:
+            return build()
+        except (RunNotFoundError, InvalidRunIdError, PageNotFound, InvalidPathError) as exc:
+            return Response(f"{exc}\n", status_code=404, media_type="text/plain")
+        except RayorchError as exc:
+            return Response(f"{exc}\n", status_code=503, media_type="text/plain")
+
+    async def metrics(self, request: Request) -> Response:
+        """The store's runs for Prometheus (rayorch/ui/metrics.py)."""
+        from rayorch.ui.metrics import CONTENT_TYPE, store_metrics
+
+        try:
+            body = await run_in_threadpool(store_metrics, self.runs)
+        except ImportError:
+            return Response("/metrics needs prometheus-client: pip install "
+                            "'rayorch[metrics]'\n", status_code=501, media_type="text/plain")
+        except RayorchError as exc:
+            return Response(f"store unavailable: {exc}\n", status_code=503,
+                            media_type="text/plain")
+        return Response(body, media_type=CONTENT_TYPE)
+
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         return self._page("error.html", 404, title="not found",
                           message=f"There is no page at {request.url.path}.")
@@ -187,6 +250,14 @@ class UiApp:
     async def _not_allowed(self, request: Request, exc: Exception) -> Response:
         return self._page("error.html", 405, title="read-only",
                           message="This web view is read-only: only GET requests.")
+
+
+def _page_path(text: str) -> tuple[int, int]:
+    """``SOURCE.PAGE`` (a page entity) as a path; ``PageNotFound`` for anything else."""
+    path = parse_path(text)
+    if len(path) != 2:
+        raise PageNotFound(f"{format_path(path)} is not a page: give SOURCE.PAGE, e.g. 3.0")
+    return path[0], path[1]
 
 
 def _same(given: str, token: str) -> bool:

@@ -29,6 +29,7 @@ from rayorch.inspect.status import COMPLETE, RunSummary, summary_of
 from rayorch.inspect.timeline import Timeline, timeline_of
 from rayorch.store.base import LineageStore
 from rayorch.ui.charts import pool_chart, progress_charts, timeline_chart
+from rayorch.ui.page_view import page_view
 
 READING = "reading"  # a run's first read is still going on
 RUNS_PER_PAGE = 20
@@ -202,6 +203,36 @@ def entity_page(runs: Runs, run_id: str, path: Path, page: str | None) -> dict[s
     return {"run_id": run_id, "story": story, "node": story.root, "pager": pager,
             "children": story.root.children[pager.start:pager.stop], "crumbs": crumbs,
             **_flags(live, complete)}
+
+
+def page_page(runs: Runs, run_id: str, path: tuple[int, int]) -> dict[str, Any]:
+    """The page viewer's page (rayorch/ui/page_view.py)."""
+    live = runs.live(run_id)
+    with live.lock:
+        view = page_view(live, path)
+        complete = live.status().state == COMPLETE
+    return {"run_id": run_id, "view": view, **_flags(live, complete)}
+
+
+def region_png(runs: Runs, run_id: str, path: tuple[int, int], order: int) -> bytes | None:
+    """The image a region's Grain committed (a figure's crop), or None."""
+    live = runs.live(run_id)
+    with live.lock:
+        shard = live.view.shards.get(live.info.shard_of(path[0]))
+        grains = [] if shard is None else [
+            g for (_, p), g in shard.grains.items() if tuple(p) == (*path, order)]
+    for grain in grains:
+        commit = grain.commit or grain.reuse
+        if commit is None:
+            continue
+        try:
+            outputs = runs.store.resolve_payload(commit).outputs or ()
+        except Exception:  # freed or unreachable: no image
+            return None
+        block = outputs[0] if outputs else None
+        if isinstance(block, dict) and isinstance(block.get("image"), (bytes, bytearray)):
+            return bytes(block["image"])
+    return None
 
 
 def failures_page(runs: Runs, run_id: str, key: str, page: str | None) -> dict[str, Any]:

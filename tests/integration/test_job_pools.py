@@ -51,8 +51,17 @@ def test_the_pdf_jobs_pools_size_themselves_by_default_and_a_number_fixes_one(
     assert "  ocr                      replicas=auto " in text, text
     assert "  assemble                 replicas=1 " in text, text
 
+    assert "cost_usd" not in summary  # no price, no cost
+
     fixed = run_pdf(capsys, "--output", str(tmp_path / "fixed"), "--replicas", "2",
-                    "--render-replicas", "1-2")
+                    "--render-replicas", "1-2", "--cpu-price", "0.04", "--gpu-price", "2.5")
+    # the cost of the cluster the job ran on, over its wall time, per million pages
+    cpus, gpus = fixed["cpus"], fixed["gpus"]
+    assert cpus >= 1 and fixed["cpu_price_per_h"] == 0.04
+    expected = fixed["wall_s"] / 3600 * (cpus * 0.04 + gpus * 2.5)
+    assert fixed["cost_usd"] == pytest.approx(expected, rel=1e-3)
+    assert fixed["usd_per_million_pages"] == pytest.approx(
+        expected / fixed["pages"] * 1e6, rel=1e-3)
     assert fixed["pools"]["ocr"] == {"replicas": "2", "start": 2, "most": 2, "end": 2,
                                      "changes": 0}
     render = fixed["pools"]["render"]

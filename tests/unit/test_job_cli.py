@@ -364,3 +364,34 @@ def test_a_slow_rate_keeps_its_digits_and_a_fast_one_one_decimal() -> None:
     assert format_rate(0.3127) == "0.313"  # OCR on a CPU: 0.3 would hide a 10% change
     assert format_rate(283.04) == "283.0" and format_rate(12.25) == "12.2"
     assert format_rate(None) == "-"
+
+
+def test_actor_max_rss_reaches_the_native_stages_and_a_bad_one_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rayorch.pipelines.pdf import PdfPipeline
+    from rayorch.pipelines.video import VideoPipeline
+
+    def limits(pipeline: ro.Pipeline) -> dict[str, int | None]:
+        return {m.name: m.options.max_rss for m in pipeline.compile().modules}
+
+    assert limits(PdfPipeline("rapidocr", actor_max_rss="1.5GB")) == {
+        "render": 1_500_000_000, "ocr": 1_500_000_000, "assemble": None}
+    assert limits(PdfPipeline("auto"))["render"] == 3_000_000_000  # the default
+    assert limits(PdfPipeline("rapidocr", actor_max_rss="off"))["render"] is None
+    assert limits(VideoPipeline("stats", actor_max_rss=2**30))["decode"] == 2**30
+    code = cli_main(["run", "pdf", "--input", str(REPO / "examples" / "pdfs"),
+                     "--output", str(tmp_path / "out"), "--actor-max-rss", "lots"])
+    assert code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--actor-max-rss: actor max RSS 'lots': a size is a number of bytes" in err
+    assert "Traceback" not in err
+
+
+def test_a_price_that_is_not_dollars_per_hour_is_a_usage_error_before_any_output(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("-1", "nan", "inf"):
+        code = cli_main(["run", "pdf", "--input", str(REPO / "examples" / "pdfs"),
+                         "--output", str(tmp_path / "out"), "--gpu-price", bad])
+        assert code == EXIT_USAGE
+        assert f"--gpu-price is dollars per hour >= 0, not {float(bad)}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

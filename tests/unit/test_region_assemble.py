@@ -81,6 +81,32 @@ def test_the_content_list_has_minerus_shape_in_reading_order() -> None:
     assert table["bbox"] == [100, 200, 900, 200]  # a 0..1 box on the 0..1000 grid
 
 
+def boxed(order: int, kind: str, bbox: list[float], **content: Any) -> dict[str, Any]:
+    return {**block(order, kind, **content), "bbox": bbox}
+
+
+TWO_COLUMNS = [  # the layout's reading order runs down the left column, then the right one;
+    # top-to-bottom, left-to-right would interleave the columns (1, 3, 2, 4)
+    boxed(4, "text", [0.52, 0.55, 0.95, 0.90], text="Right, lower."),
+    boxed(2, "text", [0.05, 0.60, 0.48, 0.90], text="Left, lower."),
+    boxed(0, "title", [0.10, 0.02, 0.90, 0.08], text="Two columns"),
+    boxed(3, "table", [0.52, 0.10, 0.95, 0.50], table={"markdown": "| r |\n| --- |\n| 1 |"}),
+    boxed(1, "text", [0.05, 0.12, 0.48, 0.55], text="Left, upper."),
+]
+
+
+def test_a_two_column_page_is_read_in_its_reading_order_not_top_to_bottom() -> None:
+    page = assemble_page(TWO_COLUMNS, 1, STEM)
+    assert page["markdown"].split("\n\n") == [
+        "# Two columns", "Left, upper.", "Left, lower.", "| r |\n| --- |\n| 1 |",
+        "Right, lower."]
+    content = page["content"]
+    assert [e.get("text") or e.get("table_body") for e in content] == [
+        "Two columns", "Left, upper.", "Left, lower.", "| r |\n| --- |\n| 1 |",
+        "Right, lower."]
+    assert [e["bbox"][0] for e in content] == [100, 50, 50, 520, 520]
+
+
 def test_a_title_is_the_documents_heading_only_when_it_opens_page_1() -> None:
     later = assemble_page([block(0, "title", text="Appendix")], 2, STEM)
     assert later["markdown"] == "## Appendix" and not later["titled"]
@@ -298,3 +324,38 @@ def test_the_cli_refuses_a_fallback_share_outside_0_to_1_before_anything_runs(
     assert code == EXIT_USAGE
     assert "--max-fallback-share is a share from 0 to 1, not 1.5" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+class TableModelRefusing:
+    """A table model following SlanetTableModel's protocol whose structure never fits its
+    cells (two cells, one box): recognition must refuse it and read the table as text."""
+
+    def structure(self, image: Any) -> tuple[list[str], list[tuple[float, ...]]]:
+        return ["<tr>", "<td></td>", "<td></td>", "</tr>"], [(0.0, 0.0, 10.0, 10.0)]
+
+
+def test_a_refused_table_structure_is_a_recorded_fallback_counted_by_the_budget() -> None:
+    pytest.importorskip("PIL")
+    from rayorch.pipelines.document.recognise import RecogniseRegion
+
+    recognise = RecogniseRegion.__new__(RecogniseRegion)  # no model load: text-layer words
+    recognise.tables = TableModelRefusing()
+    words = [[10, 10, 60, 24, "Quarterly"], [64, 10, 120, 24, "revenue"],
+             [10, 30, 60, 44, "rose"], [64, 30, 120, 44, "sharply"]]
+    region = {"page": 1, "order": 1, "kind": "table", "bbox": [0.0, 0.0, 0.5, 0.2],
+              "crop": text_png("Quarterly revenue rose sharply"), "words": words,
+              "width_pt": 300, "height_pt": 300}
+    [table] = recognise([region])
+    assert table["fallback"] == "text-layer" and table["engine"] == "text-layer"
+    assert "table" not in table and "Quarterly revenue" in table["text"]
+    page = assemble_page([block(0, "text", text="Intro."), table], 1, STEM)
+    assert page["fallbacks"] == {"text-layer": 1}
+    entry = page["content"][1]
+    assert entry["type"] == "text" and entry["fallback"] == "text-layer"
+    assert entry["region_kind"] == "table"
+    assert "fallback" not in page["content"][0]
+    [failure] = AssembleRegionDocument(max_fallback_share=0.4)([[page]], [META])
+    assert isinstance(failure, ro.RecordFailure)
+    assert "1 of 2 blocks fell back (1 text-layer)" in failure.cause
+    [document] = AssembleRegionDocument(max_fallback_share=0.5)([[page]], [META])
+    assert document["fallbacks"] == {"text-layer": 1}

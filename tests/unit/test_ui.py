@@ -48,14 +48,17 @@ def store() -> Iterator[LineageStore]:
 
 
 def write_hostile(store: LineageStore) -> None:
-    """A source whose input and whose OCR failure cause are HTML and script."""
+    """A source whose input, OCR failure cause, driver and sink are HTML and script."""
     store.open_run("evil", scripted_plan())
-    epoch = store.acquire_lease("evil", 0, "d", ttl_s=60)
+    epoch = store.acquire_lease("evil", 0, HOSTILE, ttl_s=60)
+    store.heartbeat("evil", HOSTILE, ttl_s=60)
     store.append("evil", 0, epoch, [SourceAdmitted(0, (HOSTILE,), key=HOSTILE, ts=1.0),
-                                    GrainDispatched("render", (0,), 0, ts=1.5)], driver="d")
+                                    GrainDispatched("render", (0,), 0, ts=1.5)],
+                 driver=HOSTILE)
     store.commit("evil", [GrainCommitted("render", (0,), 0, REPORT_RECORD_FAILURE,
                                          cause=HOSTILE, ts=2.0)])
-    store.append("evil", 0, epoch, [OutputEmitted(0, "failed", ts=2.5)], driver="d")
+    store.append("evil", 0, epoch, [OutputEmitted(0, "failed", sink=HOSTILE, ts=2.5)],
+                 driver=HOSTILE)
 
 
 def test_every_page_of_a_run_renders_from_its_view(store: LineageStore) -> None:
@@ -98,6 +101,34 @@ def test_values_from_the_store_are_shown_inert(store: LineageStore) -> None:
         assert "<script>alert" not in response.text and "<img src=x" not in response.text
         assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in response.text, url
         assert "script-src 'self'" in response.headers["content-security-policy"]
+
+
+def test_every_page_reachable_from_the_index_shows_store_text_inert(
+        store: LineageStore) -> None:
+    """Crawl the web view from ``/`` (every link, every page of every run): no page renders
+    the hostile input or failure cause as markup, and the pages that show them escape them."""
+    write_hostile(store)
+    client = TestClient(build_app(store))
+    seen: set[str] = set()
+    todo = ["/"]
+    escaped = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"
+    shown: set[str] = set()
+    while todo and len(seen) < 400:
+        url = todo.pop()
+        if url in seen:
+            continue
+        seen.add(url)
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert "<script>alert" not in response.text and "<img src=x" not in response.text, url
+        if escaped in response.text:
+            shown.add(url.split("?")[0].rsplit("/", 1)[0])
+        for link in re.findall(r'href="(/[^"#]*)"', response.text):
+            if not link.startswith("/static/"):
+                todo.append(link.replace("&amp;", "&"))
+    assert any("/runs/evil/failures/" in u for u in seen), sorted(seen)
+    # the cause on its failures page, the input and cause on the run's and source's pages
+    assert {"/runs/evil/failures", "/runs/evil/sources", "/runs"} <= shown, shown
 
 
 def test_a_bad_or_missing_run_is_a_clear_page(store: LineageStore) -> None:
@@ -231,3 +262,32 @@ def test_a_run_is_first_read_on_a_thread_and_pages_show_how_far(
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert 'id="reading"' not in page and 'id="run-state">complete' in page
+
+
+def test_metrics_export_the_stores_runs_and_the_token_guards_them(store: LineageStore) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rayorch.store.records import PoolChange
+
+    store.record_pool_sizes("done", [
+        PoolChange(1.0, "ocr", 1, 3, "backlog", ts=1.0).encode(),
+        PoolChange(2.0, "ocr", 3, 3, "recycled actor 1: RSS 3.2 GB over max_rss 3.0 GB",
+                   ts=2.0).encode()])
+    response = TestClient(build_app(store)).get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith(
+        "text/plain; version=0.0.4")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(response.text) for s in f.samples}
+    assert samples[("rayorch_run_info", (("plan", "ScriptedPdfPipeline"), ("run", "done"),
+                                         ("state", "complete")))] == 1
+    assert samples[("rayorch_run_sources", (("run", "done"), ("state", "done")))] == 4
+    assert samples[("rayorch_run_sources", (("run", "half"), ("state", "failed")))] == 1
+    assert samples[("rayorch_run_grains_total", (("call", "ocr"), ("kind", "present"),
+                                                 ("run", "done")))] == 3
+    assert samples[("rayorch_run_pool_actors", (("module", "ocr"), ("run", "done")))] == 3
+    assert samples[("rayorch_run_pool_changes_total", (("kind", "recycle"), ("module", "ocr"),
+                                                       ("run", "done")))] == 1
+    guarded = TestClient(build_app(store, token="s3cret"))
+    assert guarded.get("/metrics").status_code == 401
+    assert guarded.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200

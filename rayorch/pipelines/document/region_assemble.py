@@ -87,7 +87,9 @@ def block_markdown(block: Block, figure: str | None, heading: str) -> str:
 
 
 def content_entry(block: Block, figure: str | None, page: int) -> dict[str, Any] | None:
-    """The block's entry in the content list (MinerU's shape), or ``None`` when empty."""
+    """The block's entry in the content list (MinerU's shape), or ``None`` when empty. A
+    block that fell back says so: ``fallback`` (how it was read) and ``region_kind`` (what
+    the layout found), so a table read as plain text is not taken for a paragraph."""
     entry: dict[str, Any]
     if "table" in block:
         entry = {"type": "table", "table_body": table_body(block["table"])}
@@ -104,6 +106,10 @@ def content_entry(block: Block, figure: str | None, page: int) -> dict[str, Any]
                  if block["kind"] == "title" else {"type": "text", "text": text})
     entry["bbox"] = grid_box(block["bbox"])
     entry["page_idx"] = page - 1
+    entry["order"] = int(block["order"])  # its region: entity (source, page_idx, order)
+    if block.get("fallback"):  # read another way than its kind asks (a table as its text)
+        entry["fallback"] = str(block["fallback"])
+        entry["region_kind"] = str(block["kind"])
     return entry
 
 

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from rayorch.core.errors import RayorchError
 from rayorch.core.program import Replicas
 from rayorch.core.words import plural
 from rayorch.pipelines.job.layouts import PDF_JOB, VIDEO_JOB, JobLayout
@@ -53,9 +54,11 @@ from rayorch.pipelines.job.summary import (
     JobSummary,
     format_rate,
     format_seconds,
+    run_cost,
     summary_text,
 )
 from rayorch.pipelines.sources import slug
+from rayorch.runtime.metrics import add_metrics_options
 from rayorch.store.registry import is_shared_store
 
 
@@ -123,10 +126,42 @@ def start_ray_for(plan: Any, address: str | None) -> str:
     return ensure_ray(address, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=False)
 
 
+def ray_resources() -> dict[str, float]:
+    """The CPUs and GPUs of the Ray cluster the job runs on (what a run's cost counts)."""
+    import ray
+
+    if not ray.is_initialized():  # (a test's stand-in for start_ray_for)
+        return {}
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return {key: float(resources.get(key, 0.0)) for key in ("CPU", "GPU")}
+
+
+def require_price(args: argparse.Namespace) -> None:
+    """``--cpu-price``/``--gpu-price``: finite dollars per hour >= 0 (a ``UsageError``)."""
+    for name in ("cpu_price", "gpu_price"):
+        value = getattr(args, name, None)
+        if value is not None and not (0.0 <= value < math.inf):
+            raise UsageError(f"--{name.replace('_', '-')} is dollars per hour >= 0, not {value}")
+
+
 def given_options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     """``{name: value}`` of the options among ``names`` that were given (not ``None``): what
     is left out takes the pipeline's own default (pool sizes: ``"auto"``)."""
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def native_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"actor_max_rss": ...}`` when ``--actor-max-rss`` was given (checked: a
+    ``UsageError`` in one line), else ``{}`` (the pipeline's default)."""
+    from rayorch.pipelines.limits import max_rss_bytes
+
+    if args.actor_max_rss is None:
+        return {}
+    try:
+        max_rss_bytes(args.actor_max_rss)
+    except RayorchError as exc:
+        raise UsageError(f"--actor-max-rss: {exc}") from None
+    return {"actor_max_rss": args.actor_max_rss}
 
 
 def pool_size_text(options: Any) -> str:
@@ -285,11 +320,21 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        "arguments and inputs are unchanged (a run id, or 'latest')")
     group.add_argument("--no-reuse", action="append", default=[], metavar="CALL",
                        help="with --reuse: run this Call again anyway (e.g. ocr; repeatable)")
+    group.add_argument("--actor-max-rss", default=None, metavar="SIZE",
+                       help="recycle an actor of a native-memory stage (render, OCR, layout, "
+                       "decode) once its resident memory passes SIZE, e.g. 2GB or 800MiB; "
+                       "'off' never (default 3GB; model engines are not recycled)")
     group.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                        dest="storage_options",
                        help="an object store setting for s3://, gs://, az:// --input and "
                        "--output, e.g. endpoint=http://host:9000 (repeatable; credentials "
                        "come from the cloud's standard environment)")
+    add_metrics_options(group)
+    group.add_argument("--cpu-price", type=float, default=None, metavar="USD",
+                       help="dollars per CPU core-hour: the summary (and --json) gives the "
+                       "run's cost per million " + f"{job.part}s")
+    group.add_argument("--gpu-price", type=float, default=None, metavar="USD",
+                       help="dollars per GPU-hour (as --cpu-price; with it, pages/s per GPU)")
 
 
 def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
@@ -353,6 +398,7 @@ def run_job(
     Returns the exit code.
     """
     plan = pipeline.compile()
+    require_price(args)
     check_store(args.store)
     if (args.reuse or args.no_reuse) and not is_shared_store(args.store):
         raise UsageError("--reuse needs the store of the earlier run: pass --store redis://... "
@@ -369,6 +415,7 @@ def run_job(
     summary = JobSummary(job, total=len(sources), kept=len(out.kept))
     complete = False
     run_id = None
+    cluster: dict[str, float] = {}
     pools: dict[str, Any] = {"pools": None, "bound_by": None}
     # With --json stdout carries the summary only: what Ray prints there meanwhile (a
     # raylet warning as the pools grow, say) goes to stderr.
@@ -378,6 +425,7 @@ def run_job(
             if ids:
                 clock.starting_ray()
                 start_ray_for(plan, args.address)
+                cluster = ray_resources()
                 clock.starting_pools(plan)
                 progress = False if args.no_progress or not tty else None
                 # Each source keeps its input position as its lineage index (the ids of its
@@ -388,7 +436,9 @@ def run_job(
                 handle = pipeline.run(sources, store=args.store, ordered=False,
                                       progress=progress, address=args.address,
                                       admission_order=ids, sink=sink, reuse=args.reuse,
-                                      no_reuse=args.no_reuse, ui=args.ui)
+                                      no_reuse=args.no_reuse, ui=args.ui,
+                                      metrics_port=args.metrics_port,
+                                      metrics_host=args.metrics_host)
                 run_id = handle.run_id
                 out.note_run(run_id)
                 summary.run_started = clock.running()
@@ -417,6 +467,9 @@ def run_job(
     rate = summary.rate() if run_id is not None else None
     # as format_rate shows it: one decimal, three digits under 10/s (OCR on a CPU)
     result[f"{job.part}s_per_s"] = None if rate is None else float(format_rate(rate))
+    result |= run_cost(result, job.part, cpus=cluster.get("CPU", 0.0),
+                       gpus=cluster.get("GPU", 0.0), cpu_price=args.cpu_price,
+                       gpu_price=args.gpu_price)
     if args.json:
         stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -58,6 +58,7 @@ from typing import Any
 from rayorch.pipelines.job.cli import (
     add_job_parser,
     given_options,
+    native_limits,
     replicas_type,
     require_positive,
     run_job,
@@ -72,8 +73,8 @@ def add_run_parser(sub: Any) -> None:
 
     parser = sub.add_parser(
         "run",
-        help="run a shipped job (pdf: PDFs -> per-page OCR -> Markdown; "
-        "video: videos -> scene clips -> annotations)",
+        help="run a shipped job (pdf: PDFs -> pages -> text layer, OCR, layout regions or a "
+        "vision-language model -> Markdown; video: videos -> scene clips -> annotations)",
         description="Run a shipped job. Each job has its own options: "
         "rayorch run pdf --help, rayorch run video --help.",
     )
@@ -87,7 +88,8 @@ def add_pdf_parser(jobs: Any) -> None:
     from rayorch.pipelines.pdf import OCR_MODES
 
     group = add_job_parser(
-        jobs, PDF_JOB, help="PDFs -> per-page text (OCR where needed) -> Markdown",
+        jobs, PDF_JOB, help="PDFs -> Markdown: the text layer, OCR where needed, layout regions "
+        "(--ocr layout) or a vision-language model (vllm, mineru)",
         description=__doc__, input_help="a PDF file or a directory of PDFs", func=cmd_run_pdf)
     group.add_argument("--ocr", default="auto", choices=OCR_MODES,
                        help="OCR engine (default: auto; see above)")
@@ -140,7 +142,7 @@ def pdf_pipeline(args: argparse.Namespace) -> Any:
     options |= {"batch_size": args.batch_size, "tables": args.tables,
                 "page_markers": not args.no_page_markers,
                 "layout_batch_size": args.layout_batch_size,
-                "max_fallback_share": args.max_fallback_share}
+                "max_fallback_share": args.max_fallback_share, **native_limits(args)}
     engine_options = model_options(args)
     if args.model is not None:
         engine_options = {"model": args.model, **engine_options}

@@ -29,6 +29,40 @@ def format_rate(rate: float | None) -> str:
     return f"{rate:.1f}" if rate >= 10 else f"{rate:.3g}"
 
 
+def run_cost(result: dict[str, Any], part: str, *, cpus: float, gpus: float,
+             cpu_price: float | None, gpu_price: float | None) -> dict[str, Any]:
+    """What the run cost at ``cpu_price``/``gpu_price`` dollars per hour per CPU core and
+    per GPU, for the cluster it ran on (``cpus``, ``gpus``: what you pay for, whoever used
+    it) over its wall time (start-up included): ``{"cost_usd", "usd_per_million_<part>s",
+    "<part>s_per_s_per_gpu", ...}``; ``{}`` without a price.
+
+    >>> cost = run_cost({"pages": 500, "wall_s": 3600.0, "pages_per_s": 0.2}, "page",
+    ...                 cpus=8, gpus=1, cpu_price=0.05, gpu_price=2.0)
+    >>> cost["cost_usd"], cost["usd_per_million_pages"], cost["pages_per_s_per_gpu"]
+    (2.4, 4800.0, 0.2)
+    """
+    if cpu_price is None and gpu_price is None:
+        return {}
+    hours = float(result.get("wall_s") or 0.0) / 3600.0
+    usd = hours * (cpus * (cpu_price or 0.0) + gpus * (gpu_price or 0.0))
+    parts = int(result.get(f"{part}s") or 0)
+    rate = result.get(f"{part}s_per_s")
+    return {"cost_usd": round(usd, 6), "cpus": cpus, "gpus": gpus,
+            "cpu_price_per_h": cpu_price, "gpu_price_per_h": gpu_price,
+            f"usd_per_million_{part}s": round(usd / parts * 1e6, 4) if parts else None,
+            f"{part}s_per_s_per_gpu": round(rate / gpus, 4) if gpus and rate else None}
+
+
+def cost_line(cost: dict[str, Any], part: str) -> str:
+    """The summary's cost line."""
+    per = cost.get(f"usd_per_million_{part}s")
+    line = (f"cost ${cost['cost_usd']:.4g} for {cost['cpus']:g} CPUs, {cost['gpus']:g} GPUs "
+            f"over the wall time = " + ("-" if per is None else f"${per:,.2f}")
+            + f" per million {part}s")
+    per_gpu = cost.get(f"{part}s_per_s_per_gpu")
+    return line + (f"; {per_gpu:g} {part}s/s per GPU" if per_gpu is not None else "")
+
+
 @dataclass
 class JobSummary:
     """Counts of a job run (sources and their parts), its failures and warnings, its clock.
@@ -154,6 +188,8 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
     ]
     if result.get("pools"):
         lines.append(pools_line(result["pools"], result.get("bound_by")))
+    if "cost_usd" in result:
+        lines.append(cost_line(result, part))
     if summary.failures:
         lines.append(f"failed ({plural(summary.failed, unit)}):")
         lines.extend(summary.failure_lines())
@@ -169,4 +205,4 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
 
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_NAMED_FAILURES", "JobSummary",
-           "format_seconds", "pools_line", "summary_text"]
+           "cost_line", "format_seconds", "pools_line", "run_cost", "summary_text"]

@@ -33,6 +33,7 @@ from typing import Any
 from rayorch.pipelines.job.cli import (
     add_job_parser,
     given_options,
+    native_limits,
     replicas_type,
     require_positive,
     run_job,
@@ -89,6 +90,7 @@ def video_pipeline(args: argparse.Namespace) -> Any:
         "batch_size": args.batch_size,
         "clips_dir": str(clips_dir) if args.write_clips else None,
         **given_options(args, "replicas", "decode_replicas"),  # else the default: auto
+        **native_limits(args),
     }
     if args.model is not None:
         options["engine_options"] = {"model": args.model}

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import msgpack
 
 POOL_RECORD_VERSION = 1
+RECYCLED = "recycled actor "
+"""How the reason of a recycling starts (actors/pool.py ``ActorPool._over_limit``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +29,15 @@ class PoolChange:
     ts: float = 0.0
     driver: str = ""
 
+    @property
+    def recycle(self) -> bool:
+        """An actor replaced past its ``max_rss``/``max_batches`` (the size stays; the
+        pool's reason says ``recycled actor N: why``)."""
+        return self.before == self.after and self.reason.startswith(RECYCLED)
+
     def line(self) -> str:
+        if self.recycle:
+            return f"pool {self.module!r}: {self.reason} at {self.at_s:.1f}s"
         return (f"pool {self.module!r}: {self.before} -> {self.after} actors at "
                 f"{self.at_s:.1f}s: {self.reason}")
 
@@ -77,4 +87,5 @@ def decoded_pool_change(raw: bytes) -> PoolChange | str:
         return str(exc)
 
 
-__all__ = ["POOL_RECORD_VERSION", "PoolChange", "decoded_pool_change", "pool_changes"]
+__all__ = ["POOL_RECORD_VERSION", "RECYCLED", "PoolChange", "decoded_pool_change",
+           "pool_changes"]
