@@ -255,8 +255,10 @@ def outline_of(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
         return value if small else FREED
 
     def one(value: Any) -> Any:
-        if isinstance(value, list | tuple) and len(pack_value(value)) > OUTLINE_LEAF:
-            return type(value)(leaf(v) for v in value)
+        if isinstance(value, list):
+            return [leaf(v) for v in value]
+        if isinstance(value, tuple):  # a named tuple too: stored as a plain tuple
+            return tuple(leaf(v) for v in value)
         return leaf(value)
 
     return tuple(one(v) for v in outputs)

@@ -3,6 +3,8 @@ payload is freed (docs/ARCHITECTURE.md, "Freeing values")."""
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from rayorch.core.facts import (
     CODEC_VERSION,
     FREED,
@@ -20,6 +22,8 @@ def test_an_outline_keeps_lengths_masks_and_small_values_only() -> None:
     outline = outline_of((pages, [True, False, True], 7, "a long text " * 20, (1, 2)))
     assert outline == ([FREED, FREED, FREED], [True, False, True], 7, FREED, (1, 2))
     assert type(outline[0]) is list and len(pack_value(outline)) < 40
+    point = namedtuple("point", "x y")(1, b"y" * 100)
+    assert outline_of((point,)) == ((1, FREED),)  # stored as a plain tuple
 
 
 def test_freed_values_and_outlines_survive_the_codec() -> None:
