@@ -40,23 +40,26 @@ class Read:
 
 
 class Bind:
+    def __init__(self, sep: str = "\n") -> None:
+        self.sep = sep
+
     def __call__(self, texts: list[list[str]]) -> list[str]:
-        return ["\n".join(t) for t in texts]
+        return [self.sep.join(t) for t in texts]
 
 
 class Book(ro.Pipeline):
-    def __init__(self) -> None:
+    def __init__(self, sep: str = "\n") -> None:
         super().__init__()
         self.scan = ro.RayModule(Scan, num_cpus=0.25)
         self.read = ro.RayModule(Read, num_cpus=0.25, batch_size=4)
-        self.bind = ro.RayModule(Bind, num_cpus=0.25)
+        self.bind = ro.RayModule(Bind, sep=sep, num_cpus=0.25)
 
     def forward(self, docs: Any) -> Any:
         return self.bind(ro.F.reduce(self.read(ro.F.expand(self.scan(docs)))))
 
 
-def expected(docs: list[int]) -> list[str]:
-    return ["\n".join(f"text of {chr(65 + i)} " * 20 for i in range(d % 3 + 1)) for d in docs]
+def expected(docs: list[int], sep: str = "\n") -> list[str]:
+    return [sep.join(f"text of {chr(65 + i)} " * 20 for i in range(d % 3 + 1)) for d in docs]
 
 
 def objects(root: Path, run_id: str) -> dict[str, int]:
@@ -92,6 +95,11 @@ def test_values_are_freed_once_their_source_is_delivered_and_readers_still_work(
         calls = run_status(store, second.run_id).calls
         assert calls["scan"]["dispatched"] == len(docs) and calls["bind"]["reused"] == len(docs)
         assert audit_run(store, second.run_id).ok
+    # one new input and one changed stage: the same outputs as a run from scratch
+    third = Book(sep=" | ").run([*docs, 11], store=url, quiet=True, reuse="latest")
+    assert third.collect() == expected([*docs, 11], sep=" | ")
+    with open_store(url) as store:
+        assert audit_run(store, third.run_id).ok
 
 
 def test_keep_all_keeps_every_value_for_a_whole_reuse(
