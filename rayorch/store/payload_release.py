@@ -4,8 +4,9 @@ A value in a segment is needed until its source is delivered: by then every Grai
 source's tree is sealed in the store (a source's ``OutputEmitted`` is written after its
 output, which is the last value its tree computes), so no driver, after any take-over,
 dispatches a Grain that reads it. Each shard counts, per segment, the undelivered sources
-with a value in it (``track`` before the commit that names it, so a source is never
-released before its values are counted); a fenced append of ``OutputEmitted`` releases its
+with a value in it (``track``, its own round trip before the commit that names it: a
+pipeline would not keep the order when a script must be reloaded or a cluster call
+rerouted; so a source is never released before its values are counted); a fenced append of ``OutputEmitted`` releases its
 sources, and a segment no source holds is deleted, after the append is on disk (WAITAOF).
 
 Kept, never counted: the values of the Calls a run delivers (``delivered_calls``: its
