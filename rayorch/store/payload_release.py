@@ -4,14 +4,15 @@ A value in a segment is needed until its source is delivered: by then every Grai
 source's tree is sealed in the store (a source's ``OutputEmitted`` is written after its
 output, which is the last value its tree computes), so no driver, after any take-over,
 dispatches a Grain that reads it. Each shard counts, per segment, the undelivered sources
-with a value in it (``track``, its own round trip before the commit that names it: a
-pipeline would not keep the order when a script must be reloaded or a cluster call
-rerouted; so a source is never released before its values are counted); a fenced append of ``OutputEmitted`` releases its
-sources, and a segment no source holds is deleted, after the append is on disk (WAITAOF).
+with a value in it (``track``, its own round trip before the commit that names it, so a
+source is never released before its values are counted: a pipeline would not keep that
+order when a script must be reloaded or a cluster call rerouted); a fenced append of
+``OutputEmitted`` releases its sources, and a segment no source holds is deleted, after the
+append is on disk (WAITAOF).
 
 Kept, never counted: the values of the Calls a run delivers (``delivered_calls``: its
-outputs, which a resume after a store rollback may deliver again), and every value with
-``keep=all`` in the store URL (a run to be reused whole, docs/ARCHITECTURE.md "Reuse").
+outputs, which a resume after a store rollback may deliver again), and every value of a run
+recorded with ``keep=all`` (a run to be reused whole, docs/ARCHITECTURE.md "Reuse").
 A fact whose segment was freed reads as its ``outline``: the fold of the lineage needs
 only the structure of the values of delivered sources.
 """
