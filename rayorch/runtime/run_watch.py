@@ -76,6 +76,12 @@ class RunWatch:
             return
         self.metrics.batch(call, done.busy_s, commit_s, done.rss_bytes, done.actor)
 
+    def timed(self, call: Callable[[], Any]) -> tuple[Any, float]:
+        """``call()``'s result and how long it took (the store commit's latency)."""
+        started = time.perf_counter()
+        result = call()
+        return result, time.perf_counter() - started
+
     def failed(self, call: str, cause: str, count: int = 1) -> None:
         if self.metrics is not None:
             self.metrics.failed(call, cause, count)

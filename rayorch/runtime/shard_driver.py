@@ -430,9 +430,9 @@ class ShardDriver:
             return
         commit_s = done.commit_s
         if done.verdicts is None:  # the worker did not commit (the memory store): here
-            started = time.perf_counter()
-            verdicts = [int(v) for v in self.store.commit(self.run_id, done.reports)]
-            commit_s = time.perf_counter() - started
+            codes, commit_s = self.watch.timed(
+                lambda: self.store.commit(self.run_id, done.reports))
+            verdicts = [int(v) for v in codes]
         else:
             verdicts = list(done.verdicts)
         self.watch.batch(call, done, commit_s)
