@@ -34,7 +34,7 @@ from rayorch.core.facts import GrainCommitted, GrainReused, outline_of, pack_val
 from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.storage import Storage, StorageError, check_key, open_storage
-from rayorch.store.errors import PayloadError
+from rayorch.store.errors import PayloadError, PayloadMissingError
 
 Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a payload_ref
 DEFAULT_THRESHOLD = 128
@@ -197,6 +197,8 @@ class PayloadStore:
                 start = int(segment["offset"])
                 record = self.storage.read_range(self._key(segment["key"]), start,
                                                  start + int(segment["length"]))
+        except FileNotFoundError:  # local and object stores alike
+            raise PayloadMissingError(ref, f"it is not under {self.root}") from None
         except (OSError, StorageError) as exc:
             raise PayloadError(ref, f"cannot read it under {self.root} ({exc})") from exc
         if segment is not None:
@@ -225,18 +227,11 @@ class PayloadStore:
             return fact
         try:
             return replace(fact, outputs=self.load(fact.payload_ref))
-        except PayloadError:
+        except PayloadMissingError:
             outline = getattr(fact, "outline", None)
-            if outline is None or not self.is_missing(fact.payload_ref):
+            if outline is None:
                 raise
             return replace(fact, outputs=outline)
-
-    def is_missing(self, ref: str) -> bool:
-        """True when the object holding ``ref`` is not there (freed, or lost)."""
-        try:
-            return self.storage.head(self._key(object_of(ref))) is None
-        except (OSError, StorageError):
-            return False
 
     def delete(self, ref: str) -> None:
         """Remove the object holding ``ref`` (a whole segment); missing ones are fine."""

@@ -1,7 +1,9 @@
 """Payload segments in a bucket of a real S3-API server on loopback (conftest.py): a commit
 call's large values are one object, read back by ranged reads; a commit whose reply is lost
 and is retried leaves that one object, every value resolves once and the audit finds no
-unresolved reference (docs/ARCHITECTURE.md, "Payload segments and uncertain commits").
+unresolved reference (docs/ARCHITECTURE.md, "Payload segments and uncertain commits"); once
+their source is delivered the segment leaves the bucket and its facts read as outlines
+("Freeing values").
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import redis
 from s3_tools import keys
 
 from rayorch.core.commit import CommitVerdict
-from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, GrainDispatched
+from rayorch.core.facts import FREED, REPORT_PRESENT, GrainCommitted, GrainDispatched, OutputEmitted
 from rayorch.inspect.audit import audit_run
 from rayorch.store import LineageStore, StoreUnavailableError, open_store
 from rayorch.store.payload import object_of
@@ -80,3 +82,18 @@ def test_a_lost_reply_leaves_one_segment_on_s3(
     assert len(segments(s3_endpoint, bucket)) == 1
     assert [f.outputs for f in committed(direct)] == values(3)  # each value once
     assert not [v for v in audit_run(direct, RUN).violations if "payload" in v.message]
+
+
+def test_a_delivered_sources_segment_leaves_the_bucket_and_reads_as_its_outline(
+        direct: LineageStore, s3_endpoint: str, bucket: str) -> None:
+    batch = [GrainCommitted("ocr", (0, i), 0, REPORT_PRESENT, v) for i, v in enumerate(values(4))]
+    assert direct.commit(RUN, batch) == [CommitVerdict.ACCEPTED] * 4
+    assert len(segments(s3_endpoint, bucket)) == 1
+    holder = direct.lease_holder(RUN, 0)
+    assert holder is not None
+    direct.append(RUN, 0, holder.epoch, [OutputEmitted(0, "present")], driver="d")
+    assert segments(s3_endpoint, bucket) == []  # ocr is not delivered: freed
+    assert [f.outputs for f in committed(direct)] == [(FREED, f"page {i}") for i in range(4)]
+    report = audit_run(direct, RUN)
+    assert report.counts["payloads"]["freed"] == 4
+    assert not [v for v in report.violations if "payload" in v.message]

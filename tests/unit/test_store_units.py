@@ -33,7 +33,7 @@ from rayorch.store.base import (
     PoolLog,
     RunRegistry,
 )
-from rayorch.store.errors import StoreClosedError
+from rayorch.store.errors import PayloadMissingError, StoreClosedError
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
 from rayorch.store.payload import PayloadStore, object_of
@@ -211,5 +211,5 @@ def test_payload_segments_round_trip_and_stay_inside_their_directory(tmp_path: P
         payloads.load("run/ocr/1.2.g0.tok.msgpack")
     legacy.unlink()
     payloads.delete(refs[1])  # a value's object: the whole segment
-    with pytest.raises(PayloadError, match="cannot read"):
+    with pytest.raises(PayloadMissingError, match="it is not under"):
         payloads.load(refs[0])
