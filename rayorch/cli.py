@@ -33,7 +33,6 @@ from typing import Any
 import orjson
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import fact_as_dict
 from rayorch.core.ids import format_path, parse_path
 from rayorch.core.run_view import fold_shard
 from rayorch.core.sanitize import json_safe, sanitize
@@ -45,6 +44,7 @@ from rayorch.runtime.sinks import FORMATS
 from rayorch.storage import parse_storage_options, set_storage_options
 from rayorch.store import open_store
 from rayorch.store.base import LineageStore
+from rayorch.store.records.facts import fact_as_dict
 
 EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141

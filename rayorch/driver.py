@@ -569,7 +569,8 @@ def _run_exists(lineage: Any, run_id: str) -> bool:
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],
                      *, depth: int | None, max_active_sources: int | None) -> None:
     """Make a ``Pipeline.run`` resumable; one line on stderr (never a failure) when it cannot."""
-    from rayorch.runtime.manifest import ManifestError, manifest_of_run, record_manifest
+    from rayorch.runtime.manifest import manifest_of_run, record_manifest
+    from rayorch.store.records.manifest import ManifestError
 
     try:
         manifest = manifest_of_run(pipeline, inputs, depth=depth,

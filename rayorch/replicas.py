@@ -63,13 +63,13 @@ def create_run(
     if storage_options is not None:
         set_storage_options(storage_options)
     from rayorch.runtime.manifest import (
-        RunManifest,
         check_storable,
         import_path,
         pipeline_path,
         record_manifest,
     )
     from rayorch.runtime.sinks import FileSink
+    from rayorch.store.records.manifest import RunManifest
     from rayorch.store.registry import open_store
 
     if micro_batch < 1 or shards < 1:
@@ -193,10 +193,11 @@ def join_run(
     """
     if storage_options is not None:
         set_storage_options(storage_options)
-    from rayorch.runtime.manifest import ManifestError, RunManifest
+    from rayorch.runtime.manifest import build_pipeline
     from rayorch.runtime.sinks import sink_for_run
     from rayorch.runtime.trust import trusted_modules
     from rayorch.runtime.user_code import ship_user_code
+    from rayorch.store.records.manifest import ManifestError, RunManifest
     from rayorch.store.registry import open_store
 
     lineage = open_store(with_quick_retries(store))
@@ -211,7 +212,7 @@ def join_run(
         manifest = RunManifest.decode(blob)
         _refuse_lost_shards(lineage, run_id)
         # The pipeline class is checked before anything else acts on the manifest.
-        pipeline = manifest.build_pipeline(trusted_modules(trust))
+        pipeline = build_pipeline(manifest, trusted_modules(trust))
         recorded = (manifest.out_dir, manifest.out_format) if manifest.out_dir else info.sink
         file_sink = sink_for_run(run_id, recorded[0] if recorded else None,
                                  recorded[1] if recorded else "jsonl", out_dir,

@@ -12,9 +12,7 @@ round trip through msgpack extension types.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
 from typing import Any, ClassVar
 
 import msgpack
@@ -64,7 +62,8 @@ class GrainCommitted(Fact):
 
     ``outcome`` is one of ``present``, ``record_failure``, ``group_failure``.
     ``outputs`` holds one value per Call output (inline), or ``payload_ref`` points
-    to the durable copy written before the commit.
+    to the durable copy written before the commit; ``outline`` (:func:`outline_of`) then
+    keeps the outputs' structure, what a fold reads once the payload is freed.
     """
 
     tag: ClassVar[str] = "grain_committed"
@@ -75,6 +74,7 @@ class GrainCommitted(Fact):
     outputs: tuple[Any, ...] | None = None
     cause: str | None = None
     payload_ref: str | None = None
+    outline: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +211,10 @@ FACT_TYPES: dict[str, type[Fact]] = {
     )
 }
 
-_FIELDS: dict[str, tuple[str, ...]] = {
+FACT_FIELDS: dict[str, tuple[str, ...]] = {
     tag: tuple(f.name for f in fields(cls) if f.name != "ts") for tag, cls in FACT_TYPES.items()
 }
-_PATH_FIELDS = frozenset({"path", "parent", "origin_path"})
+PATH_FIELDS = frozenset({"path", "parent", "origin_path"})
 
 
 class CodecError(RayorchError):
@@ -224,7 +224,44 @@ class CodecError(RayorchError):
 # -- values: msgpack with tuples and numpy arrays ---------------------------------
 _EXT_TUPLE = 1
 _EXT_NDARRAY = 2
+_EXT_FREED = 3
 _new_tuple = tuple.__new__
+OUTLINE_LEAF = 16
+"""Bytes of msgpack up to which a value stays in an outline (a page number, a mask)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FreedValue:
+    """A value whose payload was freed once nothing needed it: in an outline, and what a
+    reader of a freed payload gets in its place (docs/ARCHITECTURE.md, "Freeing values")."""
+
+    def __repr__(self) -> str:
+        return "<freed>"
+
+
+FREED = FreedValue()
+
+
+def outline_of(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The structure of a Grain's outputs that folding the lineage rests on: each output
+    as it is when small, a list or tuple as one of its items' outlines (an expand needs
+    its length, a filter its masks), anything else :data:`FREED`."""
+
+    def leaf(value: Any) -> Any:
+        try:
+            small = len(pack_value(value)) <= OUTLINE_LEAF
+        except (TypeError, ValueError, OverflowError):
+            small = False
+        return value if small else FREED
+
+    def one(value: Any) -> Any:
+        if isinstance(value, list):
+            return [leaf(v) for v in value]
+        if isinstance(value, tuple):  # a named tuple too: stored as a plain tuple
+            return tuple(leaf(v) for v in value)
+        return leaf(value)
+
+    return tuple(one(v) for v in outputs)
 
 
 def _ext(code: int, data: bytes) -> msgpack.ExtType:
@@ -235,6 +272,8 @@ def _ext(code: int, data: bytes) -> msgpack.ExtType:
 def _default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return _ext(_EXT_TUPLE, pack_value(list(obj)))
+    if isinstance(obj, FreedValue):
+        return _ext(_EXT_FREED, b"")
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is a dependency
@@ -260,6 +299,8 @@ def _default(obj: Any) -> Any:
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_TUPLE:
         return tuple(unpack_value(data))
+    if code == _EXT_FREED:
+        return FREED
     if code == _EXT_NDARRAY:
         import numpy as np
 
@@ -299,51 +340,8 @@ def unpack_value(data: bytes) -> Any:
     return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
 
 
-# -- facts ------------------------------------------------------------------------
-def _field_getter(names: tuple[str, ...]) -> Callable[[Fact], tuple[Any, ...]]:
-    """One call that returns a fact's field values as a tuple, in ``names`` order."""
-    if len(names) == 1:  # attrgetter of one name returns the value itself
-        one = attrgetter(names[0])
-        return lambda fact: (one(fact),)
-    return attrgetter(*names)
-
-
-_GETTERS: dict[type[Fact], Callable[[Fact], tuple[Any, ...]]] = {
-    cls: _field_getter(_FIELDS[tag]) for tag, cls in FACT_TYPES.items()
-}
-# Positions of Entity paths in a fact's values (stored as tuples; lists from older writers).
-_PATH_POSITIONS: dict[str, tuple[int, ...]] = {
-    tag: tuple(i for i, name in enumerate(names) if name in _PATH_FIELDS)
-    for tag, names in _FIELDS.items()
-}
-
-
-def encode_fact(fact: Fact) -> bytes:
-    """``[version, tag, ts, field...]`` as msgpack."""
-    return pack_value([CODEC_VERSION, fact.tag, fact.ts, *_GETTERS[type(fact)](fact)])
-
-
-def decode_fact(data: bytes) -> Fact:
-    try:
-        raw = unpack_value(data)
-        version, tag, ts, *values = raw
-    except Exception as exc:
-        raise CodecError(f"not a rayorch fact ({exc})") from exc
-    if version != CODEC_VERSION:
-        raise CodecError(f"fact codec version {version} is not supported (this is {CODEC_VERSION})")
-    cls = FACT_TYPES.get(tag)
-    if cls is None:
-        raise CodecError(f"unknown fact type {tag!r}")
-    del values[len(_FIELDS[tag]):]
-    for i in _PATH_POSITIONS[tag]:
-        if i < len(values) and type(values[i]) is not tuple:
-            values[i] = tuple(values[i])
-    return cls(*values, ts=ts)
-
-
-def fact_as_dict(fact: Fact) -> dict[str, Any]:
-    """A plain dict (for ``--json`` output)."""
-    out: dict[str, Any] = {"type": fact.tag, "ts": fact.ts}
-    for name in _FIELDS[fact.tag]:
-        out[name] = getattr(fact, name)
-    return out
+def barrier_fact(report: GrainCommitted) -> BarrierInstalled:
+    """The barrier a GroupFailure commit of a child Grain installs."""
+    return BarrierInstalled(
+        report.call, report.path[:-1], report.cause or "group failure", ts=report.ts
+    )

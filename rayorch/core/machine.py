@@ -30,7 +30,6 @@ from typing import Any
 from rayorch.core.errors import InvalidTransition
 from rayorch.core.facts import (
     REPORT_GROUP_FAILURE,
-    BarrierInstalled,
     ExpansionClosed,
     Fact,
     GrainCommitted,
@@ -38,6 +37,7 @@ from rayorch.core.facts import (
     OutputEmitted,
     RunCompleted,
     SourceAdmitted,
+    barrier_fact,
 )
 from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.outcome import FailedResult, Item, Outcome, source_result
@@ -186,13 +186,6 @@ class MachineLoad:
 
 
 item_result = source_result  # the value(s) or a FailedResult (one place: core.outcome)
-
-
-def barrier_fact(report: GrainCommitted) -> BarrierInstalled:
-    """The barrier a GroupFailure commit of a child Grain installs."""
-    return BarrierInstalled(
-        report.call, report.path[:-1], report.cause or "group failure", ts=report.ts
-    )
 
 
 class ShardMachine:
@@ -400,6 +393,6 @@ __all__ = [
     "BatchCommitted", "BatchFailed", "Event", "FactsStored", "GrainTag", "InputClosed",
     "MachineLoad",
     "Instruction", "OutputDelivered", "OutputReady", "Resync", "SendBatch", "ShardMachine",
-    "SlotFree", "SourcesArrived", "TakenOver", "WantSources", "WriteFacts", "barrier_fact",
+    "SlotFree", "SourcesArrived", "TakenOver", "WantSources", "WriteFacts",
     "item_result",
 ]

@@ -87,6 +87,9 @@ class ModuleOptions:
     then a fresh one replaces it (docs/ARCHITECTURE.md, "Actors that recycle themselves")."""
     max_batches: int | None = None
     """Batches an actor runs before it is recycled the same way (None: no limit)."""
+    keep_values: bool = False
+    """Its outputs are lineage (a drop's verdict): kept after their source is delivered,
+    never freed (docs/ARCHITECTURE.md, "Freeing values")."""
     max_replicas: int | None = None
     """None: ``replicas`` is fixed; else the pool sizes itself between ``replicas`` and this
     (``replicas=(min, max)``; ``"auto"`` is ``(1, AUTO_MAX_REPLICAS)``, bounded in practice
@@ -306,6 +309,7 @@ class Plan:
                         # only when used, so that older plans keep their fingerprint
                         **({"max_replicas": m.options.max_replicas}
                            if m.options.sizes_itself else {}),
+                        **({"keep_values": True} if m.options.keep_values else {}),
                     },
                 }
                 for m in self.modules
@@ -330,6 +334,7 @@ class Plan:
                     num_outputs=m["options"]["num_outputs"],
                     batched=m["options"]["batched"],
                     max_replicas=m["options"].get("max_replicas"),
+                    keep_values=bool(m["options"].get("keep_values", False)),
                 ),
                 target_name=m["target"],
             )

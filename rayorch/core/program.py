@@ -45,6 +45,7 @@ _OPTION_NAMES = frozenset(
         "max_inflight",
         "max_rss",
         "max_batches",
+        "keep_values",
     }
 )
 """Execution options: rayorch's own, set flat or through ``ray_options``."""
@@ -145,7 +146,9 @@ class RayModule:
       ``max_inflight``: batches one actor runs at once, default 1; an ``async def``
       ``__call__`` runs them as coroutines on one event loop, a plain one in threads;
       ``max_rss`` (bytes, or ``"1.5GB"``) and ``max_batches``: an actor past either
-      finishes its batches, then is replaced by a fresh one, its *recycling*);
+      finishes its batches, then is replaced by a fresh one, its *recycling*;
+      ``keep_values``: its outputs stay with the run's lineage after their source is
+      delivered, never freed: a data-quality stage's verdicts, why a document is gone);
     * Ray actor options (``runtime_env``, ``memory``, ``max_restarts``,
       ``accelerator_type``, ``scheduling_strategy``, ``label_selector``, ...), given as
       ``ray_options={...}`` and passed to ``ray.remote(...).options`` unchanged;
@@ -177,6 +180,7 @@ class RayModule:
         max_inflight: int = 1,
         max_rss: int | str | None = None,
         max_batches: int | None = None,
+        keep_values: bool = False,
         ray_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -196,6 +200,7 @@ class RayModule:
             "timeout_s": timeout_s, "policy": policy, "batched": batched,
             "num_outputs": num_outputs, "recovery": recovery, "output_layout": output_layout,
             "max_inflight": max_inflight, "max_rss": max_rss, "max_batches": max_batches,
+            "keep_values": keep_values,
         }
         self._ray: dict[str, Any] = {}
         self._check_constructor(location, explicit=False)
@@ -393,6 +398,7 @@ class RayModule:
             max_inflight=e["max_inflight"],
             max_rss=max_rss,
             max_batches=e.get("max_batches"),
+            keep_values=bool(e.get("keep_values", False)),
         )
 
     def spec(self, name: str) -> ModuleSpec:

@@ -17,7 +17,7 @@ Pure: no store, no clock. Example::
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -409,5 +409,40 @@ def call_domains(plan: Mapping[str, Any]) -> dict[CallId, DomainId]:
     return {n["call"]["id"]: n["domain"] for n in plan.get("nodes", ()) if n.get("call")}
 
 
-__all__ = ["CallTally", "GrainView", "RunView", "ShardView", "call_domains", "first_before",
-           "fold_shard", "numbered"]
+def is_complete(shards_finished: Sequence[bool], emitted: int, total: int | None) -> bool:
+    """The one rule: a run is complete when it has shards, each marked done or holding its
+    ``RunCompleted``, and (when it declares how many) every source's output is emitted."""
+    return bool(shards_finished) and all(shards_finished) and (total is None or emitted == total)
+
+
+def kept_value_calls(plan: Mapping[str, Any]) -> frozenset[CallId]:
+    """The Calls of a stored plan description whose modules declare ``keep_values``."""
+    keep = {m["name"] for m in plan.get("modules", ()) if m.get("options", {}).get("keep_values")}
+    return frozenset(n["call"]["id"] for n in plan.get("nodes", ())
+                     if n.get("call") and n["call"].get("module") in keep)
+
+
+def delivered_calls(plan: Mapping[str, Any]) -> frozenset[CallId]:
+    """The Calls of a stored plan description whose values a run keeps: those reaching an
+    output through the structural primitives only (a reduce delivers its members'), and
+    those of modules declared ``keep_values`` (a data-quality stage's verdicts)."""
+    kept = kept_value_calls(plan)
+    ports = {p[0]: p for p in plan.get("ports", ())}
+    nodes = {n["id"]: n for n in plan.get("nodes", ())}
+    found: set[CallId] = set()
+    todo = [ports[p][3] for p in plan.get("outputs", ()) if p in ports]
+    seen: set[int] = set()
+    while todo:
+        node = nodes.get(todo.pop())
+        if node is None or node["id"] in seen:
+            continue
+        seen.add(node["id"])
+        if node.get("call"):
+            found.add(node["call"]["id"])
+        else:
+            todo.extend(ports[p][3] for p in node.get("inputs", ()) if p in ports)
+    return frozenset(found | kept)
+
+
+__all__ = ["CallTally", "GrainView", "RunView", "ShardView", "call_domains", "delivered_calls",
+           "first_before", "is_complete", "fold_shard", "kept_value_calls", "numbered"]

@@ -31,12 +31,19 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import CallId, DomainId, GrainKey, Path, format_grain, format_path
 from rayorch.core.plan import Plan
-from rayorch.core.run_view import GrainView, ShardView, first_before, fold_shard
+from rayorch.core.run_view import (
+    GrainView,
+    ShardView,
+    delivered_calls,
+    first_before,
+    fold_shard,
+)
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
 from rayorch.inspect.drops import check_claims
-from rayorch.inspect.status import declared_sources
 from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
+from rayorch.store.payload import is_freed
+from rayorch.store.progress import declared_sources
 from rayorch.store.reuse_audit import check_reuse
 
 
@@ -353,7 +360,7 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
             _fold_through_kernel(plan, shard, facts, shape, report, committed)
     _check_every_shard_held(run_id, views, expected, done, report)
     report.violations += [Violation(*finding) for finding in check_reuse(store, views)]
-    report.violations += [Violation(*finding) for finding in check_claims(store, views)]
+    report.violations += [Violation(*finding) for finding in check_claims(store, run_id, views)]
     return report
 
 
@@ -377,8 +384,8 @@ def audit_with_delivery(store: LineageStore, run_id: str, out_dir: str | None = 
 
 def delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
     """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
-    from rayorch.runtime.manifest import ManifestError, RunManifest
     from rayorch.runtime.sink_audit import check_delivery
+    from rayorch.store.records.manifest import ManifestError, RunManifest
 
     if out_dir is None:
         blob = store.load_manifest(run_id)
@@ -429,8 +436,10 @@ def _check_every_shard_held(run_id: str, views: dict[int, ShardView],
 
 def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditReport
                 ) -> tuple[list[StoredFact], int]:
-    """The shard's facts with payloads loaded; a payload that does not resolve is a finding."""
+    """The shard's facts with payloads loaded; a payload that does not resolve is a finding,
+    and so is one freed before its source was delivered, or a delivered value freed."""
     facts: list[StoredFact] = []
+    freed: list[StoredFact] = []
     unresolved = 0
     for stored in store.iter_facts(run_id, shard, payloads=False):
         fact = stored.fact
@@ -442,9 +451,29 @@ def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditRepor
                 unresolved += 1
                 report.violations.append(Violation(
                     shard, stored.seq, f"run {run_id} {format_grain((fact.call, fact.path))}",
-                    f"committed payload file {fact.payload_ref!r} does not resolve "
-                    f"({exc.detail})"))
+                    f"committed payload {fact.payload_ref!r} does not resolve ({exc.detail})"))
+            else:
+                if is_freed(stored.fact):
+                    freed.append(stored)
         facts.append(stored)
+    if freed:
+        delivered = {s.fact.index for s in facts if isinstance(s.fact, OutputEmitted)}
+        info = store.run_info(run_id)
+        kept = delivered_calls(info.plan)
+        report.counts.setdefault("payloads", Counter())["freed"] += len(freed)
+        for stored in freed:
+            fact = stored.fact
+            assert isinstance(fact, GrainCommitted | GrainReused)
+            why = ("the run keeps every value (keep=all)" if info.keep != "outputs" else
+                   "its value is delivered, so it is kept" if fact.call in kept else
+                   None if fact.path[0] in delivered else
+                   f"source {fact.path[0]} is not delivered, so it may still be needed")
+            if why is not None:
+                unresolved += 1
+                report.violations.append(Violation(
+                    shard, stored.seq, f"run {run_id} {format_grain((fact.call, fact.path))}",
+                    f"committed payload {fact.payload_ref!r} does not resolve: it was "
+                    f"freed, but {why}"))
     return facts, unresolved
 
 

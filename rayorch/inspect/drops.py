@@ -10,11 +10,12 @@ Reads the one run view (:mod:`rayorch.core.run_view`), like status, show and aud
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rayorch.core.run_view import GrainView, RunView, ShardView
+from rayorch.core.errors import RayorchError
+from rayorch.core.run_view import GrainView, RunView, ShardView, kept_value_calls
 from rayorch.core.vocabulary import REPORT_PRESENT
 
 
@@ -60,30 +61,61 @@ def is_verdict(value: Any) -> bool:
             and isinstance(value.get("keep"), bool) and "reason" in value)
 
 
-def grain_drop(grain: GrainView) -> Drop | None:
+class VerdictReader:
+    """Reads verdicts that left their facts: a view read without payloads holds, for a
+    large verdict, its outline (``(False, FREED)``) and a payload reference; this resolves
+    those (``store.resolve_payload``), once each. Stages declare ``keep_values``, so their
+    verdicts are never freed."""
+
+    def __init__(self, resolve: Callable[[Any], Any] | None = None,
+                 plan: Mapping[str, Any] | None = None) -> None:
+        self.resolve = resolve
+        self.calls = None if plan is None else kept_value_calls(plan)
+        """The Calls whose values may be verdicts (None: any)."""
+        self._seen: dict[tuple[str, tuple[int, ...], int], tuple[Any, ...] | None] = {}
+
+    def outputs(self, fact: Any) -> tuple[Any, ...] | None:
+        outputs: tuple[Any, ...] | None = fact.outputs
+        if not fact.payload_ref or self.resolve is None or (
+                self.calls is not None and fact.call not in self.calls) or (
+                outputs and not any(v is False for v in outputs)):  # a kept document
+            return outputs
+        key = (fact.call, tuple(fact.path), fact.generation)
+        if key not in self._seen:
+            try:
+                self._seen[key] = self.resolve(fact).outputs
+            except RayorchError:  # freed or unreadable: the outline is all there is
+                self._seen[key] = outputs
+        return self._seen[key]
+
+
+def grain_drop(grain: GrainView, reader: VerdictReader | None = None) -> Drop | None:
     """The drop a source's Grain committed, if its outputs hold one."""
     if len(grain.path) != 1 or not grain.committed:
         return None
     seq, fact = grain.committed[0]
-    if fact.outcome != REPORT_PRESENT or not fact.outputs:
+    if fact.outcome != REPORT_PRESENT:
         return None
-    for value in fact.outputs:
+    outputs = fact.outputs if reader is None else reader.outputs(fact)
+    for value in outputs or ():
         if is_verdict(value) and value["keep"] is False:
             return Drop(grain.path[0], grain.call, seq, dict(value))
     return None
 
 
-def grains_drop(index: int, grains: Iterable[GrainView]) -> Drop | None:
+def grains_drop(index: int, grains: Iterable[GrainView], reader: VerdictReader | None = None
+                ) -> Drop | None:
     """The first drop (in fact order) among one source's Grains."""
-    drops = [d for d in map(grain_drop, grains) if d is not None and d.index == index]
+    drops = [d for d in (grain_drop(g, reader) for g in grains)
+             if d is not None and d.index == index]
     return min(drops, key=lambda d: d.seq, default=None)
 
 
-def shard_drops(shard: ShardView) -> dict[int, Drop]:
+def shard_drops(shard: ShardView, reader: VerdictReader | None = None) -> dict[int, Drop]:
     """The drops of one shard's sources, by source index."""
     found: dict[int, Drop] = {}
     for grain in shard.grains.values():
-        drop = grain_drop(grain)
+        drop = grain_drop(grain, reader)
         if drop is not None:
             earlier = found.get(drop.index)
             if earlier is None or drop.seq < earlier.seq:
@@ -91,15 +123,16 @@ def shard_drops(shard: ShardView) -> dict[int, Drop]:
     return found
 
 
-def run_drops(view: RunView) -> dict[int, Drop]:
+def run_drops(view: RunView, reader: VerdictReader | None = None) -> dict[int, Drop]:
     """Every dropped source of the run, by index (sorted)."""
     drops: dict[int, Drop] = {}
     for shard in view.shards.values():
-        drops.update(shard_drops(shard))
+        drops.update(shard_drops(shard, reader))
     return dict(sorted(drops.items()))
 
 
-def check_claims(store: Any, views: dict[int, ShardView]) -> list[tuple[int, int, str, str]]:
+def check_claims(store: Any, run_id: str, views: dict[int, ShardView]
+                 ) -> list[tuple[int, int, str, str]]:
     """Audit findings ``(shard, seq, object, message)``: each exact-dedup verdict against
     the store's dedup index. A dropped copy's key must be held by the copy it names, a
     kept document's key must be claimed. A ``memory://`` run's index lived in its actors:
@@ -108,13 +141,14 @@ def check_claims(store: Any, views: dict[int, ShardView]) -> list[tuple[int, int
 
     if not is_shared_store(getattr(store, "url", "memory://")):
         return []
+    reader = VerdictReader(store.resolve_payload, store.run_info(run_id).plan)
     findings = []
     for shard, view in views.items():
         for grain in view.grains.values():
             if len(grain.path) != 1 or not grain.committed:
                 continue
             seq, fact = grain.committed[0]
-            for value in fact.outputs or ():
+            for value in reader.outputs(fact) or ():
                 if not (is_verdict(value) and isinstance(value.get("key"), str)
                         and isinstance(value.get("scope"), str)):
                     continue
@@ -131,10 +165,16 @@ def check_claims(store: Any, views: dict[int, ShardView]) -> list[tuple[int, int
     return findings
 
 
+def read_drops(store: Any, run_id: str) -> dict[int, Drop]:
+    """Every dropped source of a stored run, by index: its view, verdicts read back."""
+    view = store.read_view(run_id)
+    return run_drops(view, VerdictReader(store.resolve_payload, view.plan))
+
+
 def drops_by_reason(drops: dict[int, Drop]) -> dict[str, int]:
     """``{"stage: reason": count}``, most first."""
     return dict(Counter(d.label for d in drops.values()).most_common())
 
 
-__all__ = ["Drop", "check_claims", "drops_by_reason", "grain_drop", "grains_drop", "is_verdict",
-           "run_drops", "shard_drops"]
+__all__ = ["Drop", "VerdictReader", "check_claims", "drops_by_reason", "grain_drop",
+           "grains_drop", "is_verdict", "read_drops", "run_drops", "shard_drops"]

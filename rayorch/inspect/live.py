@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from rayorch.core.ids import CallId, GrainKey
 from rayorch.core.run_view import RunView, ShardView
 from rayorch.core.vocabulary import REPORT_PRESENT
-from rayorch.inspect.status import RunStatus, declared_sources, status_of
+from rayorch.inspect.drops import VerdictReader
+from rayorch.inspect.status import RunStatus, status_of
 from rayorch.store.base import DEFAULT_READ_LIMIT, LineageStore, StoredFact
+from rayorch.store.progress import declared_sources
 
 READ_BATCH = 2_000  # facts a shard's first read files at a time (under the view's lock)
 
@@ -57,6 +59,8 @@ class LiveRun:
         self.reading = False  # the first read is still going on (on its thread)
         self._read_done = threading.Event()
         self._read_at = -float("inf")
+        self.verdicts = VerdictReader(store.resolve_payload, self.info.plan)
+        """Drop verdicts that left their facts, each read once (inspect/drops.py)."""
 
     def refresh(self, *, force: bool = False) -> int:
         """File the facts written since the last call; returns how many (0 when the last
@@ -113,7 +117,8 @@ class LiveRun:
         store, run_id = self.store, self.run_id
         holders = {k: store.lease_holder(run_id, k) for k in self.view.shards}
         return status_of(self.view, total=self.total, drivers=store.live_drivers(run_id),
-                         holders=holders, done=store.done_shards(run_id))
+                         holders=holders, done=store.done_shards(run_id),
+                         verdicts=self.verdicts)
 
     def shard_of(self, index: int) -> ShardView:
         return self.view.shards[self.info.shard_of(index)]

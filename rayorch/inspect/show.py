@@ -22,7 +22,7 @@ from rayorch.core.ids import CallId, DomainId, Path, format_grain, format_path
 from rayorch.core.run_view import GrainView, ShardView
 from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, REPORT_PRESENT
 from rayorch.core.words import plural
-from rayorch.inspect.drops import Drop, grains_drop
+from rayorch.inspect.drops import Drop, VerdictReader, grains_drop
 
 # A Grain's state, as shown: its seal, or why it has none.
 PRESENT, REUSED, FAILED, IN_FLIGHT, SUPPRESSED, NOT_RUN = (
@@ -180,8 +180,9 @@ def grain_story(grain: GrainView, barrier_cause: str | None) -> GrainStory:
     return GrainStory(grain.call, grain.path, state, attempts, cause, grain.reuse, text)
 
 
-def lineage(view: ShardView, path: Path) -> Lineage:
-    """The lineage of the entity at ``path`` (a source ``(i,)`` or a descendant)."""
+def lineage(view: ShardView, path: Path, verdicts: VerdictReader | None = None) -> Lineage:
+    """The lineage of the entity at ``path`` (a source ``(i,)`` or a descendant);
+    ``verdicts`` reads a drop's verdict that left its fact (a view read without payloads)."""
     n = len(path)
     index = path[0]
     grains = [view.grains[k] for k in view.by_source.get(index, ()) if k[1][:n] == path]
@@ -215,7 +216,8 @@ def lineage(view: ShardView, path: Path) -> Lineage:
     root_index = index if n == 1 else None
     admitted = [f for _, f in view.admitted.get(index, [])] if root_index is not None else []
     emitted = [f for _, f in view.emitted.get(index, [])] if root_index is not None else []
-    drop = grains_drop(index, [g for g in grains if len(g.path) == 1]) if n == 1 else None
+    drop = grains_drop(index, [g for g in grains if len(g.path) == 1], verdicts) \
+        if n == 1 else None
     return Lineage(path, admitted, entity(path), emitted, drop)
 
 

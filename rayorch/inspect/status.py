@@ -10,7 +10,6 @@ or abandoned.
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,12 +17,14 @@ from typing import Any
 
 from rayorch.core.ids import CallId
 from rayorch.core.pool_sizing import AUTO_MAX_REPLICAS
-from rayorch.core.run_view import RunView
+from rayorch.core.run_view import RunView, is_complete
 from rayorch.core.vocabulary import Outcome
 from rayorch.core.words import plural
-from rayorch.inspect.drops import drops_by_reason, run_drops
-from rayorch.inspect.pool_log import calls_by_module, pool_changes, pool_lines
+from rayorch.inspect.drops import VerdictReader, drops_by_reason, run_drops
+from rayorch.inspect.pool_log import calls_by_module, pool_lines
 from rayorch.store.base import LeaseHolder, LineageStore, RunInfo
+from rayorch.store.progress import declared_sources
+from rayorch.store.records.pool_log import pool_changes
 
 
 @dataclass
@@ -111,8 +112,8 @@ class RunStatus:
 
     @property
     def complete(self) -> bool:
-        return bool(self.shards) and all(s.done or s.completed_fact for s in self.shards) and (
-            self.total is None or self.emitted_present + self.emitted_not_present == self.total)
+        return is_complete([s.done or s.completed_fact for s in self.shards],
+                           self.emitted_present + self.emitted_not_present, self.total)
 
     @property
     def reused(self) -> int:
@@ -172,22 +173,11 @@ class RunStatus:
         return out
 
 
-def declared_sources(store: LineageStore, info: RunInfo) -> int | None:
-    """How many sources the run declares (its manifest, else its config); None: unknown."""
-    from rayorch.runtime.manifest import RunManifest  # the decoder of the stored record
-
-    blob = store.load_manifest(info.run_id)
-    if blob is not None:
-        with contextlib.suppress(Exception):  # a damaged manifest is the audit's finding
-            return len(RunManifest.decode(blob).sources)
-    if isinstance(info.config.get("sources"), int):
-        return int(info.config["sources"])
-    return None
-
-
 def status_of(view: RunView, *, total: int | None, drivers: list[str],
-              holders: Mapping[int, LeaseHolder | None], done: frozenset[int]) -> RunStatus:
-    """The counts of a run's view, with its leases and live drivers (pure)."""
+              holders: Mapping[int, LeaseHolder | None], done: frozenset[int],
+              verdicts: VerdictReader | None = None) -> RunStatus:
+    """The counts of a run's view, with its leases and live drivers (pure but for
+    ``verdicts``, which reads the drops' verdicts that left their facts)."""
     status = RunStatus(view.run_id, total, drivers=drivers)
     order = {call: i for i, call in enumerate(view.call_order)}
     calls: dict[CallId, CallStatus] = {}
@@ -215,7 +205,7 @@ def status_of(view: RunView, *, total: int | None, drivers: list[str],
             shard, None if holder is None else holder.driver,
             None if holder is None else holder.epoch, shard in done, bool(sv.completed),
             sv.facts))
-    status.dropped = drops_by_reason(run_drops(view))
+    status.dropped = drops_by_reason(run_drops(view, verdicts))
     pools = pool_sizes(view.plan)
     for call, merged in calls.items():
         merged.replicas, merged.batch_size, merged.sizes = pools.get(call, (None, None, None))
@@ -268,7 +258,8 @@ def run_status(store: LineageStore, run_id: str, view: RunView | None = None,
         total = declared_sources(store, info)
     holders = {k: store.lease_holder(run_id, k) for k in view.shards}
     status = status_of(view, total=total, drivers=store.live_drivers(run_id), holders=holders,
-                       done=store.done_shards(run_id))
+                       done=store.done_shards(run_id),
+                       verdicts=VerdictReader(store.resolve_payload, info.plan))
     status.pools = store.pool_sizes(run_id)
     return status
 
@@ -315,5 +306,5 @@ def run_summary(store: LineageStore, run_id: str) -> RunSummary:
 
 
 __all__ = ["ABANDONED", "COMPLETE", "RUNNING", "CallStatus", "RunStatus", "RunSummary",
-           "ShardStatus", "declared_sources", "pool_sizes", "run_state", "run_status",
+           "ShardStatus", "pool_sizes", "run_state", "run_status",
            "run_summary", "status_of", "summary_of"]

@@ -1,118 +1,33 @@
-"""What a run carries so that any driver can run it without the one that created it.
-
-At run creation the manifest records the pipeline's import path and constructor
-arguments, every source row (so a driver can admit the sources of any shard), the
-output sink (directory and format, see :mod:`rayorch.runtime.sinks`) and the driver
-knobs. It is msgpack (no pickle), kept in the lineage store beside the run
-(``save_manifest``; first writer wins). Version 1 manifests (no format) still decode.
-"""
+"""Building, recording and running from a run's manifest (the stored record:
+:mod:`rayorch.store.records.manifest`)."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from rayorch.core.errors import RayorchError
-from rayorch.core.facts import pack_value, unpack_value
-
-MANIFEST_VERSION = 2
+from rayorch.core.facts import pack_value
+from rayorch.store.records.manifest import ManifestError, RunManifest
 
 
-class ManifestError(RayorchError):
-    """A run cannot be recorded for driver replicas, or its record cannot be used."""
+def build_pipeline(manifest: RunManifest, trusted: tuple[str, ...] | None = None) -> Any:
+    """Import the pipeline class and construct it with the recorded arguments.
 
+    The class is checked first (:func:`rayorch.runtime.trust.load_pipeline_class`):
+    an ``ro.Pipeline`` subclass, from a ``trusted`` module when an allowlist is given
+    (default: ``$RAYORCH_TRUSTED_MODULES``).
+    """
+    from rayorch.runtime.trust import load_pipeline_class, trusted_modules
 
-@dataclass(frozen=True)
-class RunManifest:
-    """The run's pipeline (by import path), its sources and where its outputs go."""
-
-    pipeline: str  # "package.module:QualName"
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    sources: tuple[tuple[Any, ...], ...] = ()
-    out_dir: str | None = None
-    max_active_sources: int | None = 256
-    depth: int | None = None
-    out_format: str = "jsonl"  # of the file sink in out_dir: "jsonl" | "parquet"
-
-    def encode(self) -> bytes:
-        return pack_value([MANIFEST_VERSION, self.pipeline, list(self.args), self.kwargs,
-                           [list(row) for row in self.sources], self.out_dir,
-                           self.max_active_sources, self.depth, self.out_format])
-
-    @classmethod
-    def decode(cls, blob: bytes) -> RunManifest:
-        try:
-            version, *fields = unpack_value(blob)
-        except Exception as exc:
-            raise ManifestError(f"the run's manifest cannot be read ({exc})") from exc
-        if version not in (1, MANIFEST_VERSION):
-            raise ManifestError(f"run manifest version {version!r} is not supported "
-                                f"(this rayorch reads 1 to {MANIFEST_VERSION}); upgrade rayorch")
-        if version == 1:
-            fields.append("jsonl")
-        try:
-            pipeline, args, kwargs, sources, out_dir, cap, depth, out_format = fields
-        except ValueError:
-            raise ManifestError(f"the run's manifest (version {version}) has {len(fields)} "
-                                "fields; it is damaged") from None
-        shapes = (isinstance(pipeline, str), isinstance(args, list | tuple),
-                  isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs),
-                  isinstance(sources, list | tuple)
-                  and all(isinstance(r, list | tuple) for r in sources),
-                  out_dir is None or isinstance(out_dir, str),
-                  cap is None or type(cap) is int, depth is None or type(depth) is int,
-                  isinstance(out_format, str))
-        if not all(shapes):
-            raise ManifestError("the run's manifest is malformed (a field has the wrong type); "
-                                "it was not written by rayorch")
-        return cls(pipeline, tuple(args), dict(kwargs), tuple(tuple(r) for r in sources),
-                   out_dir, cap, depth, out_format)
-
-    def difference(self, other: RunManifest) -> tuple[str, str, str] | None:
-        """The first thing ``other`` records otherwise: ``(what, here, there)``, or None."""
-        def digest(value: Any) -> str:
-            return hashlib.sha256(pack_value(value)).hexdigest()[:12]
-
-        def sources(m: RunManifest) -> str:
-            return f"{len(m.sources)} sources (digest {digest([list(r) for r in m.sources])})"
-
-        checks = [
-            ("pipeline", self.pipeline, other.pipeline),
-            ("constructor arguments", f"digest {digest([list(self.args), self.kwargs])}",
-             f"digest {digest([list(other.args), other.kwargs])}"),
-            ("inputs", sources(self), sources(other)),
-            ("output directory", repr(self.out_dir), repr(other.out_dir)),
-            ("output format", self.out_format, other.out_format),
-            ("max_active_sources", repr(self.max_active_sources),
-             repr(other.max_active_sources)),
-            ("depth", repr(self.depth), repr(other.depth)),
-        ]
-        for what, here, there in checks:
-            if here != there:
-                return what, here, there
-        return None
-
-    def build_pipeline(self, trusted: tuple[str, ...] | None = None) -> Any:
-        """Import the pipeline class and construct it with the recorded arguments.
-
-        The class is checked first (:func:`rayorch.runtime.trust.load_pipeline_class`):
-        an ``ro.Pipeline`` subclass, from a ``trusted`` module when an allowlist is given
-        (default: ``$RAYORCH_TRUSTED_MODULES``).
-        """
-        from rayorch.runtime.trust import load_pipeline_class, trusted_modules
-
-        cls = load_pipeline_class(self.pipeline, trusted or trusted_modules())
-        try:
-            return cls(*self.args, **self.kwargs)
-        except Exception as exc:
-            raise ManifestError(
-                f"constructing the run's pipeline {self.pipeline}(*{self.args!r}, "
-                f"**{self.kwargs!r}) failed: {exc}"
-            ) from exc
+    cls = load_pipeline_class(manifest.pipeline, trusted or trusted_modules())
+    try:
+        return cls(*manifest.args, **manifest.kwargs)
+    except Exception as exc:
+        raise ManifestError(
+            f"constructing the run's pipeline {manifest.pipeline}(*{manifest.args!r}, "
+            f"**{manifest.kwargs!r}) failed: {exc}"
+        ) from exc
 
 
 def record_manifest(lineage: Any, run_id: str, manifest: RunManifest) -> None:
@@ -201,5 +116,5 @@ def manifest_of_run(pipeline: Any, inputs: Sequence[Any], *, max_active_sources:
                        max_active_sources, depth)
 
 
-__all__ = ["ManifestError", "RunManifest", "check_storable", "import_path",
-           "manifest_of_run", "pipeline_path", "record_manifest"]
+__all__ = ["build_pipeline", "check_storable", "import_path", "manifest_of_run", "pipeline_path",
+           "record_manifest"]

@@ -23,8 +23,8 @@ from rayorch.core.machine import MachineLoad
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.core.pool_sizing import SizingSettings, StageLoad, held_resources, plan_sizes
 from rayorch.core.run_shares import merge_loads, tighter
-from rayorch.inspect.pool_log import POOL_RECORD_VERSION, PoolChange, pool_changes, pool_lines
 from rayorch.runtime.ports import Completion, Ledger, PoolCounts, Pools
+from rayorch.store.records.pool_log import PoolChange
 
 COST_WEIGHT = 0.3
 """Weight of the newest batch in a pool's cost per Grain (an exponential average)."""
@@ -250,4 +250,4 @@ class PoolSizer:
         return "pools: " + (", ".join(parts) or "no size changes") + bound + cost
 
 
-__all__ = ["POOL_RECORD_VERSION", "PoolChange", "PoolSizer", "pool_changes", "pool_lines"]
+__all__ = ["PoolChange", "PoolSizer"]

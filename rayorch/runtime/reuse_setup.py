@@ -16,10 +16,10 @@ from typing import Any
 from rayorch.core.fingerprint import file_digest
 from rayorch.core.plan import Plan
 from rayorch.core.reuse import Reuse, ReuseError, ReuseIndex
-from rayorch.inspect.status import run_status
 from rayorch.storage import Location, StorageError, open_storage, parse_location
 from rayorch.store.base import LineageStore, RunInfo
 from rayorch.store.errors import RunNotFoundError
+from rayorch.store.progress import run_complete
 from rayorch.store.retention import payload_store
 
 LATEST = "latest"
@@ -84,7 +84,7 @@ def latest_run(store: LineageStore, plan_name: str, *, exclude: str | None = Non
     for info in reversed(store.list_runs()):
         if info.run_id == exclude or info.plan.get("name") != plan_name:
             continue
-        if run_status(store, info.run_id).complete:
+        if run_complete(store, info.run_id):
             return info.run_id
     return None
 

@@ -58,14 +58,14 @@ from typing import Any, Protocol
 import orjson
 
 from rayorch.core.machine import OutputDelivered, OutputReady
-from rayorch.runtime.sink_records import (
+from rayorch.storage import Storage, StorageError, open_storage, parse_location
+from rayorch.store.records.sink import (
     PartName,
     SinkError,
     SinkRecord,
     encode_record,
     parse_part,
 )
-from rayorch.storage import Storage, StorageError, open_storage, parse_location
 
 SINK_MANIFEST = "_rayorch_sink.json"
 SINK_VERSION = 1

@@ -1,11 +1,11 @@
-"""A finished run's id cannot run again (its progress: :mod:`rayorch.inspect.status`)."""
+"""A finished run's id cannot run again (:func:`rayorch.store.progress.run_complete`)."""
 
 from __future__ import annotations
 
 from rayorch.core.errors import RayorchError
-from rayorch.inspect.status import run_status
 from rayorch.store.base import LineageStore
 from rayorch.store.errors import RunNotFoundError
+from rayorch.store.progress import run_complete
 
 
 class RunFinishedError(RayorchError):
@@ -18,7 +18,7 @@ def refuse_finished_run(store: LineageStore, run_id: str, store_url: str) -> Non
         store.run_info(run_id)
     except RunNotFoundError:
         return
-    if run_status(store, run_id).complete:
+    if run_complete(store, run_id):
         raise RunFinishedError(
             f"run {run_id!r} already finished in {store_url}; pass another run_id (or none, "
             f"for a fresh one), or remove it first with: rayorch delete {run_id} --store "

@@ -312,6 +312,11 @@ class PayloadError(_StoreErrorWithArgs):
         )
 
 
+class PayloadMissingError(PayloadError):
+    """The object holding a payload is not there: freed once its source was delivered, or
+    lost (the audit tells which)."""
+
+
 __all__ = [
     "FactNotAllowedError",
     "FencedError",
@@ -321,6 +326,7 @@ __all__ = [
     "LeaseLostError",
     "LeaseRolledBackError",
     "PayloadError",
+    "PayloadMissingError",
     "RunMismatchError",
     "RunNotFoundError",
     "StoreAuthError",

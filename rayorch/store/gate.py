@@ -14,9 +14,8 @@ from collections.abc import Callable, MutableMapping, MutableSet, Sequence
 from dataclasses import dataclass
 
 from rayorch.core.commit import commit_verdict
-from rayorch.core.facts import Fact
+from rayorch.core.facts import Fact, barrier_fact
 from rayorch.core.ids import CallId, DomainId, Path, format_grain, parse_path
-from rayorch.core.machine import barrier_fact
 from rayorch.core.vocabulary import PHASE_AFTER, CommitVerdict, FactKind, GrainPhase
 from rayorch.store.errors import (
     FencedError,

@@ -109,10 +109,20 @@ class ShardKeys:
     def lastop(self) -> str:
         return f"{PREFIX}:{self.tag}:lastop"
 
+    @property
+    def payload_live(self) -> str:
+        """Hash: payload segment -> how many undelivered sources have a value in it."""
+        return f"{PREFIX}:{self.tag}:payload_live"
+
+    @property
+    def payload_sources(self) -> str:
+        """Hash: source index -> the segments holding its freeable values."""
+        return f"{PREFIX}:{self.tag}:payload_sources"
+
     def all_keys(self, domains: tuple[DomainId, ...]) -> list[str]:
         """Every key of the shard (for deleting a run)."""
         fixed = [self.grains, self.barriers, self.lease, self.holder, self.epoch, self.seq,
-                 self.lastop]
+                 self.lastop, self.payload_live, self.payload_sources]
         return fixed + [self.facts(d) for d in domains]
 
 

@@ -70,6 +70,7 @@ class RunInfo:
     config: dict[str, Any] = field(default_factory=dict)
     created_ts: float = 0.0
     sink: tuple[str, str] | None = None  # (directory, format) a driver recorded, if any
+    keep: str = "all"  # which payload values outlive their source ("outputs": delivered ones)
 
     def shard_of(self, index: int) -> int:
         return shard_of(index, self.micro_batch, self.shards)

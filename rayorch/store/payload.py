@@ -1,16 +1,21 @@
-"""Durable payloads: outputs too large to sit inline in a fact are written to files.
+"""Durable payloads: outputs larger than a reference leave the facts for segment objects.
 
-An actor writes a large report's outputs (msgpack, via ``core.facts.pack_value``)
-to the payload directory *before* its commit; the committed fact holds only the
-reference. A file is named by its Grain, generation and content digest
-(``<path>.g<generation>.<digest>.msgpack``), so a commit retried after a lost reply
-writes the very file the first attempt may have committed, and a read checks the
-content against the name. The store deletes a file only when the commit gate
-definitely rejected it (docs/ARCHITECTURE.md, "Payload files and uncertain commits");
-``rayorch gc`` (:mod:`rayorch.store.retention`) removes files no committed fact refers
-to (an actor that died between writing and committing, a commit whose reply was lost).
-A reference is a key relative to the payload location, so every process of a run must
-use the same location: a directory they all see, or an object store prefix
+An actor's commit writes the outputs of every report over the threshold (msgpack, via
+``core.facts.pack_value``) to ONE *segment* per shard of the call *before* the commit:
+a committed batch of B values costs one PUT. A segment is named by its batch's Call and
+a digest of its Grains, generations and bytes (``<run>/<call>/<digest>.seg``) and
+written whole by a conditional create, so a commit retried after a lost reply writes the
+very object the first attempt may have committed, and none is ever overwritten or seen
+in part. A value's reference is its
+segment, offset and length (``<run>/<call>/<digest>.seg@<offset>+<length>``), read back by
+one ranged read; each value in a segment starts with the digest of its bytes, checked on
+load. The store deletes a segment only when the commit gate definitely rejected every
+value in it (docs/ARCHITECTURE.md, "Payload segments and uncertain commits"); ``rayorch
+gc`` (:mod:`rayorch.store.retention`) removes objects no committed fact refers to (an
+actor that died between writing and committing, a commit whose reply was lost).
+References of older runs (one file per report, ``<path>.g<gen>.<digest>.msgpack``)
+still resolve. A reference is a key relative to the payload location, so every process
+of a run must use the same location: a directory they all see, or an object store prefix
 (``payload_dir=s3://bucket/payloads`` in the store URL), which needs no shared disk.
 """
 
@@ -25,17 +30,49 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from rayorch.core.facts import GrainCommitted, GrainReused, pack_value, unpack_value
-from rayorch.core.ids import format_path
+from rayorch.core.facts import GrainCommitted, GrainReused, outline_of, pack_value, unpack_value
 from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.storage import Storage, StorageError, check_key, open_storage
-from rayorch.store.errors import PayloadError
+from rayorch.store.errors import PayloadError, PayloadMissingError
 
 Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a payload_ref
-DEFAULT_THRESHOLD = 64 * 1024
+DEFAULT_THRESHOLD = 128
+"""Outputs whose msgpack bytes are at most this stay inline in the fact: about the size of
+a segment reference (~70 bytes with the run id), so a fact never holds more than a
+reference would cost (docs/ARCHITECTURE.md, "Payload segments and uncertain commits")."""
 SUFFIX = ".msgpack"
+SEGMENT_SUFFIX = ".seg"
+SEGMENT_DIR = "seg"  # the folder of a segment with no report (never written)
+VALUE_DIGEST = 16  # bytes of BLAKE2b before each value in a segment
 _DIGESTED = re.compile(r"\.g\d+\.([0-9a-f]{32})\.msgpack$")
+_SEGMENT_REF = re.compile(r"^(?P<key>[^@]+\.seg)@(?P<offset>\d{1,15})\+(?P<length>\d{1,15})$")
+
+
+def object_of(ref: str) -> str:
+    """The object a reference lives in: its segment, or (older runs) its own file."""
+    match = _SEGMENT_REF.match(ref)
+    return match["key"] if match else ref
+
+
+def is_payload_object(key: str) -> bool:
+    """A key that names a payload object (a segment or an older run's file)."""
+    name = key.rpartition("/")[2]
+    return key.endswith((SUFFIX, SEGMENT_SUFFIX)) and not name.startswith(".")
+
+
+def pack_segment(blobs: Sequence[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    """The bytes of a segment holding ``blobs`` (each a report's packed outputs), and each
+    value's (offset, length): its digest, then its msgpack bytes."""
+    parts: list[bytes] = []
+    spans: list[tuple[int, int]] = []
+    offset = 0
+    for blob in blobs:
+        record = hashlib.blake2b(blob, digest_size=VALUE_DIGEST).digest() + blob
+        parts.append(record)
+        spans.append((offset, len(record)))
+        offset += len(record)
+    return b"".join(parts), spans
 
 
 def content_digest(blob: bytes) -> str:
@@ -97,24 +134,34 @@ class PayloadStore:
         self.storage.create(f"{run_dir}/{OWNER_FILE}", self.owner.encode())
         self._claimed.add(run_dir)
 
-    def externalize(self, run_id: str, report: GrainCommitted) -> tuple[GrainCommitted, str]:
-        """Write the report's outputs to a file; return the report holding only the ref.
+    def write_segment(self, run_id: str, reports: Sequence[GrainCommitted],
+                      packed: Sequence[bytes] | None = None
+                      ) -> tuple[list[GrainCommitted], list[str]]:
+        """Write the reports' outputs (``packed``: their ``pack_value`` bytes, if known) to
+        one segment; return the reports holding only their references, and the references.
 
-        The same report always goes to the same name (named by its content), written whole
-        by a conditional create: a retry finds it there, byte for byte the same.
+        The same reports always make the same segment (named by their Grains,
+        generations and content), written
+        whole by a conditional create: a retry finds it there, byte for byte the same.
         """
-        blob = pack_value(report.outputs)
-        name = check_component(
-            "payload file",
-            f"{format_path(report.path)}.g{report.generation}.{content_digest(blob)}{SUFFIX}")
+        if packed is None:
+            packed = [pack_value(report.outputs or ()) for report in reports]
+        blob, spans = pack_segment(packed)
         run_dir = self._run_dir(run_id)
-        ref = f"{run_dir}/{check_component('Call id', report.call)}/{name}"
+        call = check_component("Call id", reports[0].call) if reports else SEGMENT_DIR
+        # Named by its Grains and generations as well as its bytes: two batches of equal
+        # values never share an object, so deleting a rejected batch's segment never takes
+        # another batch's values; only a retry of the same reports finds its own segment.
+        grains = pack_value([[r.call, list(r.path), r.generation] for r in reports])
+        key = f"{run_dir}/{call}/{content_digest(grains + blob)}{SEGMENT_SUFFIX}"
         try:
             self._claim(run_dir)
-            self.storage.create(self._key(ref), blob)
+            self.storage.create(self._key(key), blob)
         except StorageError as exc:
-            raise PayloadError(ref, f"cannot write it under {self.root} ({exc})") from exc
-        return replace(report, outputs=None, payload_ref=ref), ref
+            raise PayloadError(key, f"cannot write it under {self.root} ({exc})") from exc
+        refs = [f"{key}@{offset}+{length}" for offset, length in spans]
+        return [replace(r, outputs=None, payload_ref=ref, outline=outline_of(r.outputs or ()))
+                for r, ref in zip(reports, refs)], refs
 
     @staticmethod
     def _run_dir(run_id: str) -> str:
@@ -142,10 +189,24 @@ class PayloadStore:
 
     def load(self, ref: str) -> tuple[Any, ...]:
         """The outputs stored under ``ref``; :class:`PayloadError` if missing or corrupt."""
+        segment = _SEGMENT_REF.match(ref)
         try:
-            data = self.storage.read(self._key(ref))
+            if segment is None:
+                data = self.storage.read(self._key(ref))
+            else:
+                start = int(segment["offset"])
+                record = self.storage.read_range(self._key(segment["key"]), start,
+                                                 start + int(segment["length"]))
+        except FileNotFoundError:  # local and object stores alike
+            raise PayloadMissingError(ref, f"it is not under {self.root}") from None
         except (OSError, StorageError) as exc:
             raise PayloadError(ref, f"cannot read it under {self.root} ({exc})") from exc
+        if segment is not None:
+            digest, data = record[:VALUE_DIGEST], record[VALUE_DIGEST:]
+            if len(record) != int(segment["length"]) or \
+                    hashlib.blake2b(data, digest_size=VALUE_DIGEST).digest() != digest:
+                raise PayloadError(ref, "its bytes do not match their digest (the segment is "
+                                        "corrupt, altered or shorter than the reference)")
         named = _DIGESTED.search(ref)
         if named is not None and content_digest(data) != named[1]:
             raise PayloadError(ref, "its content does not match the digest in its name "
@@ -159,30 +220,38 @@ class PayloadStore:
         return tuple(value)
 
     def resolve(self, fact: Sealing) -> Sealing:
-        """The fact with its outputs loaded back (``payload_ref`` kept)."""
+        """The fact with its outputs loaded back (``payload_ref`` kept). A value whose
+        segment was freed (deleted once its source was delivered) reads as its outline:
+        :func:`is_freed` says so (docs/ARCHITECTURE.md, "Freeing values")."""
         if fact.payload_ref is None or fact.outputs is not None:
             return fact
-        return replace(fact, outputs=self.load(fact.payload_ref))
+        try:
+            return replace(fact, outputs=self.load(fact.payload_ref))
+        except PayloadMissingError:
+            outline = getattr(fact, "outline", None)
+            if outline is None:
+                raise
+            return replace(fact, outputs=outline)
 
     def delete(self, ref: str) -> None:
-        """Remove a payload file (a rejected attempt's); missing files are fine."""
+        """Remove the object holding ``ref`` (a whole segment); missing ones are fine."""
         try:
-            self.storage.delete(self._key(ref))
+            self.storage.delete(self._key(object_of(ref)))
         except StorageError as exc:
             raise PayloadError(ref, f"cannot delete it ({exc})") from exc
 
     def ref_times(self, run_id: str) -> dict[str, float | None]:
-        """Every payload reference stored for a run, with its modification time."""
+        """Every payload object stored for a run (segments, older runs' files), with its
+        modification time."""
         folder = self._run_dir(run_id)
         try:
             return {info.key: info.mtime for page in self.storage.walk(folder) for info in page
-                    if info.key.endswith(SUFFIX) and not info.key.rpartition("/")[2]
-                    .startswith(".")}
+                    if is_payload_object(info.key)}
         except StorageError as exc:
             raise PayloadError(folder, f"cannot list it under {self.root} ({exc})") from exc
 
     def refs(self, run_id: str) -> set[str]:
-        """Every payload reference stored for a run."""
+        """Every payload object stored for a run."""
         return set(self.ref_times(run_id))
 
     def run_dirs(self) -> dict[str, bool]:
@@ -193,18 +262,19 @@ class PayloadStore:
                 for info in page:
                     folder, sep, rest = info.key.partition("/")
                     if sep and valid_run_id(folder):
-                        found[folder] = found.get(folder, False) or rest.endswith(SUFFIX)
+                        found[folder] = found.get(folder, False) or is_payload_object(rest)
         except StorageError as exc:
             raise PayloadError(self.root, f"cannot list it ({exc})") from exc
         return found
 
     def delete_run(self, run_id: str, keep: set[str] | frozenset[str] = frozenset()) -> None:
-        """Remove the run's payload files but ``keep`` (files later runs reuse), then its
-        folders once empty (and its owner mark, unless a kept file remains)."""
+        """Remove the run's payload objects but those holding ``keep`` (references later
+        runs reuse), then its folders once empty (and its owner mark, unless one remains)."""
         held = self.refs(run_id)
-        for ref in held - set(keep):
-            self.delete(ref)
-        if keep & held:
+        kept = {object_of(ref) for ref in keep}
+        for key in held - kept:
+            self.delete(key)
+        if kept & held:
             return
         base = self._run_dir(run_id)
         self._claimed.discard(base)
@@ -215,33 +285,41 @@ class PayloadStore:
             raise PayloadError(base, f"cannot delete it ({exc})") from exc
 
 
+def is_freed(fact: object) -> bool:
+    """A resolved fact whose outputs are its outline: its payload was freed."""
+    outline = getattr(fact, "outline", None)
+    return outline is not None and getattr(fact, "outputs", None) is outline
+
+
 def deletable_refs(
     refs: Mapping[int, str],
     verdicts: Sequence[CommitVerdict],
     reports: Sequence[GrainCommitted],
     sealed_generations: Callable[[list[int]], list[int | None]],
 ) -> set[str]:
-    """The payload files of one commit call that no committed fact can name.
+    """The payload objects of one commit call that no committed fact can name.
 
-    ``refs`` maps a report's position to its file. A file is named by Grain,
-    generation and content: STALE, NOT_DISPATCHED and BARRED leave the Grain
-    unsealed at that generation, so no committed fact names the file; SEALED may be
-    this very report committed by an earlier call whose reply was lost, so its file
-    goes only if the Grain was sealed at another generation (``sealed_generations``
-    reads that, for the positions given). A file an accepted report uses is kept.
+    ``refs`` maps a report's position to its reference. A value is named by its segment
+    (the content of the call's reports): STALE, NOT_DISPATCHED and BARRED leave the Grain
+    unsealed at that generation, so no committed fact names it; SEALED may be this very
+    report committed by an earlier call whose reply was lost, so it is dead only if the
+    Grain was sealed at another generation (``sealed_generations`` reads that, for the
+    positions given). A segment goes only when every value in it is dead.
     """
-    keep = {ref for position, ref in refs.items() if verdicts[position].accepted}
+    live = {object_of(ref) for position, ref in refs.items() if verdicts[position].accepted}
     doomed: set[str] = set()
     sealed: list[int] = []
     for position, ref in refs.items():
-        if ref in keep:
+        if verdicts[position].accepted:
             continue
         if verdicts[position] is CommitVerdict.SEALED:
             sealed.append(position)
         else:
-            doomed.add(ref)
+            doomed.add(object_of(ref))
     if sealed:
         for position, generation in zip(sealed, sealed_generations(sealed)):
             if generation is not None and generation != reports[position].generation:
-                doomed.add(refs[position])
-    return doomed - keep
+                doomed.add(object_of(refs[position]))
+            else:
+                live.add(object_of(refs[position]))
+    return doomed - live

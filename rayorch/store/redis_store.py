@@ -9,7 +9,9 @@ carries a unique token, so a call retried after a lost reply answers as the
 first one did instead of applying twice. Every key comes from :mod:`.keys`.
 
 URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
-``payload_threshold=BYTES`` (default 65536), ``retries=N`` (reconnect attempts).
+``payload_threshold=BYTES`` (default 128: larger outputs go to payload segments),
+``keep=outputs|all`` (which values outlive their source's delivery,
+:mod:`.payload_release`), ``retries=N`` (reconnect attempts).
 """
 
 from __future__ import annotations
@@ -34,10 +36,14 @@ from redis.exceptions import (
 )
 
 from rayorch.core.errors import StoreError
-from rayorch.core.facts import Fact, GrainCommitted, GrainReused, decode_fact, encode_fact
+from rayorch.core.facts import (
+    Fact,
+    GrainCommitted,
+    GrainReused,
+    barrier_fact,
+)
 from rayorch.core.ids import ROOT, CallId, DomainId
 from rayorch.core.ids import Path as EntityPath
-from rayorch.core.machine import barrier_fact
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
@@ -81,19 +87,20 @@ from rayorch.store.payload import (
     DEFAULT_THRESHOLD,
     PayloadStore,
     Sealing,
-    deletable_refs,
     store_identity,
 )
+from rayorch.store.payload_release import KEEP_MODES, SegmentRelease
+from rayorch.store.records.facts import decode_fact, encode_fact
 from rayorch.store.redis_claims import RedisClaims
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
     decode_text,
     is_tls_failure,
+    merge_streams,
     one_line,
     parse_version,
     redact_url,
-    seq_of,
 )
 from rayorch.store.reuse_audit import refs_held_elsewhere
 from rayorch.store.scripts import (
@@ -117,7 +124,7 @@ from rayorch.store.scripts import (
 
 MIN_REDIS_VERSION = (7, 0)
 MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket timeout)
-_STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries")
+_STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries", "keep")
 
 
 class RedisStore(RedisClaims, LineageStore):
@@ -138,11 +145,15 @@ class RedisStore(RedisClaims, LineageStore):
             self.retries = int(options.get("retries", 10))
         except ValueError:
             raise StoreURLError(url, "payload_threshold and retries must be integers") from None
+        keep = options.get("keep", KEEP_MODES[0])
+        if keep not in KEEP_MODES:
+            raise StoreURLError(url, f"keep= takes {' or '.join(KEEP_MODES)}, not {keep[:20]!r}")
         self.url = url
         self.safe_url = redact_url(url)
         self._redis_url = urlunsplit(parts._replace(query=urlencode(passthrough)))
         payload_dir = options.get("payload_dir")
         self.payloads = PayloadStore(payload_dir or None, threshold, owner=store_identity(url))
+        self.release = SegmentRelease(self.payloads, keep, self._eval, self._sync_to_disk)
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
         self._waitaof = True
@@ -256,7 +267,9 @@ class RedisStore(RedisClaims, LineageStore):
             raise RunMismatchError(run_id, "shards / micro_batch", stored,
                                    f"{shards} / {micro_batch}")
         with self._errors():
+            self._client().hsetnx(meta_key(run_id), "keep", self.release.keep)  # first wins
             self._client().sadd(RUNS_KEY, run_id)
+        self._layouts.pop(run_id, None)
         return self.run_info(run_id)
 
     def run_info(self, run_id: str) -> RunInfo:
@@ -278,6 +291,7 @@ class RedisStore(RedisClaims, LineageStore):
                 config=orjson.loads(raw[b"config"]),
                 created_ts=float(raw[b"created_ts"]),
                 sink=decode_sink(raw.get(b"sink")),
+                keep=decode_text(raw.get(b"keep", b"all")),
             )
             layout = self._layouts[run_id] = RunLayout(info)
         return layout
@@ -404,6 +418,7 @@ class RedisStore(RedisClaims, LineageStore):
         )
         if int(result[0]) in (1, 2):
             first = int(result[1])
+            self.release.release(layout, shard, facts)
             return list(range(first, first + len(prepared)))
         raise append_refusal(run_id, shard, epoch, result, [p.grain for p in prepared], basis)
 
@@ -415,22 +430,21 @@ class RedisStore(RedisClaims, LineageStore):
         refs: dict[int, str] = {}
         calls: list[tuple[LuaScript, list[str], list[Any]]] = []
         positions: list[list[int]] = []
-        # Payload files are written before the scripts run and are not deleted if anything
-        # below raises: the outcome is then unknown (a lost reply may hide a commit), and a
-        # file's path is shared with any earlier commit of the same report. `rayorch gc`
-        # collects the files no fact refers to (docs/ARCHITECTURE.md, "Payload files").
+        # Payload segments are written before the scripts run and are not deleted if
+        # anything below raises: the outcome is then unknown (a lost reply may hide a
+        # commit), and a segment's name is shared with any earlier commit of the same
+        # reports. `rayorch gc` collects the objects no fact refers to
+        # (docs/ARCHITECTURE.md, "Payload segments and uncertain commits").
         for shard, items in groups.items():
             keys = ShardKeys(run_id, shard)
             streams: dict[DomainId, int] = {}
             args: list[Any] = [len(items), token]
             barrier_args: list[bytes] = []
-            threshold = self.payloads.threshold
-            for item in items:
+            slim = self.release.externalize(layout, shard, [item.report for item in items])
+            refs.update({items[at].position: str(r.payload_ref) for at, r in slim.items()})
+            for at, item in enumerate(items):
                 report = item.report
-                encoded = encode_fact(report)
-                if len(encoded) > threshold and report.outputs is not None:
-                    slim, refs[item.position] = self.payloads.externalize(run_id, report)
-                    encoded = encode_fact(slim)
+                encoded = encode_fact(slim.get(at, report))
                 index = streams.get(item.domain)
                 if index is None:
                     index = streams[item.domain] = len(streams) + 1
@@ -454,9 +468,6 @@ class RedisStore(RedisClaims, LineageStore):
 
     def _delete_rejected_payloads(self, layout: RunLayout, reports: Sequence[GrainCommitted],
                                   verdicts: list[CommitVerdict], refs: dict[int, str]) -> None:
-        """Delete the files :func:`~rayorch.store.payload.deletable_refs` allows; the rest
-        is left to ``rayorch gc``."""
-
         def sealed_generations(positions: list[int]) -> list[int | None]:
             client = self._client()
             with self._errors():
@@ -469,9 +480,7 @@ class RedisStore(RedisClaims, LineageStore):
                 phases = pipe.execute()
             return [None if p is None else p[1] for p in map(decode_phase, phases)]
 
-        with contextlib.suppress(StoreError):  # not deleting only leaves garbage for gc
-            for ref in deletable_refs(refs, verdicts, reports, sealed_generations):
-                self.payloads.delete(ref)
+        self.release.delete_rejected(reports, verdicts, refs, sealed_generations)
 
     def read(
         self,
@@ -509,27 +518,9 @@ class RedisStore(RedisClaims, LineageStore):
     def _merge(
         self, response: list[Any], by_key: dict[bytes, DomainId], limit: int, payloads: bool
     ) -> list[StoredFact]:
-        """Merge per-Domain XREAD results into one order, without gaps.
-
-        A stream that returned ``limit`` entries may hold more below another stream's
-        entries, so only entries up to the smallest such stream's last seq are safe.
-        """
-        bound: int | None = None
-        for _, entries in response:
-            if len(entries) >= limit:
-                last = seq_of(entries[-1][0])
-                bound = last if bound is None else min(bound, last)
-        merged: list[tuple[int, DomainId, bytes]] = []
-        for key, entries in response:
-            domain = by_key[key]
-            for entry_id, fields in entries:
-                seq = seq_of(entry_id)
-                if bound is None or seq <= bound:
-                    merged.append((seq, domain, fields[b"f"]))
-        if len(response) > 1:
-            merged.sort(key=lambda e: e[0])
+        """Per-Domain XREAD results as one order of facts (:func:`merge_streams`)."""
         out = []
-        for seq, domain, blob in merged[:limit]:
+        for seq, domain, blob in merge_streams(response, by_key, limit):
             fact = decode_fact(blob)
             if payloads and isinstance(fact, GrainCommitted | GrainReused) \
                     and fact.payload_ref is not None and fact.outputs is None:

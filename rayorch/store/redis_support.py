@@ -1,12 +1,15 @@
-"""Helpers of the Redis store: its reconnect policy, URL redaction, error and reply decoding."""
+"""Helpers of the Redis store: its reconnect policy, URL redaction, error and reply decoding,
+the merge of its Domain streams."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
+from rayorch.core.ids import DomainId
 from rayorch.core.vocabulary import GrainPhase
 from rayorch.store.registry import redact_url
 
@@ -66,3 +69,28 @@ def seq_of(entry_id: bytes) -> int:
 
 __all__ = ["ReconnectRetry", "decode_phase", "decode_text", "is_tls_failure", "one_line",
            "parse_version", "redact_url", "seq_of"]
+
+
+def merge_streams(response: list[Any], by_key: Mapping[bytes, DomainId], limit: int
+                  ) -> list[tuple[int, DomainId, bytes]]:
+    """Merge per-Domain XREAD results into one order, without gaps: ``(seq, domain, fact
+    bytes)``, at most ``limit``.
+
+    A stream that returned ``limit`` entries may hold more below another stream's
+    entries, so only entries up to the smallest such stream's last seq are safe.
+    """
+    bound: int | None = None
+    for _, entries in response:
+        if len(entries) >= limit:
+            last = seq_of(entries[-1][0])
+            bound = last if bound is None else min(bound, last)
+    merged: list[tuple[int, DomainId, bytes]] = []
+    for key, entries in response:
+        domain = by_key[key]
+        for entry_id, fields in entries:
+            seq = seq_of(entry_id)
+            if bound is None or seq <= bound:
+                merged.append((seq, domain, fields[b"f"]))
+    if len(response) > 1:
+        merged.sort(key=lambda e: e[0])
+    return merged[:limit]

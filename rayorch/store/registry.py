@@ -97,7 +97,7 @@ def open_store(url: str = "memory://") -> LineageStore:
     """Open a lineage store by URL: ``memory://[name]``, ``redis://...``, ``rediss://...``,
     or a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``).
 
-    ``redis://user:password@host:6379/0?payload_dir=/data/payloads&payload_threshold=65536``
+    ``redis://user:password@host:6379/0?payload_dir=/data/payloads&payload_threshold=128``
     """
     scheme = scheme_of(url)
     backend = BACKENDS.get(scheme)

@@ -17,7 +17,7 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.facts import GrainCommitted, GrainReused
 from rayorch.core.names import valid_run_id
 from rayorch.store.base import LineageStore
-from rayorch.store.payload import PayloadStore
+from rayorch.store.payload import PayloadStore, object_of
 from rayorch.store.reuse_audit import refs_held_elsewhere
 
 MIN_ORPHAN_AGE_S = 3600.0
@@ -68,7 +68,7 @@ class GcPlan:
     """What ``rayorch gc`` removes (or, with ``--dry-run``, would remove)."""
 
     runs: list[str] = field(default_factory=list)
-    orphans: list[str] = field(default_factory=list)  # payload refs, relative to payload_dir
+    orphans: list[str] = field(default_factory=list)  # payload objects, relative to payload_dir
     unknown_dirs: list[str] = field(default_factory=list)  # not runs of this store: untouched
     kept_running: list[str] = field(default_factory=list)
     payload_dir: str | None = None
@@ -111,7 +111,8 @@ def plan_gc(store: LineageStore, *, older_than_s: float | None = None,
         on_disk = payloads.ref_times(info.run_id)
         if not on_disk:
             continue
-        for ref in sorted(set(on_disk) - referenced_payloads(store, info.run_id)):
+        named = {object_of(ref) for ref in referenced_payloads(store, info.run_id)}
+        for ref in sorted(set(on_disk) - named):
             mtime = on_disk[ref]
             if mtime is not None and now - mtime >= min_orphan_age_s:
                 plan.orphans.append(ref)

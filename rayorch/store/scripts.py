@@ -62,6 +62,8 @@ OPEN_RUN = _load_script("open-run-1")
 HEARTBEAT = _load_script("heartbeat-1")
 DRIVER_REGISTRY = _load_script("driver-registry-1")
 CLAIM_CONTENT = _load_script("claim-content-1")
+TRACK_PAYLOADS = _load_script("track-payloads-2")
+RELEASE_PAYLOADS = _load_script("release-payloads-2")
 
 # Return codes of the scripts (see their headers).
 LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20

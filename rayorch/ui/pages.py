@@ -194,7 +194,7 @@ def entity_page(runs: Runs, run_id: str, path: Path, page: str | None) -> dict[s
         if path[0] not in live.view.shards[live.info.shard_of(path[0])].admitted \
                 and len(path) == 1 and not live.reading:
             raise PageNotFound(f"run {run_id} has no source {path[0]} (yet)")
-        story = lineage(live.shard_of(path[0]), path)
+        story = lineage(live.shard_of(path[0]), path, live.verdicts)
         complete = live.status().state == COMPLETE
     if story.empty and not live.reading:
         raise PageNotFound(f"run {run_id} has no facts about entity {format_path(path)}")

@@ -229,7 +229,7 @@ def test_the_pool_sizes_chart_and_table_with_a_hostile_reason_inert(
         after: str, run: dict[str, Any], page: Any) -> None:
     """The run page draws the ocr pool's size over time from the run's pool log (what the
     driver recorded, and one more record with a reason that holds script and HTML)."""
-    from rayorch.inspect.pool_log import PoolChange
+    from rayorch.store.records import PoolChange
 
     handle = run["handle"]
     recorded = list(handle.pool_sizer.history) if handle.pool_sizer else []

@@ -26,9 +26,9 @@ from rayorch.core.facts import LeaseAcquired, OutputEmitted
 from rayorch.core.reference import evaluate
 from rayorch.inspect.audit import audit_run
 from rayorch.replicas import create_run, join_run
-from rayorch.runtime.manifest import ManifestError
 from rayorch.runtime.sinks import delivered_count, read_outputs
 from rayorch.store.base import LineageStore
+from rayorch.store.records import ManifestError
 from rayorch.store.registry import open_store
 
 pytestmark = [pytest.mark.integration]
@@ -148,9 +148,25 @@ def test_deposed_driver_is_fenced_and_the_run_completes_once(
 
 
 # -- resume after every driver died; status ----------------------------------------------------
-def _driver_cmd(run_id: str, url: str, address: str, driver_id: str) -> list[str]:
+def driver_cmd(run_id: str, url: str, address: str, driver_id: str) -> list[str]:
     return [sys.executable, "-m", "rayorch.cli", "driver", run_id, "--store", url,
             "--address", address, "--driver-id", driver_id, "--lease-ttl", "2"]
+
+
+def kill_driver_once_delivered(run_id: str, url: str, out: Path, at_least: int = 1) -> None:
+    """Run ``rayorch driver`` in a subprocess on this test's Ray; SIGKILL it once
+    ``at_least`` outputs are delivered to ``out`` (or after 90 s)."""
+    import ray
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.Popen(driver_cmd(run_id, url, address, "doomed"), env=env,
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while delivered_count(out) < at_least and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
 
 
 @pytest.mark.long
@@ -158,21 +174,12 @@ def _driver_cmd(run_id: str, url: str, address: str, driver_id: str) -> list[str
 def test_resume_after_all_drivers_died_and_status(
     ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import ray
 
     docs = make_docs(24)
     out = tmp_path / "out"
     run_id = create_run(FaultPipeline, [docs], store=redis_url, kwargs={"gpu_ms": 40},
                         out_dir=str(out), shards=3, micro_batch=2, max_active_sources=4)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    address = ray.get_runtime_context().gcs_address
-    proc = subprocess.Popen(_driver_cmd(run_id, redis_url, address, "doomed"), env=env,
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 90
-    while not delivered_count(out) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    kill_driver_once_delivered(run_id, redis_url, out)
     assert cli_main(["status", run_id, "--store", redis_url, "--json"]) == 0
     before = json.loads(capsys.readouterr().out)
     assert not before["complete"]
@@ -205,7 +212,7 @@ def test_redis_restart_mid_run_loses_no_fact_and_the_run_completes(
     address = ray.get_runtime_context().gcs_address
     log = tmp_path / "driver.log"
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(_driver_cmd(run_id, url, address, "survivor"), env=env,
+        proc = subprocess.Popen(driver_cmd(run_id, url, address, "survivor"), env=env,
                                 cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 90
     while delivered_count(out) < 3 and time.monotonic() < deadline:

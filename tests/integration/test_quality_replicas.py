@@ -62,9 +62,9 @@ def test_two_replica_drivers_keep_one_copy_of_each_group(
     assert sorted(p.split("-")[0] for p in present) == sorted(f"g{g}" for g in range(groups))
     store = open_store(redis_url)
     try:
-        from rayorch.inspect.drops import run_drops
+        from rayorch.inspect.drops import read_drops
 
-        drops = run_drops(store.read_view(run_id))
+        drops = read_drops(store, run_id)
         assert len(drops) == 2 * groups
         for index, drop in drops.items():
             assert drop.verdict["kept"] in present

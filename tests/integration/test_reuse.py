@@ -89,7 +89,8 @@ def test_memory_executor_reruns_only_new_sources_and_changed_calls(ray_local: No
 def test_redis_changed_last_stage_runs_no_earlier_grain(
         ray_local: None, redis_url: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = f"{redis_url}?payload_dir={tmp_path / 'payloads'}&payload_threshold=40"
+    # keep=all: every value outlives its source's delivery, so every stage can be reused
+    url = f"{redis_url}?payload_dir={tmp_path / 'payloads'}&payload_threshold=40&keep=all"
     first = Docs().run([1, 2, 5], store=url, quiet=True)
     assert first.collect() == expected([1, 2, 5])
     second = Docs(sep="+").run([1, 2, 5], store=url, quiet=True, reuse=first.run_id)
@@ -111,7 +112,7 @@ def test_redis_changed_last_stage_runs_no_earlier_grain(
     assert main(["status", second.run_id, "--store", url]) == EXIT_OK
     assert "call ocr: reused 8" in capsys.readouterr().out
     # the second run reads the first run's payload files: deleting the first keeps them
-    files = lambda run: sorted((tmp_path / "payloads" / run).rglob("*.msgpack"))  # noqa: E731
+    files = lambda run: sorted((tmp_path / "payloads" / run).rglob("*.seg"))  # noqa: E731
     held = [f for f in files(first.run_id) if f.parent.name != "join"]  # join ran again
     assert held and main(["gc", "--store", url]) == EXIT_OK
     assert main(["delete", first.run_id, "--store", url]) == EXIT_OK

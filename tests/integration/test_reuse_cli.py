@@ -76,7 +76,7 @@ def test_a_memory_store_cannot_be_reused_from_the_cli(tmp_path: Path,
 def test_rerun_renders_only_new_pdfs_and_an_assemble_change_runs_no_ocr(
         ray_local: None, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
         ) -> None:
-    url = redis_url
+    url = f"{redis_url}?keep=all"  # every value outlives its source: every stage reusable
     held = open_store(url)
     try:
         pdfs = corpus(tmp_path)
@@ -112,19 +112,20 @@ def test_video_rerun_decodes_and_annotates_only_new_and_changed_videos(
     pytest.importorskip("scenedetect")
     from rayorch.pipelines.video_synth import write_scenes_video
 
+    url = f"{redis_url}?keep=all"  # every value outlives its source: every stage reusable
     videos = tmp_path / "videos"
     shutil.copytree(VIDEOS, videos, ignore=shutil.ignore_patterns("*.md"))
 
     def run_video(out: Path, *extra: str) -> dict[str, Any]:
         code = main(["run", "video", "--input", str(videos), "--output", str(out),
-                     "--store", redis_url, "--no-progress", "--json", *extra])
+                     "--store", url, "--no-progress", "--json", *extra])
         result: dict[str, Any] = json.loads(capsys.readouterr().out)
         assert code == 0, result
         return result
 
     first = run_video(tmp_path / "a")
     assert first["clips"] == 4  # scenes.mp4: 3, realshort.mp4: 1
-    counts = ran(redis_url, first["run_id"])
+    counts = ran(url, first["run_id"])
     assert set(counts.values()) != {0}
 
     # One new video (2 scenes), and one changed under its old name (1 scene): both run.
@@ -134,7 +135,7 @@ def test_video_rerun_decodes_and_annotates_only_new_and_changed_videos(
                        codec="libx264")
     second = run_video(tmp_path / "b", "--reuse", "latest")
     assert second["clips"] == 6
-    again = ran(redis_url, second["run_id"])
+    again = ran(url, second["run_id"])
     assert again["probe"] == 2 and again["assemble"] == 2, again
     assert again["annotate"] == 3 and again["decode"] == 3, again  # their clips only
     old = [r for r in jsonl(tmp_path / "a" / "clips.jsonl") if "scenes.mp4" in r["video"]]

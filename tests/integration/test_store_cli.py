@@ -12,9 +12,11 @@ import pytest
 import redis
 
 from rayorch.cli import EXIT_INVARIANT, EXIT_OK, main
-from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, encode_fact
+from rayorch.core.facts import REPORT_PRESENT, GrainCommitted
+from rayorch.inspect.audit import audit_run
 from rayorch.store import open_store
 from rayorch.store.keys import ShardKeys
+from rayorch.store.records import encode_fact
 from rayorch.store.scripted_run import write_scripted_run
 
 pytestmark = pytest.mark.integration
@@ -107,21 +109,46 @@ def test_audit_reports_a_committed_payload_that_does_not_resolve(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
 ) -> None:
     payload_dir = tmp_path / "payloads"
-    url = f"{redis_url}?payload_dir={payload_dir}&payload_threshold=40"
-    write_scripted_run(open_store(url), "lost")
-    files = sorted(payload_dir.rglob("*.msgpack"))
-    assert files, "the scripted run's outputs should be over the payload threshold"
-    victim = files[0]
-    ref = victim.relative_to(payload_dir).as_posix()
+    url = f"{redis_url}?payload_dir={payload_dir}&payload_threshold=40&keep=all"
+    store = open_store(url)
+    write_scripted_run(store, "lost")
+    refs = sorted(f.payload_ref for k in range(store.run_info("lost").shards)
+                  for f in (s.fact for s in store.read("lost", k, payloads=False))
+                  if isinstance(f, GrainCommitted) and f.payload_ref)
+    assert refs, "the scripted run's outputs should be over the payload threshold"
+    ref = refs[0]
+    segment, _, span = ref.partition("@")
+    victim = payload_dir / segment
     if damage == "missing":
         victim.unlink()
+        lost = [r for r in refs if r.startswith(segment + "@")]  # every value in it
     else:
-        victim.write_bytes(victim.read_bytes()[::-1])
+        offset, _, length = span.partition("+")
+        data = bytearray(victim.read_bytes())
+        data[int(offset) + int(length) - 1] ^= 0xFF  # one value's last byte
+        victim.write_bytes(bytes(data))
+        lost = [ref]
     assert main(["audit", "lost", "--store", url]) == EXIT_INVARIANT
     out = capsys.readouterr().out
     [line] = [line for line in out.splitlines() if ref in line]
-    grain = f"{ref.split('/')[1]}[{victim.name.split('.g')[0]}]"
-    assert line.startswith("  VIOLATION ") and "run lost " + grain in line
+    assert line.startswith("  VIOLATION ") and "run lost " in line
     assert "does not resolve" in line and "Traceback" not in out
-    # the other payloads and every other check still ran: one finding, nothing else
-    assert sum("VIOLATION" in line for line in out.splitlines()) == 1
+    # the other payloads and every other check still ran: one finding per lost value
+    assert sum("VIOLATION" in line for line in out.splitlines()) == len(lost)
+
+
+def test_audit_accepts_values_freed_after_delivery_and_refuses_a_kept_one_gone(
+        redis_url: str, tmp_path: Path) -> None:
+    """By default a delivered source's intermediate values are freed: the audit counts them
+    and is clean; a delivered Call's value gone is a violation naming it."""
+    payload_dir = tmp_path / "payloads"
+    store = open_store(f"{redis_url}?payload_dir={payload_dir}&payload_threshold=8")
+    write_scripted_run(store, "freed")
+    report = audit_run(store, "freed")
+    assert report.ok, report
+    assert report.counts["payloads"]["freed"] > 0
+    left = sorted(payload_dir.rglob("*.seg"))
+    assert left and {p.parent.name for p in left} == {"assemble"}  # the delivered Call's
+    left[0].unlink()
+    report = audit_run(store, "freed")
+    assert [v.message for v in report.violations if "its value is delivered" in v.message]

@@ -25,32 +25,44 @@ def big_report(path: tuple[int, ...], gen: int, size: int = 100_000) -> GrainCom
     return GrainCommitted("ocr", path, gen, REPORT_PRESENT, (b"x" * size, "tail"))
 
 
-def test_large_outputs_go_to_payload_files(redis_url: str, tmp_path: Path) -> None:
+def payload_objects(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and not p.name.startswith("."))
+
+
+def test_outputs_larger_than_a_reference_go_to_one_segment_per_batch(
+        redis_url: str, tmp_path: Path) -> None:
+    """By default a fact holds a value only up to 128 bytes; larger ones of one commit call
+    share one segment object; a rejected report's value does not keep its segment alive."""
     payload_dir = tmp_path / "payloads"
-    store = RedisStore(f"{redis_url}?payload_dir={payload_dir}&payload_threshold=65536")
+    store = RedisStore(f"{redis_url}?payload_dir={payload_dir}")
+    assert store.payloads.threshold == 128
     store.open_run("r", scripted_plan())
     epoch = store.acquire_lease("r", 0, "d", ttl_s=60)
-    store.append("r", 0, epoch, [GrainDispatched("ocr", (0, 0), 0),
-                                 GrainDispatched("ocr", (0, 1), 0)], driver="d")
-    verdicts = store.commit("r", [big_report((0, 0), 0), big_report((0, 1), 5),
-                                  GrainCommitted("ocr", (0, 1), 0, REPORT_PRESENT, ("small",))])
-    assert verdicts == [CommitVerdict.ACCEPTED, CommitVerdict.STALE, CommitVerdict.ACCEPTED]
-    files = sorted(p.relative_to(payload_dir).as_posix() for p in payload_dir.rglob("*.msgpack"))
-    assert len(files) == 1  # the rejected attempt's file was deleted
+    store.append("r", 0, epoch, [GrainDispatched("ocr", (0, i), 0) for i in range(3)],
+                 driver="d")
+    verdicts = store.commit("r", [big_report((0, 0), 0), big_report((0, 1), 0, size=200),
+                                  GrainCommitted("ocr", (0, 2), 0, REPORT_PRESENT, ("small",))])
+    assert verdicts == [CommitVerdict.ACCEPTED] * 3
+    [segment] = payload_objects(payload_dir)  # one PUT for the batch's two large values
     raw = [s.fact for s in store.read("r", 0, payloads=False) if isinstance(s.fact, GrainCommitted)]
-    assert raw[0].outputs is None and raw[0].payload_ref == files[0]
-    assert raw[1].outputs == ("small",) and raw[1].payload_ref is None
+    assert [f.outputs for f in raw] == [None, None, ("small",)]
+    assert [f.payload_ref.partition("@")[0] for f in raw[:2] if f.payload_ref] == [segment] * 2
     loaded = [s.fact for s in store.read("r", 0) if isinstance(s.fact, GrainCommitted)]
-    assert loaded[0].outputs == (b"x" * 100_000, "tail")
-    # a file left by an actor that died before committing is collected
-    orphan = payload_dir / "r" / "ocr" / "0.9.g0.dead.msgpack"
+    assert [f.outputs for f in loaded] == [(b"x" * 100_000, "tail"), (b"x" * 200, "tail"),
+                                           ("small",)]
+    # a report of a Grain sealed at another generation: its segment goes at once
+    assert store.commit("r", [big_report((0, 1), 5)]) == [CommitVerdict.SEALED]
+    assert payload_objects(payload_dir) == [segment]
+    # an object left by an actor that died before committing is collected
+    orphan = payload_dir / "r" / "ocr" / "dead.seg"
     orphan.write_bytes(b"\x90")
     plan = plan_gc(store, min_orphan_age_s=0)  # what `rayorch gc` removes
-    assert plan.orphans == ["r/ocr/0.9.g0.dead.msgpack"]
+    assert plan.orphans == ["r/ocr/dead.seg"]
     apply_gc(store, plan)
-    assert sorted(p.name for p in payload_dir.rglob("*.msgpack")) == [Path(files[0]).name]
+    assert payload_objects(payload_dir) == [segment]
     store.delete_run("r")
-    assert list(payload_dir.rglob("*.msgpack")) == []
+    assert payload_objects(payload_dir) == []
 
 
 def test_scripts_are_reloaded_after_the_server_forgets_them(redis_url: str) -> None:

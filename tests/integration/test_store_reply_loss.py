@@ -1,8 +1,8 @@
-"""A commit whose reply is lost: the payload files of what was committed must stay readable.
+"""A commit whose reply is lost: the payload segments of what was committed must stay readable.
 
 A proxy between the store client and a real redis-server forwards the commit request
 and drops its reply (closes the connection). The commit happened; the client only
-sees a connection error (docs/ARCHITECTURE.md, "Payload files and uncertain commits").
+sees a connection error (docs/ARCHITECTURE.md, "Payload segments and uncertain commits").
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, GrainDispatched, GrainRetried
 from rayorch.inspect.audit import audit_run
 from rayorch.store import LineageStore, StoreUnavailableError, open_store
+from rayorch.store.payload import object_of
 from rayorch.store.scripted_run import scripted_plan
 from rayorch.store.scripts import COMMIT_BATCH
 from rayorch.testing import RedisServer, ReplyDroppingProxy
@@ -57,7 +58,8 @@ def worker_store(proxy: ReplyDroppingProxy, tmp_path: Path, retries: int) -> Lin
 
 
 def payload_files(tmp_path: Path) -> list[Path]:
-    return sorted((tmp_path / "payloads").rglob("*.msgpack"))
+    """The payload segments written (owner marks left out)."""
+    return sorted((tmp_path / "payloads").rglob("*.seg"))
 
 
 def committed(store: LineageStore) -> list[GrainCommitted]:
@@ -81,7 +83,7 @@ def test_a_commit_whose_reply_was_lost_keeps_its_payload(
     [fact] = committed(direct)
     assert fact.outputs == BIG
     assert [p.relative_to(tmp_path / "payloads").as_posix() for p in payload_files(tmp_path)] \
-        == [fact.payload_ref]  # one file: the retry re-committed to the same path
+        == [object_of(fact.payload_ref or "")]  # one segment: the retry wrote the same object
     assert not [v for v in audit_run(direct, RUN).violations if "payload" in v.message]
     worker.close()
 
@@ -117,3 +119,23 @@ def test_definitely_rejected_payloads_are_deleted_and_shared_ones_kept(
     assert direct.commit(RUN, [late]) == [CommitVerdict.SEALED]  # sealed at generation 1
     assert len(payload_files(tmp_path)) == 2
     assert [f.outputs for f in committed(direct)] == [BIG, BIG]
+
+
+def test_a_lost_reply_of_a_batch_keeps_its_one_segment_and_every_value_once(
+    direct: LineageStore, proxy: ReplyDroppingProxy, tmp_path: Path,
+) -> None:
+    """Two large values of one batch share one segment; the reply is lost and the worker
+    retries as a new call: still one segment, both values resolve once, audit clean."""
+    worker = worker_store(proxy, tmp_path, retries=0)
+    batch = [big((0, 0)), GrainCommitted("ocr", (0, 1), 0, REPORT_PRESENT, (b"y" * 5000,))]
+    proxy.drop_next_reply(COMMIT_BATCH.sha.encode())
+    with pytest.raises(StoreUnavailableError):
+        worker.commit(RUN, batch)
+    assert worker.commit(RUN, batch) == [CommitVerdict.SEALED, CommitVerdict.SEALED]
+    assert len(payload_files(tmp_path)) == 1  # kept: the lost call's facts name it
+    assert [f.outputs for f in committed(direct)] == [BIG, (b"y" * 5000,)]
+    assert len({object_of(f.payload_ref or "") for f in
+                (s.fact for s in direct.read(RUN, 0, payloads=False))
+                if isinstance(f, GrainCommitted)}) == 1
+    assert not [v for v in audit_run(direct, RUN).violations if "payload" in v.message]
+    worker.close()

@@ -21,11 +21,11 @@ from rayorch.core.facts import (
     GrainDispatched,
     GrainFailed,
     GrainRetried,
-    encode_fact,
 )
 from rayorch.core.ids import GrainKey, Path
 from rayorch.store import GrainSealedError, open_store
 from rayorch.store.keys import ShardKeys, grain_field
+from rayorch.store.records import encode_fact
 from rayorch.store.redis_store import COMMIT_BATCH
 from rayorch.store.scripted_run import scripted_plan
 

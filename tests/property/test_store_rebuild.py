@@ -18,8 +18,8 @@ from rayorch.core.facts import (
     Fact,
     GrainCommitted,
     LeaseAcquired,
+    barrier_fact,
 )
-from rayorch.core.machine import barrier_fact
 from rayorch.core.plan import Plan
 from rayorch.runtime.in_process import ExecutorOptions, execute
 from rayorch.store import LineageStore, open_store

@@ -49,7 +49,7 @@ def test_bad_run_ids_are_refused_by_redis_and_the_payload_directory(
     report = GrainCommitted("echo", (0,), 0, "present", ("x" * 100,))
     for run_id in (".", "..", "../escape", "a/b"):
         with pytest.raises(PayloadError):
-            payloads.externalize(run_id, report)
+            payloads.write_segment(run_id, [report])
         with pytest.raises(PayloadError):
             payloads.delete_run(run_id)
     assert not any(tmp_path.rglob("*.msgpack"))
@@ -65,13 +65,13 @@ def test_delete_run_dot_leaves_other_runs_payload_files(redis_url: str, tmp_path
     store.append("keep", 0, epoch, [SourceAdmitted(0, ("a",)), GrainDispatched("echo", (0,), 0)],
                  driver="d")
     store.commit("keep", [GrainCommitted("echo", (0,), 0, "present", ("y" * 200,))])
-    files = sorted(root.rglob("*.msgpack"))
+    files = sorted(root.rglob("*.seg"))
     assert len(files) == 1 and files[0].is_relative_to(root / "keep" / "echo")
     with pytest.raises(InvalidRunIdError):
         store.delete_run(".")
     with pytest.raises(PayloadError):
         store.payloads.delete_run(".")
-    assert sorted(root.rglob("*.msgpack")) == files
+    assert sorted(root.rglob("*.seg")) == files
     assert store.read("keep", 0)[-1].fact.outputs == ("y" * 200,)
 
 
@@ -82,7 +82,8 @@ def test_payload_references_read_from_the_store_cannot_leave_the_directory(
     secret = tmp_path / "secret.msgpack"
     secret.write_bytes(b"\x91\x01")
     payloads = PayloadStore(root)
-    for ref in ("../secret.msgpack", str(secret), "run/../../secret.msgpack", ".", ""):
+    for ref in ("../secret.msgpack", str(secret), "run/../../secret.msgpack", ".", "",
+                "../secret.seg@0+2", "run/../../secret.seg@0+2"):
         with pytest.raises(PayloadError, match="outside the payload directory"):
             payloads.load(ref)
         with pytest.raises(PayloadError):

@@ -157,12 +157,12 @@ def _payload_store(redis_url: str, tmp_path: Path, *runs: tuple[str, bool]
 def test_delete_removes_keys_and_payload_files(
         redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url, store, root = _payload_store(redis_url, tmp_path, ("gone", True), ("stays", True))
-    assert len(list((root / "gone").rglob("*.msgpack"))) == 2 and _keys_of(redis_url, "gone")
+    assert len(list((root / "gone").rglob("*.seg"))) == 2 and _keys_of(redis_url, "gone")
     assert cli_main(["delete", "gone", "--store", url]) == 0
     assert "deleted" in capsys.readouterr().out
     assert not _keys_of(redis_url, "gone") and not (root / "gone").exists()  # no empty folder
     assert [i.run_id for i in store.list_runs()] == ["stays"]
-    assert len(list((root / "stays").rglob("*.msgpack"))) == 2
+    assert len(list((root / "stays").rglob("*.seg"))) == 2
     assert cli_main(["delete", "gone", "--store", url]) == 2  # not found: one line
     assert "not found" in capsys.readouterr().err
     store.heartbeat("stays", "alive", 30)
@@ -176,7 +176,7 @@ def test_gc_removes_orphaned_payloads_and_old_runs(
         redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url, store, root = _payload_store(redis_url, tmp_path, ("old", True), ("live", False))
     store.heartbeat("live", "driver-1", 60)
-    kept = sorted((root / "live").rglob("*.msgpack"))
+    kept = sorted((root / "live").rglob("*.seg"))
     orphan = root / "live" / "echo" / "9.g0.dead.msgpack"
     fresh = root / "live" / "echo" / "8.g0.inflight.msgpack"
     for path in (orphan, fresh):
@@ -207,7 +207,7 @@ def test_gc_removes_orphaned_payloads_and_old_runs(
     assert "deleted 1 run and 1 orphaned payload file" in out
     assert "kept run live" in out
     assert not orphan.exists() and fresh.exists()  # too young: maybe a commit in flight
-    assert sorted((root / "live").rglob("*.msgpack")) == sorted([*kept, fresh])
+    assert sorted((root / "live").rglob("*.seg")) == kept and kept
     assert not (root / "old").exists()  # no empty folders left behind
     assert [i.run_id for i in store.list_runs()] == ["live"]
     assert (root / "not-a-run-here" / "x.msgpack").exists()  # maybe another store's

@@ -15,7 +15,6 @@ import pytest
 
 from bench.faults import FaultPipeline
 from rayorch.cli import main as cli_main
-from rayorch.runtime.manifest import RunManifest
 from rayorch.runtime.trust import (
     TRUST_ENV,
     UntrustedPipelineError,
@@ -23,6 +22,7 @@ from rayorch.runtime.trust import (
     trusted_modules,
 )
 from rayorch.store import open_store
+from rayorch.store.records import RunManifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,7 +98,7 @@ def test_allowlist_entries_cover_submodules_only_by_package(
 
 def test_a_malformed_manifest_is_refused_in_one_line() -> None:
     from rayorch.core.facts import pack_value
-    from rayorch.runtime.manifest import ManifestError
+    from rayorch.store.records import ManifestError
 
     blob = pack_value([1, "bench.faults:FaultPipeline", [], {"x": 1}, "not rows", None, 1, None])
     with pytest.raises(ManifestError, match="malformed"):

@@ -16,7 +16,7 @@ from rayorch.core.facts import GrainCommitted
 from rayorch.runtime.sink_audit import check_delivery
 from rayorch.runtime.sinks import FileSink, read_outputs
 from rayorch.storage import open_storage
-from rayorch.store.payload import PayloadStore
+from rayorch.store.payload import PayloadStore, object_of
 
 pytestmark = [pytest.mark.azure, pytest.mark.timeout(600)]
 
@@ -49,11 +49,11 @@ def test_payloads_on_azure_round_trip_and_are_listed(container: str) -> None:
     payloads = PayloadStore(f"az://{container}/payloads", owner="redis://h:1/0")
     report = GrainCommitted(call="ocr", path=(0, 1), generation=2, outcome="present",
                             outputs=("x" * 100,))
-    sealed, ref = payloads.externalize("run-1", report)
-    _, same = payloads.externalize("run-1", report)  # a retry: the same object
+    [sealed], [ref] = payloads.write_segment("run-1", [report])
+    _, [same] = payloads.write_segment("run-1", [report])  # a retry: the same object
     assert ref == same and sealed.outputs is None
     assert payloads.load(ref) == ("x" * 100,)
-    assert payloads.refs("run-1") == {ref}
+    assert payloads.refs("run-1") == {object_of(ref)}
     assert payloads.owner_of("run-1") == "redis://h:1/0"
     payloads.delete_run("run-1")
     assert payloads.refs("run-1") == set()

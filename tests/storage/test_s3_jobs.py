@@ -231,7 +231,7 @@ def test_replica_drivers_with_sink_and_payloads_in_the_bucket_one_killed(
     audit = run_cli(["audit", run_id, "--store", url], cwd, home)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     payloads = keys(s3_endpoint, bucket, f"payloads/{run_id}/")
-    assert any(k.endswith(".msgpack") for k in payloads), payloads
+    assert any(k.endswith(".seg") for k in payloads), payloads
     assert no_rayorch_files(cwd, home) == []
 
 

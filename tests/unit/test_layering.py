@@ -134,6 +134,29 @@ def test_storage_sits_between_core_and_the_store() -> None:
     assert not upward, upward
 
 
+def test_runtime_never_imports_inspect() -> None:
+    """The runtime runs a run; ``rayorch.inspect`` reads one (audit, status, timeline) and
+    may import the runtime, never the other way round, even inside a function. The records
+    both read are ``rayorch.store.records``."""
+    graph = rayorch_graph()
+    assert "rayorch.store.records.manifest" in graph
+    upward = sorted(f"{module} imports {dep}" for module, deps in graph.items()
+                    if module.startswith("rayorch.runtime") for dep in deps
+                    if dep.startswith("rayorch.inspect"))
+    assert not upward, upward
+
+
+def test_the_store_records_import_only_the_core() -> None:
+    """Every stored record's codec sits in ``rayorch.store.records`` on the core alone, so
+    any reader (an archive reader included) decodes a run without the runtime."""
+    graph = rayorch_graph()
+    records = [m for m in graph if m.startswith("rayorch.store.records")]
+    assert len(records) >= 5
+    upward = sorted(f"{module} imports {dep}" for module in records for dep in graph[module]
+                    if not dep.startswith(("rayorch.core", "rayorch.store.records")))
+    assert not upward, upward
+
+
 JOB_SIDE = "rayorch.pipelines.job"
 PUBLIC_FACES = {"rayorch.pipelines", "rayorch.pipelines.pdf"}
 """The package and the PDF job's public face: they may name both sides (``PDF_WRITER``)."""

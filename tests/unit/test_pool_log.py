@@ -12,9 +12,10 @@ import msgpack
 import pytest
 
 from rayorch.core.facts import GrainCommitted, GrainDispatched, LeaseAcquired, SourceAdmitted
-from rayorch.inspect.pool_log import PoolChange, pool_changes, pool_history, pool_lines
+from rayorch.inspect.pool_log import pool_history, pool_lines
 from rayorch.inspect.timeline import compute_timeline
 from rayorch.store.base import StoredFact
+from rayorch.store.records import PoolChange, pool_changes
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>\x1b[31mred'
 START = 1_000.0  # the run's first fact (clock time)

@@ -12,8 +12,10 @@ import rayorch as ro
 from bench.simulator.regions import RegionConfig, corpus, simulate
 from rayorch.core.machine import MachineLoad
 from rayorch.core.pool_sizing import SizingSettings
-from rayorch.runtime.pool_sizer import PoolChange, PoolSizer, pool_changes, pool_lines
+from rayorch.inspect.pool_log import pool_lines
+from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, PoolCounts
+from rayorch.store.records import PoolChange, pool_changes
 
 DOCS = corpus("scanned", docs=24)
 

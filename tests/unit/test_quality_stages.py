@@ -192,3 +192,17 @@ def test_the_survivor_of_each_group_is_delivered_across_retries_and_restarts(see
     for index, drop in drops.items():
         assert drop.verdict["kept"] in present
         assert drop.verdict["kept"].split("-")[0] == docs[index][1].split("-")[0]
+
+
+def test_the_stages_verdicts_are_kept_with_the_run() -> None:
+    """A verdict is why a document is gone: the stages declare ``keep_values``, so the
+    store never frees their values once a source is delivered (issue 37's release)."""
+    from rayorch.core.plan import Plan
+    from rayorch.core.run_view import delivered_calls
+    from rayorch.pipelines.quality import TextQuality
+
+    desc = TextQuality(dedup="near", languages=["en"], quality="default",
+                       dedup_scope="s").compile().describe()
+    assert delivered_calls(desc) >= {"language", "quality", "dedup_near"}
+    again = Plan.from_description(desc)
+    assert all(m.options.keep_values for m in again.modules)

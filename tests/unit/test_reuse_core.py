@@ -11,7 +11,7 @@ import pytest
 import rayorch as ro
 from rayorch import F
 from rayorch.core.errors import InvalidTransition
-from rayorch.core.facts import GrainReused, decode_fact, encode_fact
+from rayorch.core.facts import GrainReused
 from rayorch.core.fingerprint import (
     canonical_bytes,
     grain_reuse_key,
@@ -23,6 +23,7 @@ from rayorch.core.reuse import Reuse, ReuseError, ReuseIndex
 from rayorch.core.run_view import RunView, fold_shard, numbered
 from rayorch.core.state import Kernel
 from rayorch.runtime.in_process import ExecutorOptions, execute
+from rayorch.store.records import decode_fact, encode_fact
 
 
 class Split:

@@ -14,7 +14,6 @@ import pytest
 
 from rayorch.core.facts import OutputEmitted, pack_value
 from rayorch.core.outcome import FailedResult, Outcome
-from rayorch.runtime.manifest import ManifestError, RunManifest
 from rayorch.runtime.sink_audit import check_delivery
 from rayorch.runtime.sinks import (
     SINK_MANIFEST,
@@ -24,6 +23,7 @@ from rayorch.runtime.sinks import (
     read_outputs,
     sink_for_run,
 )
+from rayorch.store.records import ManifestError, RunManifest
 
 REPO = Path(__file__).resolve().parents[2]
 FORMATS = ["jsonl", "parquet"]

@@ -33,10 +33,10 @@ from rayorch.store.base import (
     PoolLog,
     RunRegistry,
 )
-from rayorch.store.errors import StoreClosedError
+from rayorch.store.errors import PayloadMissingError, StoreClosedError
 from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
 from rayorch.store.memory import MemoryStore
-from rayorch.store.payload import PayloadStore, content_digest
+from rayorch.store.payload import PayloadStore, object_of
 from rayorch.store.redis_store import RedisStore
 from rayorch.store.redis_support import parse_version, redact_url
 from rayorch.store.registry import BACKENDS, Backend, is_shared_store
@@ -175,26 +175,41 @@ def test_memory_leases_expire_on_the_store_clock() -> None:
     assert store.acquire_lease("r", 0, "b", ttl_s=5) == epoch + 1
 
 
-def test_payload_files_round_trip_and_stay_inside_their_directory(tmp_path: Path) -> None:
+def test_payload_segments_round_trip_and_stay_inside_their_directory(tmp_path: Path) -> None:
+    """A batch's values go to one segment, read back by ranges; a segment is named by its
+    content, so the same batch makes the same object; a damaged byte is caught per value."""
     payloads = PayloadStore(tmp_path, threshold=8)
-    report = GrainCommitted("ocr", (1, 2), 0, REPORT_PRESENT, (b"\x00" * 100, (1, "two")))
-    slim, ref = payloads.externalize("run", report)
-    digest = content_digest(pack_value(report.outputs))
-    assert slim.outputs is None and slim.payload_ref == ref == f"run/ocr/1.2.g0.{digest}.msgpack"
-    assert payloads.externalize("run", report) == (slim, ref)  # the same report, the same file
-    assert payloads.resolve(slim).outputs == report.outputs
-    assert payloads.refs("run") == {ref}
+    reports = [GrainCommitted("ocr", (1, i), 0, REPORT_PRESENT, (bytes([i]) * 100, (i, "two")))
+               for i in range(3)]
+    slim, refs = payloads.write_segment("run", reports)
+    [segment] = {object_of(ref) for ref in refs}  # one object for the batch
+    assert segment.startswith("run/ocr/") and segment.endswith(".seg")
+    assert all(s.outputs is None and s.payload_ref == ref for s, ref in zip(slim, refs))
+    assert all(len(ref) < 100 for ref in refs)  # a reference, not a value
+    assert payloads.write_segment("run", reports) == (slim, refs)  # the same batch, object
+    assert [payloads.resolve(s).outputs for s in slim] == [r.outputs for r in reports]
+    assert payloads.refs("run") == {segment}
     with pytest.raises(PayloadError, match="outside"):
         payloads.load("../../etc/passwd")
-    path = tmp_path / ref
-    path.write_bytes(path.read_bytes()[:-1] + b"\x00")
-    with pytest.raises(PayloadError, match="does not match the digest"):
-        payloads.load(ref)
-    legacy = tmp_path / "run" / "ocr" / "1.2.g0.tok.msgpack"  # no digest in the name
+    with pytest.raises(PayloadError, match="outside"):
+        payloads.load("../x.seg@0+10")
+    path = tmp_path / segment
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # the last value's last byte
+    path.write_bytes(bytes(data))
+    assert payloads.load(refs[0]) == reports[0].outputs  # the others still read
+    with pytest.raises(PayloadError, match="do not match their digest"):
+        payloads.load(refs[2])
+    offset, _, length = refs[2].rpartition("@")[2].partition("+")
+    with pytest.raises(PayloadError, match="do not match their digest"):
+        payloads.load(f"{segment}@{offset}+{int(length) + 50}")  # past the end
+    legacy = tmp_path / "run" / "ocr" / "1.2.g0.tok.msgpack"  # an older run's file
+    legacy.write_bytes(pack_value(("old",)))
+    assert payloads.load("run/ocr/1.2.g0.tok.msgpack") == ("old",)
     legacy.write_bytes(b"\xc1")
     with pytest.raises(PayloadError, match="cannot decode"):
         payloads.load("run/ocr/1.2.g0.tok.msgpack")
     legacy.unlink()
-    payloads.delete(ref)
-    with pytest.raises(PayloadError, match="cannot read"):
-        payloads.load(ref)
+    payloads.delete(refs[1])  # a value's object: the whole segment
+    with pytest.raises(PayloadMissingError, match="it is not under"):
+        payloads.load(refs[0])

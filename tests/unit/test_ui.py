@@ -199,7 +199,7 @@ def test_pool_sizes_show_as_a_chart_and_a_table_with_hostile_reasons_inert(
     """The run and timeline pages draw each sizing pool's size over time from the pool log
     (read on every request: a change written since shows), its reasons escaped; an unreadable
     record is a note on the page, never an error."""
-    from rayorch.inspect.pool_log import PoolChange
+    from rayorch.store.records import PoolChange
 
     start = min(v.first_ts for v in store.read_view("done").shards.values() if v.first_ts)
     bad = msgpack.packb([1, [1], 0.0, "ocr", 1, 2, "r", "d"])  # a list for a time
@@ -287,7 +287,7 @@ def test_metrics_export_the_stores_runs_and_the_token_guards_them(store: Lineage
     pytest.importorskip("prometheus_client")
     from prometheus_client.parser import text_string_to_metric_families
 
-    from rayorch.inspect.pool_log import PoolChange
+    from rayorch.store.records import PoolChange
 
     store.record_pool_sizes("done", [
         PoolChange(1.0, "ocr", 1, 3, "backlog", ts=1.0).encode(),

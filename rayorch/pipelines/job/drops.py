@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rayorch.core.errors import RayorchError
-from rayorch.inspect.drops import Drop, run_drops
+from rayorch.inspect.drops import Drop, read_drops
 from rayorch.pipelines.job.output import DROPPED_NAME, UsageError
 
 
@@ -150,8 +150,7 @@ def readable_store(url: str) -> Iterator[tuple[str, Any]]:
 def drop_rows(store: Any, run_id: str, sources: list[str]) -> list[dict[str, Any]]:
     """The ``dropped.jsonl`` rows of run ``run_id``'s drops, in id order."""
     ids = {source: i for i, source in enumerate(sources)}
-    return [drop_row(drop, sources, ids)
-            for drop in run_drops(store.read_view(run_id)).values()]
+    return [drop_row(drop, sources, ids) for drop in read_drops(store, run_id).values()]
 
 
 def drop_row(drop: Drop, sources: list[str], ids: dict[str, int]) -> dict[str, Any]:

@@ -78,7 +78,9 @@ def stage_modules(*, dedup: str | None = None, languages: Sequence[str] = (),
         raise QualityOptionError(f"{' and '.join(missing)} missing: pip install "
                                  "'rayorch[quality]'")
     modules: dict[str, Any] = {}
-    light: dict[str, Any] = {"num_outputs": 2, "num_cpus": 0.25, "batch_size": 32}
+    # keep_values: a verdict is why a document is gone, lineage to keep with the run
+    light: dict[str, Any] = {"num_outputs": 2, "num_cpus": 0.25, "batch_size": 32,
+                             "keep_values": True}
     if dedup is not None:
         index: dict[str, Any] = {"claims": claims, "scope": dedup_scope or new_scope(),
                  "against": list(dedup_against)}

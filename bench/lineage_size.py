@@ -1,0 +1,150 @@
+"""What a PDF job leaves in the lineage store and the payload store, per page (issue 37).
+
+Runs ``rayorch run pdf`` as an operator would, on a fresh redis-server of its own, with
+``payload_dir`` in a temporary directory, then reads what stayed: Redis's ``INFO memory``
+growth, the run's keys' ``MEMORY USAGE``, the fact streams' ``XLEN``, the payload bytes left
+(per Call folder) against the bytes of the delivered outputs (the files in --output).
+
+    python bench/lineage_size.py --ocr text --input examples/pdfs
+    python bench/lineage_size.py --ocr layout --input DIR_OF_A_FEW_PAGES
+    python bench/lineage_size.py ... --code /path/to/other/checkout   # the same, older code
+    python bench/lineage_size.py ... --keep all                       # keep=all on the store URL
+
+``--code`` runs the CLI of another checkout (its ``rayorch`` package directory's parent), to
+measure the code before a change with the same script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from rayorch.runtime.sinks import read_outputs
+from rayorch.testing import RedisServer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_job(code: Path, url: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(code), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    cmd = [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--input", str(args.input.resolve()),
+           "--output", str(out), "--store", url, "--ocr", args.ocr, "--no-progress", "--json"]
+    done = subprocess.run(cmd, env=env, cwd=tempfile.gettempdir(), capture_output=True,
+                          text=True, timeout=args.timeout)
+    if done.returncode not in (0, 1):
+        sys.exit(f"rayorch run pdf failed ({done.returncode}): {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def run_keys(client: redis.Redis, run_id: str) -> dict[str, int]:
+    """Every key of the run with its MEMORY USAGE (exact: SAMPLES 0)."""
+    found: dict[str, int] = {}
+    for key in client.scan_iter(match=f"ro:{{{run_id}*", count=1000):
+        name = key.decode()
+        found[name] = int(client.memory_usage(key, samples=0) or 0)
+    return found
+
+
+def output_bytes(out: Path) -> int:
+    """The bytes the job delivered: every file it wrote in --output (the documents' .md,
+    content lists and figures, the sink's parts), its markers left out."""
+    return sum(p.stat().st_size for p in out.rglob("*")
+               if p.is_file() and not p.name.startswith(("_rayorch", ".rayorch")))
+
+
+def payload_bytes(root: Path) -> Counter[str]:
+    """Payload bytes per Call folder (owner marks left out)."""
+    sizes: Counter[str] = Counter()
+    for path in root.rglob("*"):
+        if path.is_file() and not path.name.startswith("."):
+            sizes[path.parent.name] += path.stat().st_size
+    return sizes
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    code = Path(args.code).resolve() if args.code else REPO
+    with tempfile.TemporaryDirectory(prefix="lineage-size-") as tmp:
+        work = Path(tmp)
+        (work / "redis").mkdir()
+        server = RedisServer(work / "redis")
+        server.start()
+        try:
+            client = redis.Redis.from_url(server.url)
+            before = int(client.info("memory")["used_memory"])
+            payloads = work / "payloads"
+            url = f"{server.url}?payload_dir={payloads}"
+            if args.keep:
+                url += f"&keep={args.keep}"
+            started = time.monotonic()
+            result = run_job(code, url, args, work / "out")
+            elapsed = time.monotonic() - started
+            after = int(client.info("memory")["used_memory"])
+            run_id = str(result["run_id"])
+            keys = run_keys(client, run_id)
+            facts = sum(int(client.xlen(k)) for k in keys if ":facts:" in k)
+            records = list(read_outputs(work / "out"))
+            pages = sum(int(r["value"].get("pages", 0)) for r in records
+                        if isinstance(r.get("value"), dict))
+            delivered = output_bytes(work / "out")
+            left = payload_bytes(payloads / run_id)
+        finally:
+            server.stop()
+    stream_bytes = sum(v for k, v in keys.items() if ":facts:" in k)
+    return {
+        "ocr": args.ocr, "code": str(code), "keep": args.keep or "(default)",
+        "documents": len(records), "pages": pages, "elapsed_s": round(elapsed, 1),
+        "redis_growth_bytes": after - before, "run_key_bytes": sum(keys.values()),
+        "fact_stream_bytes": stream_bytes, "facts": facts,
+        "payload_bytes_left": sum(left.values()), "payload_left_by_call": dict(left),
+        "delivered_output_bytes": delivered,
+    }
+
+
+def report(m: dict[str, Any]) -> str:
+    pages = max(1, m["pages"])
+    facts = max(1, m["facts"])
+    lines = [
+        f"--ocr {m['ocr']}: {m['documents']} documents, {m['pages']} pages, keep "
+        f"{m['keep']}, {m['elapsed_s']} s (code: {m['code']})",
+        f"  Redis growth per page      {m['redis_growth_bytes'] / pages / 1024:8.2f} KB",
+        f"  run keys per page          {m['run_key_bytes'] / pages / 1024:8.2f} KB",
+        f"  facts per page             {m['facts'] / pages:8.2f}",
+        f"  bytes per fact (streams)   {m['fact_stream_bytes'] / facts:8.0f}",
+        f"  payload bytes left / page  {m['payload_bytes_left'] / pages / 1024:8.2f} KB",
+        f"  delivered output / page    {m['delivered_output_bytes'] / pages / 1024:8.2f} KB",
+        f"  payload left / output      "
+        f"{m['payload_bytes_left'] / max(1, m['delivered_output_bytes']):8.2f} x",
+        f"  payload left by Call       {m['payload_left_by_call']}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ocr", default="text", help="the job's --ocr (text, layout, ...)")
+    parser.add_argument("--input", type=Path, default=REPO / "examples" / "pdfs")
+    parser.add_argument("--code", default=None, help="the checkout whose CLI runs the job")
+    parser.add_argument("--keep", choices=("outputs", "all"), default=None,
+                        help="keep= on the store URL (default: none given)")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    figures = measure(args)
+    print(json.dumps(figures) if args.json else report(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
