@@ -24,7 +24,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-SET_VERSION = 1
+SET_VERSION = 2
 SCAN_DPI = 150
 PAGE = (612.0, 792.0)
 STYLES = ("ruled", "booktabs", "unruled", "zebra")
@@ -115,8 +115,9 @@ def _draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
     length = pymupdf.get_text_length
     widths = []
     for c in range(width):
-        texts = [t for _, col, _, span, t in cells if col == c and span == 1]
-        widths.append(max(length(t, FONT, SIZE) for t in texts) + 2 * PAD + 8)
+        texts = [(t, "hebo" if r < len(table["header"]) else FONT)
+                 for r, col, _, span, t in cells if col == c and span == 1]
+        widths.append(max(length(t, font, SIZE) for t, font in texts) + 2 * PAD + 8)
     if table["wrap"]:
         widths[0] = 92.0
     xs = [left]

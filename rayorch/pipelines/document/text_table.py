@@ -49,6 +49,9 @@ PHRASE_GAP = 0.6
 CONTINUATION_GAP = 0.6
 """A line nearer to the line above than this share of the median gap between lines may
 continue the row above."""
+CELL_SPACE = 0.3
+"""A space between two words of a phrase wider than this share of the line's height, with a
+column gap in it, parts two cells (headers set close together)."""
 MIN_COLUMN_GAP = 1.5
 """Points: a narrower uncovered x-range is not a gap between columns."""
 _NOTE_START = re.compile(r"^\s*(notes?\b|sources?\b|\*|†|‡|§|¹|²|³|\(\w\)\s)", re.IGNORECASE)
@@ -59,6 +62,20 @@ class _Phrase:
     x0: float
     x1: float
     words: list[str]
+    spaces: list[tuple[float, float, float]] = field(default_factory=list)
+    """Per gap between two of its words: ``(gap start, gap end, line height)``."""
+
+    def split(self, cuts: Sequence[float]) -> list[_Phrase]:
+        """The phrase cut where a column gap falls in a space wider than a word space."""
+        out = [_Phrase(self.x0, self.x1, [self.words[0]])]
+        for word, (left, right, height) in zip(self.words[1:], self.spaces, strict=True):
+            if right - left > CELL_SPACE * height and any(left < c < right for c in cuts):
+                out[-1].x1 = left
+                out.append(_Phrase(right, self.x1, [word]))
+            else:
+                out[-1].words.append(word)
+                out[-1].spaces.append((left, right, height))
+        return out
 
 
 @dataclass
@@ -79,9 +96,8 @@ def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
     groups: list[list[tuple[float, float, float, float, str]]] = []
     for word in order:
         centre = (word[1] + word[3]) / 2
-        if groups:
-            top = min(w[1] for w in groups[-1])
-            bottom = max(w[3] for w in groups[-1])
+        if groups:  # against the line's first word: a line must not creep down the page
+            top, bottom = groups[-1][0][1], groups[-1][0][3]
             if top <= centre <= bottom:
                 groups[-1].append(word)
                 continue
@@ -93,6 +109,7 @@ def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
         height = line.y1 - line.y0
         for x0, _, x1, _, text in group:
             if line.phrases and x0 - line.phrases[-1].x1 <= PHRASE_GAP * height:
+                line.phrases[-1].spaces.append((line.phrases[-1].x1, x0, height))
                 line.phrases[-1].x1 = max(line.phrases[-1].x1, x1)
                 line.phrases[-1].words.append(text)
             else:
@@ -152,7 +169,7 @@ Slots = dict[int, tuple[int, list[str]]]
 
 def _slots(line: _Line, cuts: Sequence[float]) -> Slots:
     slots: Slots = {}
-    for phrase in line.phrases:
+    for phrase in (part for whole in line.phrases for part in whole.split(cuts)):
         first, last = _columns(phrase, cuts)
         # a phrase starting in a cell already taken joins it (a gap inside a cell's text)
         owner = next((f for f, (l, _) in slots.items() if f <= first <= l), None)
