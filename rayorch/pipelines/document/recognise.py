@@ -167,6 +167,13 @@ class RecogniseRegion:
 
         image = open_png(region["crop"])
         boxes, engine = self._cell_boxes(region, image)
+        if engine == "text-layer":  # born-digital: the words' own positions give the cells
+            try:
+                rows, texts, notes = text_table(region.get("words") or [])
+                return _block(region, "text-grid", None,
+                              table=_with_notes(table_content(rows, texts), notes))
+            except TableStructureError:
+                pass  # not columns the words show: the rules, or SLANet, read the crop
         grid = ruled_grid(np.asarray(image.convert("L")))
         if grid is not None:  # a table ruled on every row and column: its rules say it all
             rows, cells = grid
@@ -174,13 +181,6 @@ class RecogniseRegion:
             outside = [box for box in boxes if not _holds(cells, _rect(box))]
             return _block(region, "ruled-grid", None, table=_with_notes(
                 _filled(rows, cells, inside)[0], join_in_reading_order(outside)))
-        if engine == "text-layer":  # born-digital: the words' own positions give the cells
-            try:
-                rows, texts, notes = text_table(region.get("words") or [])
-                return _block(region, "text-grid", None,
-                              table=_with_notes(table_content(rows, texts), notes))
-            except TableStructureError:
-                pass  # not columns the words show: SLANet reads the crop
         try:
             tokens, cells = self.tables.structure(np.asarray(image.convert("RGB"))[:, :, ::-1])
             rows = parse_structure(tokens)

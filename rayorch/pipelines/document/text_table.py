@@ -9,7 +9,8 @@ points) carry their own positions, which say more than a model's reading of the 
 * **columns**: the x-ranges that the phrases of the *body* lines (those with two phrases or
   more, from the first line with the most phrases down) leave uncovered are the gaps between
   columns. Header lines above the body do not vote, so a header spanning two columns does not
-  hide the gap between them; it becomes one cell with ``colspan``;
+  hide the gap between them; it becomes one cell with ``colspan``. Within a gap, the cut
+  goes through the widest part that no header word covers (a header wider than its values);
 * **notes**: trailing lines of one phrase that crosses a column gap (or that begin as a note
   does: "Note", "Source", "*", a dagger) are not rows; they come back apart, as the table's
   notes;
@@ -83,6 +84,7 @@ class _Line:
     y0: float
     y1: float
     phrases: list[_Phrase] = field(default_factory=list)
+    word_spans: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -105,7 +107,8 @@ def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
     lines = []
     for group in groups:
         group.sort(key=lambda w: w[0])
-        line = _Line(min(w[1] for w in group), max(w[3] for w in group))
+        line = _Line(min(w[1] for w in group), max(w[3] for w in group),
+                     word_spans=[(w[0], w[2]) for w in group])
         height = line.y1 - line.y0
         for x0, _, x1, _, text in group:
             if line.phrases and x0 - line.phrases[-1].x1 <= PHRASE_GAP * height:
@@ -124,13 +127,26 @@ def _separators(lines: Sequence[_Line]) -> list[float]:
     first = next(i for i, line in enumerate(lines) if len(line.phrases) == most)
     body = [p for line in lines[first:] if len(line.phrases) >= 2 for p in line.phrases]
     spans = sorted((p.x0, p.x1) for p in body)
-    cuts: list[float] = []
+    gaps: list[tuple[float, float]] = []
     reach = spans[0][1]
     for x0, x1 in spans[1:]:
         if x0 - reach >= MIN_COLUMN_GAP:
-            cuts.append((x0 + reach) / 2)
+            gaps.append((reach, x0))
         reach = max(reach, x1)
-    return cuts
+    header = [w for line in lines[:first] for w in line.word_spans]
+    return [_free_middle(lo, hi, header) for lo, hi in gaps]
+
+
+def _free_middle(lo: float, hi: float, words: Sequence[tuple[float, float]]) -> float:
+    """The middle of the widest part of ``lo..hi`` that no word covers (a header wider than
+    its column's values must not be cut), or of ``lo..hi`` when words cover it all (a header
+    spanning columns)."""
+    free = [(lo, hi)]
+    for x0, x1 in words:
+        free = [part for a, b in free
+                for part in ((a, min(b, x0)), (max(a, x1), b)) if part[1] - part[0] > 0.5]
+    a, b = max(free, key=lambda part: part[1] - part[0], default=(lo, hi))
+    return (a + b) / 2
 
 
 def _columns(phrase: _Phrase, cuts: Sequence[float]) -> tuple[int, int]:
