@@ -74,7 +74,7 @@ def describe(seed: int) -> dict[str, Any]:
             "paragraph": " ".join(rng.choice(FILLER) for _ in range(60))}
 
 
-def _cells(table: dict[str, Any]) -> list[list[Any]]:
+def table_cells(table: dict[str, Any]) -> list[list[Any]]:
     """The truth cells ``[row, column, rowspan, colspan, text]`` of a described table."""
     cells: list[list[Any]] = []
     width = len(table["body"][0])
@@ -105,12 +105,12 @@ def _lines_of(text: str, width: float, fontsize: float = SIZE) -> list[str]:
     return lines
 
 
-def _draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
+def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
                 ) -> tuple[list[float], float]:
     """Draw ``table`` at ``top``; its box (notes included) and the y under it."""
     import pymupdf
 
-    cells = _cells(table)
+    cells = table_cells(table)
     width = len(table["body"][0])
     length = pymupdf.get_text_length
     widths = []
@@ -191,8 +191,8 @@ def render(description: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     truth = []
     y += 24
     for table in description["tables"]:
-        box, bottom = _draw_table(page, table, y)
-        truth.append({"box": box, "cells": _cells(table), "style": table["style"],
+        box, bottom = draw_table(page, table, y)
+        truth.append({"box": box, "cells": table_cells(table), "style": table["style"],
                       "notes": bool(table["notes"]), "spanning": table["spanning"],
                       "wrap": table["wrap"]})
         y = box[3] + 30
@@ -234,4 +234,4 @@ def build_set(directory: Path, count: int = 24, first_seed: int = 1000
     return out
 
 
-__all__ = ["build_set", "describe", "render", "scan_copy"]
+__all__ = ["build_set", "describe", "draw_table", "render", "scan_copy", "table_cells"]

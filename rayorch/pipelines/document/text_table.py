@@ -10,7 +10,8 @@ points) carry their own positions, which say more than a model's reading of the 
   more, from the first line with the most phrases down) leave uncovered are the gaps between
   columns. Header lines above the body do not vote, so a header spanning two columns does not
   hide the gap between them; it becomes one cell with ``colspan``. Within a gap, the cut
-  goes through the widest part that no header word covers (a header wider than its values);
+  goes through the widest part that no header word covers, line by line up from the body
+  until a line covers it all (a header wider than its values; a header spanning columns);
 * **notes**: trailing lines of one phrase that crosses a column gap (or that begin as a note
   does: "Note", "Source", "*", a dagger) are not rows; they come back apart, as the table's
   notes;
@@ -127,25 +128,33 @@ def _separators(lines: Sequence[_Line]) -> list[float]:
     first = next(i for i, line in enumerate(lines) if len(line.phrases) == most)
     body = [p for line in lines[first:] if len(line.phrases) >= 2 for p in line.phrases]
     spans = sorted((p.x0, p.x1) for p in body)
+    if not spans:
+        return []
     gaps: list[tuple[float, float]] = []
     reach = spans[0][1]
     for x0, x1 in spans[1:]:
         if x0 - reach >= MIN_COLUMN_GAP:
             gaps.append((reach, x0))
         reach = max(reach, x1)
-    header = [w for line in lines[:first] for w in line.word_spans]
+    header = [line.word_spans for line in reversed(lines[:first])]
     return [_free_middle(lo, hi, header) for lo, hi in gaps]
 
 
-def _free_middle(lo: float, hi: float, words: Sequence[tuple[float, float]]) -> float:
-    """The middle of the widest part of ``lo..hi`` that no word covers (a header wider than
-    its column's values must not be cut), or of ``lo..hi`` when words cover it all (a header
-    spanning columns)."""
+def _free_middle(lo: float, hi: float, header: Sequence[Sequence[tuple[float, float]]]
+                 ) -> float:
+    """The middle of the widest part of ``lo..hi`` that no word of the header lines covers
+    (a header wider than its column's values must not be cut), the lines taken from the
+    body up until one covers what is left (a header spanning the columns)."""
     free = [(lo, hi)]
-    for x0, x1 in words:
-        free = [part for a, b in free
-                for part in ((a, min(b, x0)), (max(a, x1), b)) if part[1] - part[0] > 0.5]
-    a, b = max(free, key=lambda part: part[1] - part[0], default=(lo, hi))
+    for words in header:
+        left = free
+        for x0, x1 in words:
+            left = [part for a, b in left
+                    for part in ((a, min(b, x0)), (max(a, x1), b)) if part[1] - part[0] > 0.5]
+        if not left:
+            break
+        free = left
+    a, b = max(free, key=lambda part: part[1] - part[0])
     return (a + b) / 2
 
 
@@ -234,10 +243,11 @@ def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[s
 
 
 def _grid(rows: list[Slots], width: int) -> tuple[list[list[Cell]], list[str]]:
-    """Rows of ``(colspan, rowspan)`` cells and their texts; header cells (above the first
-    row that fills every column... or the second row) span the empty cells under them."""
-    body = next((i for i, row in enumerate(rows)
-                 if all(last == first for first, (last, _) in row.items()) and len(row) > 1), 1)
+    """Rows of ``(colspan, rowspan)`` cells and their texts. Header cells (the rows above the
+    first one whose cells each fill one column, its first column among them) span the empty
+    cells under them down to the body."""
+    body = next((i for i, row in enumerate(rows) if 0 in row and len(row) > 1
+                 and all(last == first for first, (last, _) in row.items())), 1)
     taken: set[tuple[int, int]] = set()  # (row, column) covered by a rowspan from above
     out_rows: list[list[Cell]] = []
     texts: list[str] = []
