@@ -6,6 +6,7 @@ below, sometimes with notes under it, then a paragraph. Styles:
 
 * ``ruled``: a rule around every cell; ``booktabs``: rules above, under the header and below;
 * ``unruled``: no rule at all; ``zebra``: every other row on a grey band;
+* a cell padding of 1.5 to 3.5 points, 4 or 8 more between columns, and a font size of 7.5 to 9.5 points (dense tables);
 * any style may have a two-level header (a group label spanning two columns, the first
   column's header spanning both header rows), a first column whose labels wrap over two
   lines, numeric columns with units (right-aligned), notes under the table.
@@ -24,7 +25,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-SET_VERSION = 2
+SET_VERSION = 3
 SCAN_DPI = 150
 PAGE = (612.0, 792.0)
 STYLES = ("ruled", "booktabs", "unruled", "zebra")
@@ -69,7 +70,9 @@ def describe(seed: int) -> dict[str, Any]:
                   "Source: national statistical office, annual survey."]
                  if rng.random() < 0.4 else [])
         tables.append({"style": rng.choice(STYLES), "header": header, "body": body,
-                       "spanning": spanning, "wrap": wrap, "notes": notes})
+                       "spanning": spanning, "wrap": wrap, "notes": notes,
+                       "pad": rng.choice((1.5, 2.5, 3.5)), "size": rng.choice((7.5, 8.5, 9.5)),
+                       "gutter": rng.choice((4.0, 8.0))})
     return {"seed": seed, "heading": f"Table report {seed}", "tables": tables,
             "paragraph": " ".join(rng.choice(FILLER) for _ in range(60))}
 
@@ -112,12 +115,14 @@ def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
 
     cells = table_cells(table)
     width = len(table["body"][0])
+    size, pad = table.get("size", SIZE), table.get("pad", PAD)
+    leading = size * LEADING / SIZE
     length = pymupdf.get_text_length
     widths = []
     for c in range(width):
         texts = [(t, "hebo" if r < len(table["header"]) else FONT)
                  for r, col, _, span, t in cells if col == c and span == 1]
-        widths.append(max(length(t, font, SIZE) for t, font in texts) + 2 * PAD + 8)
+        widths.append(max(length(t, font, size) for t, font in texts) + 2 * pad + table.get("gutter", 8.0))
     if table["wrap"]:
         widths[0] = 92.0
     xs = [left]
@@ -125,13 +130,13 @@ def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
         xs.append(xs[-1] + w)
     n_rows = max(r + span for r, _, span, _, _ in cells)
     lines_per: dict[tuple[int, int], list[str]] = {}
-    heights = [LEADING + 2 * PAD] * n_rows
+    heights = [leading + 2 * pad] * n_rows
     for r, c, rspan, cspan, text in cells:
-        inner = xs[c + cspan] - xs[c] - 2 * PAD
-        lines = _lines_of(text, inner)
+        inner = xs[c + cspan] - xs[c] - 2 * pad
+        lines = _lines_of(text, inner, size)
         lines_per[(r, c)] = lines
         if rspan == 1:
-            heights[r] = max(heights[r], len(lines) * LEADING + 2 * PAD)
+            heights[r] = max(heights[r], len(lines) * leading + 2 * pad)
     ys = [top]
     for h in heights:
         ys.append(ys[-1] + h)
@@ -143,21 +148,21 @@ def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
     for r, c, rspan, cspan, text in cells:
         x0, x1, y0 = xs[c], xs[c + cspan], ys[r]
         lines = lines_per[(r, c)]
-        block = len(lines) * LEADING
-        y = y0 + (ys[r + rspan] - y0 - block) / 2 + SIZE
+        block = len(lines) * leading
+        y = y0 + (ys[r + rspan] - y0 - block) / 2 + size
         bold = r < header_rows
         font = "hebo" if bold else FONT
         numeric = c > 0 and r >= header_rows
         for line in lines:
-            w = length(line, font, SIZE)
+            w = length(line, font, size)
             if cspan > 1 or (r < header_rows and c > 0):
                 x = (x0 + x1 - w) / 2
             elif numeric:
-                x = x1 - PAD - w
+                x = x1 - pad - w
             else:
-                x = x0 + PAD
-            page.insert_text((x, y), line, fontname=font, fontsize=SIZE)
-            y += LEADING
+                x = x0 + pad
+            page.insert_text((x, y), line, fontname=font, fontsize=size)
+            y += leading
         if style == "ruled":
             page.draw_rect(pymupdf.Rect(x0, y0, x1, ys[r + rspan]), color=(0, 0, 0), width=0.5)
     if style == "booktabs":

@@ -54,6 +54,8 @@ continue the row above."""
 CELL_SPACE = 0.3
 """A space between two words of a phrase wider than this share of the line's height, with a
 column gap in it, parts two cells (headers set close together)."""
+ALIGNED = 0.25
+"""Points: a word this near to where a column's body text starts (or ends) is aligned to it."""
 MIN_COLUMN_GAP = 1.5
 """Points: a narrower uncovered x-range is not a gap between columns."""
 _NOTE_START = re.compile(r"^\s*(notes?\b|sources?\b|\*|†|‡|§|¹|²|³|\(\w\)\s)", re.IGNORECASE)
@@ -67,11 +69,17 @@ class _Phrase:
     spaces: list[tuple[float, float, float]] = field(default_factory=list)
     """Per gap between two of its words: ``(gap start, gap end, line height)``."""
 
-    def split(self, cuts: Sequence[float]) -> list[_Phrase]:
-        """The phrase cut where a column gap falls in a space wider than a word space."""
+    def split(self, cuts: Sequence[float], edges: Sequence[tuple[float, float]]
+              ) -> list[_Phrase]:
+        """The phrase cut where a column gap falls in a space that is wider than a word
+        space, or that a column's body text starts or ends at (``edges``: per column, where
+        its body text starts and ends): headers set close together."""
         out = [_Phrase(self.x0, self.x1, [self.words[0]])]
         for word, (left, right, height) in zip(self.words[1:], self.spaces, strict=True):
-            if right - left > CELL_SPACE * height and any(left < c < right for c in cuts):
+            aligned = any(abs(right - a) <= ALIGNED or abs(left - b) <= ALIGNED
+                          for a, b in edges)
+            if ((aligned or right - left > CELL_SPACE * height)
+                    and any(left < c < right for c in cuts)):
                 out[-1].x1 = left
                 out.append(_Phrase(right, self.x1, [word]))
             else:
@@ -110,7 +118,7 @@ def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
         group.sort(key=lambda w: w[0])
         line = _Line(min(w[1] for w in group), max(w[3] for w in group),
                      word_spans=[(w[0], w[2]) for w in group])
-        height = line.y1 - line.y0
+        height = statistics.median(w[3] - w[1] for w in group)  # not the extent: lines overlap
         for x0, _, x1, _, text in group:
             if line.phrases and x0 - line.phrases[-1].x1 <= PHRASE_GAP * height:
                 line.phrases[-1].spaces.append((line.phrases[-1].x1, x0, height))
@@ -192,9 +200,24 @@ Slots = dict[int, tuple[int, list[str]]]
 """One row: its cells by first column, each ``(last column, words)``."""
 
 
-def _slots(line: _Line, cuts: Sequence[float]) -> Slots:
+def _edges(lines: Sequence[_Line], cuts: Sequence[float]) -> list[tuple[float, float]]:
+    """Per column, where the text of its body cells starts and ends (phrases of lines with
+    two phrases or more that lie in that column alone)."""
+    edges: dict[int, tuple[float, float]] = {}
+    for line in lines:
+        if len(line.phrases) < 2:
+            continue
+        for phrase in line.phrases:
+            first, last = _columns(phrase, cuts)
+            if first == last:
+                a, b = edges.get(first, (phrase.x0, phrase.x1))
+                edges[first] = (min(a, phrase.x0), max(b, phrase.x1))
+    return list(edges.values())
+
+
+def _slots(line: _Line, cuts: Sequence[float], edges: Sequence[tuple[float, float]]) -> Slots:
     slots: Slots = {}
-    for phrase in (part for whole in line.phrases for part in whole.split(cuts)):
+    for phrase in (part for whole in line.phrases for part in whole.split(cuts, edges)):
         first, last = _columns(phrase, cuts)
         # a phrase starting in a cell already taken joins it (a gap inside a cell's text)
         owner = next((f for f, (l, _) in slots.items() if f <= first <= l), None)
@@ -225,12 +248,13 @@ def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[s
     if not cuts:
         raise TableStructureError("no gap between columns runs down the words")
     lines, note_lines = _split_notes(lines, cuts)
+    edges = _edges(lines, cuts)
     gaps = [b.y0 - a.y1 for a, b in zip(lines, lines[1:], strict=False)]
     between = [g for g in gaps if g > 0]  # lines side by side in a row overlap: no gap
     median_gap = statistics.median(between) if between else 0.0
     rows: list[Slots] = []
     for i, line in enumerate(lines):
-        slots = _slots(line, cuts)
+        slots = _slots(line, cuts, edges)
         close = i > 0 and gaps[i - 1] < CONTINUATION_GAP * median_gap
         if rows and close and _continues(rows[-1], slots):
             for first, (last, more) in slots.items():
