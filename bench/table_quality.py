@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed", action="store_true", help="pages/s instead of F1")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    import bench.region_quality  # noqa: F401  (this checkout's bench, before another rayorch)
+    import bench.region_quality  # this checkout's bench, before another rayorch
     import bench.table_set  # noqa: F401
 
     sys.path.insert(0, str(args.rayorch.resolve()))

@@ -6,7 +6,8 @@ below, sometimes with notes under it, then a paragraph. Styles:
 
 * ``ruled``: a rule around every cell; ``booktabs``: rules above, under the header and below;
 * ``unruled``: no rule at all; ``zebra``: every other row on a grey band;
-* a cell padding of 1.5 to 3.5 points, 4 or 8 more between columns, and a font size of 7.5 to 9.5 points (dense tables);
+* a cell padding of 1.5 to 3.5 points, 4 or 8 more between columns, and a font size of
+  7.5 to 9.5 points (dense tables);
 * any style may have a two-level header (a group label spanning two columns, the first
   column's header spanning both header rows), a first column whose labels wrap over two
   lines, numeric columns with units (right-aligned), notes under the table.
@@ -37,8 +38,9 @@ LONG_LABELS = ["Northern coastal districts", "Southern upland municipalities",
                "Border region settlements", "Delta farming parishes"]
 MEASURES = [("Population", "k"), ("Area", "km²"), ("Output", "t"), ("Income", "USD"),
             ("Growth", "%"), ("Exports", "EUR m"), ("Rainfall", "mm"), ("Density", "/km²")]
-FILLER = ("the survey covers every district of the region and reports figures for the "
-          "calendar year with revisions noted where the statistical office changed its method").split()
+FILLER = ["the", "survey", "covers", "every", "district", "of", "the", "region", "and",
+          "reports", "figures", "for", "the", "calendar", "year", "with", "revisions", "noted",
+          "where", "the", "statistical", "office", "changed", "its", "method"]
 FONT, SIZE, LEADING, PAD = "helv", 8.5, 10.5, 3.5
 
 
@@ -122,7 +124,8 @@ def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
     for c in range(width):
         texts = [(t, "hebo" if r < len(table["header"]) else FONT)
                  for r, col, _, span, t in cells if col == c and span == 1]
-        widths.append(max(length(t, font, size) for t, font in texts) + 2 * pad + table.get("gutter", 8.0))
+        widest = max(length(t, font, size) for t, font in texts)
+        widths.append(widest + 2 * pad + table.get("gutter", 8.0))
     if table["wrap"]:
         widths[0] = 92.0
     xs = [left]
@@ -145,7 +148,7 @@ def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
         for r in range(header_rows, n_rows, 2):
             page.draw_rect(pymupdf.Rect(xs[0], ys[r], xs[-1], ys[r + 1]), color=None,
                            fill=(0.88, 0.9, 0.93))
-    for r, c, rspan, cspan, text in cells:
+    for r, c, rspan, cspan, _ in cells:
         x0, x1, y0 = xs[c], xs[c + cspan], ys[r]
         lines = lines_per[(r, c)]
         block = len(lines) * leading
@@ -196,7 +199,7 @@ def render(description: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     truth = []
     y += 24
     for table in description["tables"]:
-        box, bottom = draw_table(page, table, y)
+        box, _ = draw_table(page, table, y)
         truth.append({"box": box, "cells": table_cells(table), "style": table["style"],
                       "notes": bool(table["notes"]), "spanning": table["spanning"],
                       "wrap": table["wrap"]})

@@ -32,12 +32,15 @@ PyMuPDF's ``find_tables``: docs/ARCHITECTURE.md, "Tables".
 ...          [0, 14, 20, 24, "pen"], [60, 14, 70, 24, "4"],
 ...          [0, 28, 20, 38, "ink"], [60, 28, 70, 38, "2"]]
 >>> rows, texts, notes = text_table(words)
->>> rows, texts, notes
-([[(1, 1), (1, 1)], [(1, 1), (1, 1)], [(1, 1), (1, 1)]], ['Name', 'Qty', 'pen', '4', 'ink', '2'], '')
+>>> rows
+[[(1, 1), (1, 1)], [(1, 1), (1, 1)], [(1, 1), (1, 1)]]
+>>> texts, notes
+(['Name', 'Qty', 'pen', '4', 'ink', '2'], '')
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 from collections.abc import Sequence
@@ -220,7 +223,7 @@ def _slots(line: _Line, cuts: Sequence[float], edges: Sequence[tuple[float, floa
     for phrase in (part for whole in line.phrases for part in whole.split(cuts, edges)):
         first, last = _columns(phrase, cuts)
         # a phrase starting in a cell already taken joins it (a gap inside a cell's text)
-        owner = next((f for f, (l, _) in slots.items() if f <= first <= l), None)
+        owner = next((f for f, (end, _) in slots.items() if f <= first <= end), None)
         if owner is not None:
             end, words = slots[owner]
             slots[owner] = (max(end, last), words + phrase.words)
@@ -249,7 +252,7 @@ def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[s
         raise TableStructureError("no gap between columns runs down the words")
     lines, note_lines = _split_notes(lines, cuts)
     edges = _edges(lines, cuts)
-    gaps = [b.y0 - a.y1 for a, b in zip(lines, lines[1:], strict=False)]
+    gaps = [b.y0 - a.y1 for a, b in itertools.pairwise(lines)]
     between = [g for g in gaps if g > 0]  # lines side by side in a row overlap: no gap
     median_gap = statistics.median(between) if between else 0.0
     rows: list[Slots] = []
