@@ -245,10 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     import bench.table_set  # noqa: F401
 
     sys.path.insert(0, str(args.rayorch.resolve()))
+    import rayorch
+
+    where = {"rayorch": str(Path(rayorch.__file__).parents[1])}
     if args.speed:
-        print(json.dumps(speed(args.pages), indent=1))
+        print(json.dumps({**where, **speed(args.pages)}, indent=1))
     else:
-        print(json.dumps(measure(args.pages, args.systems.split(","), args.first_seed), indent=1))
+        print(json.dumps({**where, **measure(args.pages, args.systems.split(","),
+                                             args.first_seed)}, indent=1))
     return 0
 
 
