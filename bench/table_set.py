@@ -153,6 +153,8 @@ def draw_table(page: Any, table: dict[str, Any], top: float, left: float = 72.0
         lines = lines_per[(r, c)]
         block = len(lines) * leading
         y = y0 + (ys[r + rspan] - y0 - block) / 2 + size
+        if table.get("top"):  # set at the cell's top, not its middle
+            y = y0 + pad + size
         bold = r < header_rows
         font = "hebo" if bold else FONT
         numeric = c > 0 and r >= header_rows

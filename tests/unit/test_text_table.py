@@ -79,10 +79,11 @@ def test_a_two_level_header_spans_columns_and_rows(tmp_path: Path) -> None:
     assert relations(html_cells(content["html"])) == relations(table_cells(described))
 
 
-@pytest.mark.parametrize("style", ["unruled", "ruled"])
+@pytest.mark.parametrize(("style", "top"), [("unruled", False), ("ruled", False),
+                                            ("unruled", True)])
 def test_a_label_over_two_lines_is_one_cell_and_its_row_keeps_its_values(
-        tmp_path: Path, style: str) -> None:
-    described = table(style, wrap=True)
+        tmp_path: Path, style: str, top: bool) -> None:
+    described = {**table(style, wrap=True), "top": top}  # values by the label's middle or top
     rows, texts, _ = text_table(page_words(tmp_path, described))
     assert "Southern upland municipalities" in texts
     assert len(rows) == 6, texts
@@ -102,6 +103,35 @@ def test_notes_under_the_table_stay_out_of_it_and_come_back_apart(tmp_path: Path
     assert entry is not None and entry["table_footnote"] == [" ".join(NOTES)]
     assert "provisional" not in entry["table_body"]
     assert block_markdown(block, None, "#").endswith("\n\n" + " ".join(NOTES))
+
+
+def test_a_wide_line_under_the_table_is_a_note_though_no_marker_says_so(tmp_path: Path
+                                                                        ) -> None:
+    note = "Figures are provisional and rounded to units."  # wider than a column
+    described = {**table("unruled"), "notes": [note]}
+    rows, texts, notes = text_table(page_words(tmp_path, described))
+    assert notes == note and len(rows) == 6
+    assert relations(cells_of(rows, texts)) == relations(table_cells(described))
+
+
+def test_headers_set_close_together_are_parted_where_the_columns_text_starts(
+        tmp_path: Path) -> None:
+    """An HTML table as PyMuPDF's Story lays it out: cells left-aligned, a word space apart."""
+    rows = [["Name", "Pages", "Seconds"], ["north", "120", "45"], ["south", "98", "39"],
+            ["east", "143", "52"], ["west", "77", "28"]]
+    path = tmp_path / "story.pdf"
+    writer = pymupdf.DocumentWriter(str(path))
+    device = writer.begin_page(pymupdf.Rect(0, 0, 300, 200))
+    story = pymupdf.Story(html="<table>" + "".join(
+        "<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+    story.place(pymupdf.Rect(20, 20, 280, 180))
+    story.draw(device)
+    writer.end_page()
+    writer.close()
+    with pymupdf.open(path) as doc:
+        words = [list(w[:5]) for w in doc[0].get_text("words")]
+    found, texts, _ = text_table(words)
+    assert texts == [c for row in rows for c in row] and len(found) == 5
 
 
 def test_words_that_are_no_table_are_refused() -> None:
