@@ -93,7 +93,8 @@ def test_the_tables_cells_come_back_in_place(read: dict[str, Any], page_files: d
                                              corpus: str) -> None:
     _, blocks = read[corpus]
     table = _only(blocks, "table")
-    assert table["fallback"] is None and table["engine"] == "ruled-grid"
+    # a grid whose cells' words sit closer than a column gap: its rules, with or without words
+    assert table["fallback"] is None and table["engine"] == "ruled-grid", table["engine"]
     [found] = markdown_tables(table["table"].get("markdown") or table["table"]["html"])
     [label] = page_files["labels"]["tables"]
     share = cells_in_place(found, label)
@@ -145,10 +146,9 @@ def test_a_bad_page_or_region_fails_alone_with_its_cause(
     assert isinstance(blocks[1], dict) and "table" in blocks[1]
 
 
-def test_a_table_without_rules_goes_through_slanet(models: tuple[DetectLayout, RecogniseRegion],
-                                                   tmp_path: Path) -> None:
-    """No rules to read: SLANet gives the structure, the text layer the cells (or, when its
-    structure cannot be read, the region's text with the fallback named)."""
+def test_a_table_without_rules_is_read_from_its_words(
+        models: tuple[DetectLayout, RecogniseRegion], tmp_path: Path) -> None:
+    """No rules to read on a born-digital page: the words' positions give the cells."""
     _, recognise = models
     rows = [["Name", "Pages", "Seconds"], ["north", "120", "45"], ["south", "98", "39"],
             ["east", "143", "52"], ["west", "77", "28"]]
@@ -176,9 +176,16 @@ def test_a_table_without_rules_goes_through_slanet(models: tuple[DetectLayout, R
               "words": words, "width_pt": 300.0, "height_pt": 200.0}
     [block] = recognise([region])
     assert isinstance(block, dict), block
-    if block["fallback"] is not None:  # SLANet's structure was refused: said, text kept
-        assert block["fallback"] == "text-layer" and "north" in block["text"]
-        return
-    assert block["engine"] == "slanet"
+    assert block["fallback"] is None and block["engine"] == "text-grid", block
     [found] = markdown_tables(block["table"].get("markdown") or block["table"]["html"])
+    assert cells_in_place(found, rows) == 1.0, found
+    # the same crop with no words (a scan): SLANet gives the structure, OCR the cells (or,
+    # when its structure cannot be read, the region's text with the fallback named)
+    [scanned] = recognise([{**region, "words": []}])
+    assert isinstance(scanned, dict), scanned
+    if scanned["fallback"] is not None:
+        assert scanned["fallback"] == "ocr-crop" and "north" in scanned["text"]
+        return
+    assert scanned["engine"] == "slanet"
+    [found] = markdown_tables(scanned["table"].get("markdown") or scanned["table"]["html"])
     assert cells_in_place(found, rows) >= 0.75, found

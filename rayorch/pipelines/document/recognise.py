@@ -5,7 +5,11 @@
 * text, title, captions, reference: the text-layer words inside the box when they are usable
   (:func:`rayorch.pipelines.document.pdf_markdown.text_layer_quality`), else RapidOCR of the crop
   (the project's engine, :class:`rayorch.pipelines.document.ocr.RapidOcrEngine`);
-* table: SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled with the
+* table: on a born-digital page, the columns and rows its words' positions show
+  (:mod:`rayorch.pipelines.document.text_table`), unless its rules (a table ruled on every
+  row and column) show more rows or columns; the lines under it that do not fit its columns
+  are its ``notes`` (the table dict's key), not rows. Else its rules, or (a scan without
+  rules) SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled with the
   words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML when a
   cell spans. A structure that cannot be read falls back to the region's text (text layer, or
   OCR of the crop: ``fallback`` says which);
@@ -38,6 +42,7 @@ from rayorch.pipelines.document.table_structure import (
     ruled_grid,
     table_content,
 )
+from rayorch.pipelines.document.text_table import text_table
 
 Block = dict[str, Any]
 TEXT_KINDS = frozenset({"title", "text", "figure_caption", "table_caption", "reference"})
@@ -163,10 +168,20 @@ class RecogniseRegion:
         image = open_png(region["crop"])
         boxes, engine = self._cell_boxes(region, image)
         grid = ruled_grid(np.asarray(image.convert("L")))
+        if engine == "text-layer":  # born-digital: the words' own positions give the cells
+            try:
+                rows, texts, notes = text_table(region.get("words") or [])
+                if grid is None or _finer(rows, grid[0]):
+                    return _block(region, "text-grid", None,
+                                  table=_with_notes(table_content(rows, texts), notes))
+            except TableStructureError:
+                pass  # not columns the words show: the rules, or SLANet, read the crop
         if grid is not None:  # a table ruled on every row and column: its rules say it all
             rows, cells = grid
             inside = [box for box in boxes if _holds(cells, _rect(box))]
-            return _block(region, "ruled-grid", None, table=_filled(rows, cells, inside)[0])
+            outside = [box for box in boxes if not _holds(cells, _rect(box))]
+            return _block(region, "ruled-grid", None, table=_with_notes(
+                _filled(rows, cells, inside)[0], join_in_reading_order(outside)))
         try:
             tokens, cells = self.tables.structure(np.asarray(image.convert("RGB"))[:, :, ::-1])
             rows = parse_structure(tokens)
@@ -207,6 +222,22 @@ def _filled(rows: list[list[Cell]], cells: Sequence[Sequence[float]], boxes: lis
     owned = assign_texts(cells, [_rect(box) for box in boxes])
     texts = [" ".join(join_in_reading_order([boxes[i] for i in mine]).split()) for mine in owned]
     return table_content(rows, texts), sum(1 for t in texts if not t) / max(len(texts), 1)
+
+
+def _finer(words: list[list[Cell]], rules: list[list[Cell]]) -> bool:
+    """Whether the words' grid has as many rows and columns as the rules' grid at least (a
+    rule grid merges the header rows a spanning cell crosses; words set close together in
+    a ruled table merge columns)."""
+    def size(rows: list[list[Cell]]) -> tuple[int, int]:
+        return len(rows), max(sum(span for span, _ in row) for row in rows)
+    (rows_w, cols_w), (rows_r, cols_r) = size(words), size(rules)
+    return rows_w >= rows_r and cols_w >= cols_r
+
+
+def _with_notes(table: dict[str, str], notes: str) -> dict[str, str]:
+    """The table with the text under it that is no part of it (its notes), when any."""
+    notes = " ".join(notes.split())
+    return {**table, "notes": notes} if notes else table
 
 
 def _block(region: dict[str, Any], engine: str, fallback: str | None, **content: Any) -> Block:

@@ -74,7 +74,8 @@ def table_body(table: dict[str, Any]) -> str:
 def block_markdown(block: Block, figure: str | None, heading: str) -> str:
     """One block as Markdown (``""`` when it holds nothing); ``heading`` prefixes a title."""
     if "table" in block:
-        return table_body(block["table"]).strip()
+        notes = str(block["table"].get("notes") or "").strip()
+        return table_body(block["table"]).strip() + (f"\n\n{notes}" if notes else "")
     if "latex" in block:
         latex = str(block["latex"]).strip()
         return f"$$\n{latex}\n$$" if latex else ""
@@ -93,6 +94,8 @@ def content_entry(block: Block, figure: str | None, page: int) -> dict[str, Any]
     entry: dict[str, Any]
     if "table" in block:
         entry = {"type": "table", "table_body": table_body(block["table"])}
+        if block["table"].get("notes"):  # the text under the table, no part of it
+            entry["table_footnote"] = [str(block["table"]["notes"])]
     elif "latex" in block:
         entry = {"type": "equation", "latex": str(block["latex"])}
     elif "image" in block:

@@ -1,0 +1,260 @@
+"""Table structure on the generated table set (``bench/table_set.py``): adjacency-relation F1.
+
+The score is ICDAR 2013's table-competition relation F1: for every non-empty cell, its
+nearest non-empty neighbour to the right and the one below, compared as text pairs
+(whitespace removed, case folded) between the truth and the answer, pooled over the set
+(micro). Each system gets the truth's table boxes, so the score is the structure's alone:
+
+* ``rayorch``: ``RecogniseRegion`` (``--ocr layout``'s recognition step) on a region item
+  cut from the page as the job cuts it (``RenderLayoutPages``, ``region_item``): born-digital
+  pages with their words, scans with none (then OCR and SLANet);
+* ``pymupdf-lines``, ``pymupdf-text``: PyMuPDF's ``page.find_tables(clip=box)`` with its
+  ``lines`` (default) and ``text`` strategies (born-digital only: they read the text layer).
+
+    python bench/table_quality.py --pages 24                  # this checkout's rayorch
+    python bench/table_quality.py --pages 24 --rayorch /work/main --systems rayorch  # another
+    python bench/table_quality.py --pages 8 --speed           # pages/s of layout + recognition
+
+Results: bench/RESULTS.md, "Tables".
+"""
+
+from __future__ import annotations
+
+import argparse
+import html.parser
+import json
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+Cells = list[list[Any]]
+"""``[row, column, rowspan, colspan, text]`` per cell."""
+
+
+def _norm(text: Any) -> str:
+    return re.sub(r"\s+", "", str(text or "")).casefold()
+
+
+def relations(cells: Cells) -> Counter[tuple[str, str, str]]:
+    """The table's adjacency relations: per non-empty cell, its nearest non-empty neighbour
+    to the right (along its top row) and below (down its first column)."""
+    grid: dict[tuple[int, int], int] = {}
+    for i, (r, c, rs, cs, _) in enumerate(cells):
+        for dr in range(rs):
+            for dc in range(cs):
+                grid.setdefault((r + dr, c + dc), i)
+    if not grid:
+        return Counter()
+    rows = max(r for r, _ in grid) + 1
+    cols = max(c for _, c in grid) + 1
+    out: Counter[tuple[str, str, str]] = Counter()
+    for i, (r, c, rs, cs, text) in enumerate(cells):
+        if not _norm(text):
+            continue
+        for direction, steps in (("R", [(r, x) for x in range(c + cs, cols)]),
+                                 ("D", [(y, c) for y in range(r + rs, rows)])):
+            for spot in steps:
+                j = grid.get(spot)
+                if j is not None and j != i and _norm(cells[j][4]):
+                    out[(_norm(text), _norm(cells[j][4]), direction)] += 1
+                    break
+    return out
+
+
+class _HtmlTable(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[tuple[int, int, str]]] = []
+        self._cell: list[Any] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            a = dict(attrs)
+            self._cell = [int(a.get("rowspan") or 1), int(a.get("colspan") or 1), ""]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self.rows:
+            self.rows[-1].append((self._cell[0], self._cell[1], self._cell[2]))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell[2] += data
+
+
+def html_cells(text: str) -> Cells:
+    """The cells of an HTML table, placed on its grid (spans honoured)."""
+    parser = _HtmlTable()
+    parser.feed(text)
+    taken: set[tuple[int, int]] = set()
+    cells: Cells = []
+    for r, row in enumerate(parser.rows):
+        c = 0
+        for rs, cs, body in row:
+            while (r, c) in taken:
+                c += 1
+            cells.append([r, c, rs, cs, body])
+            taken.update((r + dr, c + dc) for dr in range(rs) for dc in range(cs))
+            c += cs
+    return cells
+
+
+def markdown_cells(text: str) -> Cells:
+    """The cells of a Markdown pipe table (its separator line dropped)."""
+    rows = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
+    cells: Cells = []
+    r = 0
+    for line in rows:
+        parts = [p.strip().replace("\\|", "|") for p in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if parts and all(re.fullmatch(r":?-{3,}:?", p) for p in parts):
+            continue
+        cells += [[r, c, 1, 1, p] for c, p in enumerate(parts)]
+        r += 1
+    return cells
+
+
+def block_cells(block: Any) -> Cells:
+    """A recognised block's table cells (none for a block that fell back to text)."""
+    if not isinstance(block, dict) or "table" not in block:
+        return []
+    table = block["table"]
+    return html_cells(table["html"]) if table.get("html") else markdown_cells(
+        table.get("markdown", ""))
+
+
+def f1(tp: int, predicted: int, truth: int) -> dict[str, float]:
+    p = tp / predicted if predicted else 0.0
+    r = tp / truth if truth else 0.0
+    return {"precision": round(p, 3), "recall": round(r, 3),
+            "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0}
+
+
+# -- the systems -----------------------------------------------------------------------------
+
+
+def rayorch_regions(pdf: Path, boxes: list[list[float]], recognise: Any) -> list[Any]:
+    """Per box, ``RecogniseRegion``'s block for the region item the job would cut."""
+    from rayorch.pipelines.document.layout import open_png, pixel_box, region_item
+    from rayorch.pipelines.document.region_render import RenderLayoutPages
+
+    [(items, _, _)] = RenderLayoutPages()([str(pdf)])
+    page = items[0]
+    image = open_png(page["png"])
+    words = (page.get("words") or []) if page.get("layer") == "usable" else []
+    regions = []
+    for i, (x0, y0, x1, y1) in enumerate(boxes):
+        frac = (x0 / page["width_pt"], y0 / page["height_pt"], x1 / page["width_pt"],
+                y1 / page["height_pt"])
+        regions.append(region_item(page, i, "table", 1.0, frac, image.crop(pixel_box(image, frac)),
+                                   words))
+    return list(recognise(regions))
+
+
+def pymupdf_tables(pdf: Path, boxes: list[list[float]], strategy: str) -> list[Cells]:
+    """Per box, the cells of the tables ``find_tables`` finds inside it (all of them)."""
+    import pymupdf
+
+    out = []
+    with pymupdf.open(pdf) as doc:
+        page = doc[0]
+        for box in boxes:
+            cells: Cells = []
+            top = 0
+            for table in page.find_tables(clip=pymupdf.Rect(box), strategy=strategy).tables:
+                rows = table.extract()
+                cells += [[top + r, c, 1, 1, t or ""] for r, row in enumerate(rows)
+                          for c, t in enumerate(row)]
+                top += len(rows) + 1
+            out.append(cells)
+    return out
+
+
+def measure(pages: int, systems: list[str], first_seed: int = 1000) -> dict[str, Any]:
+    from bench.table_set import build_set
+
+    data = build_set(REPO / ".cache" / "table_set", count=pages, first_seed=first_seed)
+    recognise = None
+    if any(s.startswith("rayorch") for s in systems):
+        from rayorch.pipelines.document.recognise import RecogniseRegion
+
+        recognise = RecogniseRegion()
+    report: dict[str, Any] = {}
+    for system in systems:
+        for corpus in (("born-digital", "scanned") if system == "rayorch" else ("born-digital",)):
+            tp = predicted = truth_n = 0
+            engines: Counter[str] = Counter()
+            by_style: dict[str, list[int]] = {}
+            started = time.perf_counter()
+            for pdf, scan, truth in data:
+                boxes = [t["box"] for t in truth]
+                if system == "rayorch":
+                    blocks = rayorch_regions(scan if corpus == "scanned" else pdf, boxes,
+                                             recognise)
+                    answers = [block_cells(b) for b in blocks]
+                    engines.update(b.get("engine", "failed") if isinstance(b, dict)
+                                   else "failed" for b in blocks)
+                else:
+                    answers = pymupdf_tables(pdf, boxes, system.split("-", 1)[1])
+                for label, answer in zip(truth, answers, strict=True):
+                    want, got = relations(label["cells"]), relations(answer)
+                    hit = sum((want & got).values())
+                    tp, predicted, truth_n = (tp + hit, predicted + sum(got.values()),
+                                              truth_n + sum(want.values()))
+                    row = by_style.setdefault(label["style"], [0, 0, 0])
+                    row[0] += hit
+                    row[1] += sum(got.values())
+                    row[2] += sum(want.values())
+            report[f"{system} {corpus}"] = {
+                **f1(tp, predicted, truth_n), "tables": sum(len(t) for _, _, t in data),
+                "seconds": round(time.perf_counter() - started, 1), "engines": dict(engines),
+                "f1_by_style": {s: f1(*v)["f1"] for s, v in sorted(by_style.items())}}
+    return report
+
+
+def speed(pages: int) -> dict[str, Any]:
+    """Pages/s of ``--ocr layout``'s render, layout and recognition on born-digital pages."""
+    import tempfile
+
+    from bench.region_quality import run_layout
+    from bench.table_set import build_set
+
+    data = build_set(REPO / ".cache" / "table_set", count=pages)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, stats = run_layout([pdf for pdf, _, _ in data], Path(tmp))
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=24)
+    parser.add_argument("--first-seed", type=int, default=1000,
+                        help="the first page's seed (1000: the set tuned on; 2000: held out)")
+    parser.add_argument("--systems", default="rayorch,pymupdf-lines,pymupdf-text")
+    parser.add_argument("--rayorch", type=Path, default=REPO,
+                        help="the checkout whose rayorch is measured (default: this one)")
+    parser.add_argument("--speed", action="store_true", help="pages/s instead of F1")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    import bench.region_quality  # this checkout's bench, before another rayorch
+    import bench.table_set  # noqa: F401
+
+    sys.path.insert(0, str(args.rayorch.resolve()))
+    import rayorch
+
+    where = {"rayorch": str(Path(rayorch.__file__).parents[1])}
+    if args.speed:
+        print(json.dumps({**where, **speed(args.pages)}, indent=1))
+    else:
+        print(json.dumps({**where, **measure(args.pages, args.systems.split(","),
+                                             args.first_seed)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
