@@ -99,17 +99,16 @@ class DriverMetrics:
     def pools(self, sizes: dict[str, tuple[int, int, int]], replaced: int) -> None:
         """The pools now: module -> (live, starting, draining), and actors replaced."""
         with self._lock:
-            for module, (live, _, _) in sizes.items():
-                before = self._pools.get(module)
-                if before is not None and before[0] != live:
-                    self._pool_changes[(module, "resize")] += 1
             self._pools = dict(sizes)
             self._replaced = replaced
 
-    def recycled(self, module: str) -> None:
+    def changed(self, module: str, recycle: bool) -> None:
+        """A pool change was recorded: a resize, or a recycled actor (whose RSS gauge goes;
+        its replacement reports its own after its first batch)."""
         with self._lock:
-            self._pool_changes[(module, "recycle")] += 1
-            self._rss = {k: v for k, v in self._rss.items() if k[0] != module}
+            self._pool_changes[(module, "recycle" if recycle else "resize")] += 1
+            if recycle:
+                self._rss = {k: v for k, v in self._rss.items() if k[0] != module}
 
     # -- the endpoint ----------------------------------------------------------------------
     def serve(self, port: int, host: str = "127.0.0.1") -> int:

@@ -102,13 +102,15 @@ class RunWatch:
                                 now, self.driver_id)
             self._log(f"rayorch: {change.line()}")
             changes.append(change)
-            if self.metrics is not None:
-                self.metrics.recycled(module)
         self.stats.actors_recycled += len(changes)
         self.record_pools(changes)
 
     def record_pools(self, changes: Sequence[PoolChange]) -> None:
-        """Keep pool size changes in the store for ``rayorch status`` (best effort)."""
+        """Keep pool size changes in the store for ``rayorch status`` (best effort), and
+        count them in the metrics: every change, the sizer's and the recyclings, comes here."""
+        if self.metrics is not None:
+            for change in changes:
+                self.metrics.changed(change.module, change.recycle)
         with contextlib.suppress(StoreUnavailableError):
             self.store.record_pool_sizes(self.run_id, [change.encode() for change in changes])
 

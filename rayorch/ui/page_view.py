@@ -17,7 +17,7 @@ import html.parser
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rayorch.core.facts import REPORT_PRESENT
@@ -227,7 +227,8 @@ def page_regions(store: Any, shard: Any, path: Path) -> tuple[list[Region], int,
     ``path`` from the facts: the committed Present outputs of its children's Grains."""
     regions: list[Region] = []
     skipped = unreadable = 0
-    for (_, grain_path), grain in shard.grains.items():
+    for key in shard.by_source.get(path[0], ()):  # the source's Grains, not the shard's
+        grain_path, grain = key[1], shard.grains[key]
         if len(grain_path) != len(path) + 1 or tuple(grain_path[:len(path)]) != path:
             continue
         commit = grain.commit or grain.reuse
@@ -288,7 +289,7 @@ def page_view(live: Any, path: Path) -> PageView:
     source = values[0] if values and isinstance(values[0], str) else ""
     pages = None  # as many as the source's page entities with a Grain
     if shard is not None:
-        pages = len({g[1] for (_, g) in shard.grains if len(g) >= 2 and g[0] == index}) or None
+        pages = len({g[1] for (_, g) in shard.by_source.get(index, ()) if len(g) >= 2}) or None
     view = PageView(live.run_id, path, pages, source)
     if shard is None:
         view.note = "no facts about this source yet"
@@ -305,11 +306,9 @@ def page_view(live: Any, path: Path) -> PageView:
         except Exception as exc:  # the output may be gone or moved: say so, show the rest
             view.note = f"the delivered content list cannot be read: {type(exc).__name__}"
             return view
-        grains = {g for (_, g) in shard.grains}
-        for i, region in enumerate(regions):
-            link = (index, page, region.order)
-            regions[i] = Region(**{**region.__dict__,
-                                   "path": link if link in grains else None})
+        grains = {g for (_, g) in shard.by_source.get(index, ())}
+        regions = [replace(r, path=(index, page, r.order)
+                           if (index, page, r.order) in grains else None) for r in regions]
         view.regions, view.origin = regions, "content list" if regions else ""
     if not view.regions:
         view.note = ("no regions: this page has no layout children" if not unreadable else

@@ -220,7 +220,8 @@ def region_png(runs: Runs, run_id: str, path: tuple[int, int], order: int) -> by
     with live.lock:
         shard = live.view.shards.get(live.info.shard_of(path[0]))
         grains = [] if shard is None else [
-            g for (_, p), g in shard.grains.items() if tuple(p) == (*path, order)]
+            shard.grains[key] for key in shard.by_source.get(path[0], ())
+            if tuple(key[1]) == (*path, order)]
     for grain in grains:
         commit = grain.commit or grain.reuse
         if commit is None:

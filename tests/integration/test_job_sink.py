@@ -25,6 +25,8 @@ import pytest
 
 from rayorch.pipelines.job.cli import DOCUMENT_NAME, MARKER
 from rayorch.runtime.sinks import SINK_MANIFEST, read_outputs
+from rayorch.testing_cli import cli_env
+from rayorch.testing_cli import run_rayorch as rayorch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -33,17 +35,6 @@ pytest.importorskip("rapidocr_onnxruntime")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "pdfs"
-
-
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return {**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
-            "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def rayorch(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rayorch.cli", *argv], env=cli_env(),
-                          capture_output=True, text=True, timeout=600, check=False)
 
 
 def rows_of(out: Path) -> list[dict[str, Any]]:

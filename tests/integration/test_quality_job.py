@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 
 from rayorch.runtime.sinks import read_outputs
+from rayorch.testing_cli import cli_env
+from rayorch.testing_cli import run_rayorch as rayorch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -32,17 +34,6 @@ pytest.importorskip("rensa")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "pdfs"
-
-
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return {**env, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
-            "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def rayorch(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rayorch.cli", *argv], env=cli_env(),
-                          capture_output=True, text=True, timeout=600, check=False)
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:

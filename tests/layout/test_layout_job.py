@@ -12,11 +12,9 @@ Real models from wheels on the CPU (the ``layout`` extra): ``bash scripts/test_l
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +27,13 @@ pytest.importorskip("rapid_layout")
 
 from bench.region_quality import score_document  # noqa: E402  (after the extras' checks)
 from bench.region_set import build_set  # noqa: E402
+from rayorch.testing_cli import run_rayorch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def rayorch(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update({"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
-                "RAY_USAGE_STATS_ENABLED": "0"})
-    return subprocess.run([sys.executable, "-m", "rayorch.cli", *argv], env=env,
-                          capture_output=True, text=True, timeout=800, check=False)
+    return run_rayorch(*argv, timeout=800)
 
 
 def test_layout_job_on_a_document_and_its_scan_keeps_structure_and_shows_regions(

@@ -23,7 +23,7 @@ def exported() -> set[str]:
     stats = RunStats("r")
     stats.call("ocr").done = 3
     metrics = DriverMetrics(stats, {"ocr": "ocr"})
-    metrics.recycled("ocr")  # (forgets the module's actors' RSS: they left)
+    metrics.changed("ocr", recycle=True)  # (forgets the module's actors' RSS)
     metrics.batch("ocr", 0.5, 0.01, 100 << 20, 42)
     metrics.failed("ocr", "ValueError: x")
     metrics.pools({"ocr": (2, 0, 0)}, 0)
