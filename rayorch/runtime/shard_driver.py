@@ -489,7 +489,7 @@ class ShardDriver:
             yield from self._deliver_to_caller(self.sink)
             return
         for k, st in list(self.shards.items()):
-            if not st.ready:
+            if not st.ready or not self.leases.still_held(k):
                 continue
             ready, st.ready = st.ready, []
             self._moved = True

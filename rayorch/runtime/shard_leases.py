@@ -212,14 +212,22 @@ class ShardLeases:
                 return
         st.renewed = time.monotonic()
 
-    def ensure_fresh(self, k: int) -> None:
-        """Renew shard ``k``'s lease unless renewed within a third of its TTL; a driver that
-        was asleep past its TTL stops here instead of emitting."""
-        st = self.shards[k]
-        if time.monotonic() - st.renewed > self.config.lease_ttl_s / 3:
+    def still_held(self, k: int) -> bool:
+        """Renew shard ``k``'s lease unless renewed within a third of its TTL; whether this
+        driver still holds it. A driver resumed after a pause (its caller stopped asking
+        for items) learns here that the shard moved on, before it touches the shard's
+        files (its first delivery to a shard removes the shard's leftover temp files: a
+        deposed driver doing so would remove its successor's part in the making)."""
+        st = self.shards.get(k)
+        if st is not None and time.monotonic() - st.renewed > self.config.lease_ttl_s / 3:
             self.renew(k)
-            if k not in self.shards:
-                raise LeaseLostStop(f"lease lost: run {self.run_id} shard {k}")
+        return k in self.shards
+
+    def ensure_fresh(self, k: int) -> None:
+        """:meth:`still_held`, or stop: a driver that was asleep past its TTL stops here
+        instead of emitting."""
+        if not self.still_held(k):
+            raise LeaseLostStop(f"lease lost: run {self.run_id} shard {k}")
 
     def _check_run_kept(self) -> None:
         """Stop with one clear line when the store has no record of the run any more."""

@@ -16,7 +16,9 @@ from rayorch.replicas import create_run, join_run
 from rayorch.runtime.sinks import read_outputs
 from rayorch.store import open_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600),
+              # a replica driver that raised (a deposed writer's part write) fails the test
+              pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")]
 pytest.importorskip("rensa")
 
 
@@ -44,17 +46,29 @@ def test_two_replica_drivers_keep_one_copy_of_each_group(
     run_id = create_run(TextQuality, [docs, ids], store=redis_url, out_dir=str(out),
                         kwargs={"dedup": "near", "claims": redis_url, "dedup_scope": scope},
                         shards=6, micro_batch=1, max_active_sources=1)
-    # Driver a starts the run; b joins while a holds every shard: a gives b its share at
-    # its next lease renewal, and the two drive the run's shards side by side.
+    # Driver a starts the run and holds every shard; b joins. a's caller then pauses until b
+    # has delivered a document (a stalled driver renews no lease: b takes a's shards when
+    # they lapse, or its share when a renews), so both drive shards however fast a is.
     a = join_run(run_id, store=redis_url, driver_id="a", lease_ttl_s=1.0, quiet=True)
     emitted = [next(a)[0]]
     b = join_run(run_id, store=redis_url, driver_id="b", lease_ttl_s=1.0, quiet=True)
-    threads = [threading.Thread(target=lambda h=h: emitted.extend(i for i, _ in h))
-               for h in (a, b)]
+    b_delivered = threading.Event()
+
+    def drain_a() -> None:
+        b_delivered.wait(120)
+        emitted.extend(i for i, _ in a)
+
+    def drain_b() -> None:
+        for i, _ in b:
+            emitted.append(i)
+            b_delivered.set()
+
+    threads = [threading.Thread(target=drain_a), threading.Thread(target=drain_b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
+    assert b_delivered.is_set()  # b drove a shard while a stood still
     assert sorted(emitted) == list(range(len(docs)))
     records = {r["index"]: r for r in read_outputs(out)}
     assert sorted(records) == list(range(len(docs)))
