@@ -108,9 +108,8 @@ def open_reuse(store: LineageStore, plan: Plan, reuse: str | None,
             except RunNotFoundError as exc:
                 raise ReuseError(f"--reuse {origin}: no such run in the store ({exc})") from exc
             index = ReuseIndex.from_view(view)
-    payloads = payload_store(store)
-    result = Reuse(plan, index, no_reuse=no_reuse, source_digest=FileDigests(),
-                   load=None if payloads is None else payloads.load)
+    load = getattr(store, "load_payload", None) if payload_store(store) else None
+    result = Reuse(plan, index, no_reuse=no_reuse, source_digest=FileDigests(), load=load)
     if index is not None and not quiet:
         print(f"rayorch: reusing run {index.run_id} ({len(index)} Grains it sealed)",
               file=sys.stderr)

@@ -71,6 +71,7 @@ class RunInfo:
     created_ts: float = 0.0
     sink: tuple[str, str] | None = None  # (directory, format) a driver recorded, if any
     keep: str = "all"  # which payload values outlive their source ("outputs": delivered ones)
+    payloads: str = ""  # the payload root its values go to, recorded once ("": this store's)
 
     def shard_of(self, index: int) -> int:
         return shard_of(index, self.micro_batch, self.shards)

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from rayorch.core.facts import GrainCommitted, GrainReused, outline_of, pack_value, unpack_value
 from rayorch.core.names import check_component, valid_run_id
 from rayorch.core.vocabulary import CommitVerdict
-from rayorch.storage import Storage, StorageError, check_key, open_storage
+from rayorch.storage import Storage, StorageError, check_key, open_storage, parse_location
 from rayorch.store.errors import PayloadError, PayloadMissingError
 
 Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a payload_ref
@@ -53,6 +53,11 @@ def object_of(ref: str) -> str:
     """The object a reference lives in: its segment, or (older runs) its own file."""
     match = _SEGMENT_REF.match(ref)
     return match["key"] if match else ref
+
+
+def run_of_ref(ref: str) -> str:
+    """The run whose payload folder a reference lies in (its first component)."""
+    return ref.partition("/")[0]
 
 
 def is_payload_object(key: str) -> bool:
@@ -107,9 +112,12 @@ class PayloadStore:
 
     def __init__(self, root: Path | str | None = None, threshold: int = DEFAULT_THRESHOLD,
                  owner: str = "") -> None:
+        if root is None:
+            root = default_payload_dir()
         try:
-            self.storage: Storage = open_storage(root if root is not None
-                                                 else default_payload_dir())
+            if parse_location(str(root)).is_local:  # recorded with each run: one place for all
+                root = Path(root).expanduser().resolve()
+            self.storage: Storage = open_storage(root)
         except StorageError as exc:
             raise PayloadError(str(root), f"cannot use it as the payload directory ({exc})"
                                ) from None
@@ -283,6 +291,29 @@ class PayloadStore:
             self.storage.remove_empty_dirs(base)
         except StorageError as exc:
             raise PayloadError(base, f"cannot delete it ({exc})") from exc
+
+
+class PayloadRoots:
+    """The payload stores a client reaches: its own, and the roots runs recorded.
+
+    A run records the root of its first opener (``RunInfo.payloads``), so its driver, its
+    actors and any later reader (audit, reuse, the web view) read and write one place,
+    whatever their home directory, ``$RAYORCH_PAYLOAD_DIR`` or store URL says."""
+
+    def __init__(self, own: PayloadStore) -> None:
+        self.own = own
+        self._others: dict[str, PayloadStore] = {}
+
+    def of(self, root: str) -> PayloadStore:
+        """The store of a recorded ``root`` ("" for a run recorded before roots were: the
+        client's own)."""
+        if not root or root == self.own.root:
+            return self.own
+        found = self._others.get(root)
+        if found is None:
+            found = self._others[root] = PayloadStore(root, self.own.threshold,
+                                                      owner=self.own.owner)
+        return found
 
 
 def is_freed(fact: object) -> bool:

@@ -31,7 +31,7 @@ from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.errors import PayloadError
 from rayorch.store.keys import ShardKeys
 from rayorch.store.layout import RunLayout
-from rayorch.store.payload import PayloadStore, deletable_refs, object_of
+from rayorch.store.payload import PayloadStore, deletable_refs, object_of, run_of_ref
 from rayorch.store.scripts import RELEASE_PAYLOADS, TRACK_PAYLOADS, LuaScript
 
 KEEP_MODES = ("outputs", "all")
@@ -45,9 +45,9 @@ Eval = Callable[[LuaScript, Sequence[str], Sequence[Any]], Any]
 class SegmentRelease:
     """Counts which segments undelivered sources hold, and deletes those none holds."""
 
-    def __init__(self, payloads: PayloadStore, keep: str, run_eval: Eval,
+    def __init__(self, payloads_of: Callable[[str], PayloadStore], keep: str, run_eval: Eval,
                  sync_to_disk: Callable[[str], None]) -> None:
-        self.payloads = payloads
+        self.payloads_of = payloads_of  # run id -> where its values are (RunInfo.payloads)
         self.keep = keep  # what a run this store opens records (RunInfo.keep)
         self._eval = run_eval
         self._sync = sync_to_disk
@@ -64,7 +64,8 @@ class SegmentRelease:
                     ) -> dict[int, GrainCommitted]:
         """Write the reports' outputs over the threshold to one segment, counted as held by
         their sources; return those reports (by position) holding their references."""
-        threshold = self.payloads.threshold
+        payloads = self.payloads_of(layout.info.run_id)
+        threshold = payloads.threshold
         large: dict[int, bytes] = {}  # position -> packed outputs
         for at, report in enumerate(reports):
             if report.outputs is not None:
@@ -74,7 +75,7 @@ class SegmentRelease:
         if not large:
             return {}
         batch = [reports[at] for at in large]
-        written, refs = self.payloads.write_segment(layout.info.run_id, batch,
+        written, refs = payloads.write_segment(layout.info.run_id, batch,
                                                     list(large.values()))
         self.track(layout, shard, batch, refs[0])
         return dict(zip(large, written))
@@ -99,7 +100,7 @@ class SegmentRelease:
         rest is left to ``rayorch gc`` (a failure here leaves only garbage)."""
         with contextlib.suppress(StoreError, PayloadError):
             for ref in deletable_refs(refs, verdicts, reports, sealed_generations):
-                self.payloads.delete(ref)
+                self.payloads_of(run_of_ref(ref)).delete(ref)
 
     def release(self, layout: RunLayout, shard: int, facts: Sequence[Fact]) -> None:
         """After an accepted append: the delivered sources' segments go when none holds
@@ -119,7 +120,7 @@ class SegmentRelease:
             self._sync(keys.seq)  # the OutputEmitted that frees them survives a restart
             for segment in dead:
                 name = segment.decode() if isinstance(segment, bytes) else str(segment)
-                self.payloads.delete(f"{run_id}/{name}")
+                self.payloads_of(run_id).delete(f"{run_id}/{name}")
 
 
 __all__ = ["KEEP_MODES", "SegmentRelease"]

@@ -85,8 +85,10 @@ from rayorch.store.layout import (
 )
 from rayorch.store.payload import (
     DEFAULT_THRESHOLD,
+    PayloadRoots,
     PayloadStore,
     Sealing,
+    run_of_ref,
     store_identity,
 )
 from rayorch.store.payload_release import KEEP_MODES, SegmentRelease
@@ -153,7 +155,8 @@ class RedisStore(RedisClaims, LineageStore):
         self._redis_url = urlunsplit(parts._replace(query=urlencode(passthrough)))
         payload_dir = options.get("payload_dir")
         self.payloads = PayloadStore(payload_dir or None, threshold, owner=store_identity(url))
-        self.release = SegmentRelease(self.payloads, keep, self._eval, self._sync_to_disk)
+        self.roots = PayloadRoots(self.payloads)
+        self.release = SegmentRelease(self.payloads_of, keep, self._eval, self._sync_to_disk)
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
         self._waitaof = True
@@ -268,12 +271,24 @@ class RedisStore(RedisClaims, LineageStore):
                                    f"{shards} / {micro_batch}")
         with self._errors():
             self._client().hsetnx(meta_key(run_id), "keep", self.release.keep)  # first wins
+            self._client().hsetnx(meta_key(run_id), "payloads", self.payloads.root)
             self._client().sadd(RUNS_KEY, run_id)
         self._layouts.pop(run_id, None)
         return self.run_info(run_id)
 
     def run_info(self, run_id: str) -> RunInfo:
         return self._layout(run_id).info
+
+    def payloads_of(self, run_id: str) -> PayloadStore:
+        """Where ``run_id``'s values are: :meth:`PayloadRoots.of` the root it recorded."""
+        try:
+            return self.roots.of(self._layout(run_id).info.payloads)
+        except RunNotFoundError:
+            return self.payloads
+
+    def load_payload(self, ref: str) -> tuple[Any, ...]:
+        """The outputs stored under ``ref``, read where its run keeps its values."""
+        return self.payloads_of(run_of_ref(ref)).load(ref)
 
     def _layout(self, run_id: str) -> RunLayout:
         layout = self._layouts.get(run_id)
@@ -292,6 +307,7 @@ class RedisStore(RedisClaims, LineageStore):
                 created_ts=float(raw[b"created_ts"]),
                 sink=decode_sink(raw.get(b"sink")),
                 keep=decode_text(raw.get(b"keep", b"all")),
+                payloads=decode_text(raw.get(b"payloads", b"")),
             )
             layout = self._layouts[run_id] = RunLayout(info)
         return layout
@@ -323,8 +339,9 @@ class RedisStore(RedisClaims, LineageStore):
                 pipe.delete(key)
             pipe.srem(RUNS_KEY, run_id)
             pipe.execute()
+        payloads = self.payloads_of(run_id)
         self._layouts.pop(run_id, None)
-        self.payloads.delete_run(run_id, keep=held)
+        payloads.delete_run(run_id, keep=held)
 
     # -- leases ------------------------------------------------------------------
     def _lease_keys(self, run_id: str, shard: int) -> tuple[ShardKeys, list[str]]:
@@ -524,12 +541,14 @@ class RedisStore(RedisClaims, LineageStore):
             fact = decode_fact(blob)
             if payloads and isinstance(fact, GrainCommitted | GrainReused) \
                     and fact.payload_ref is not None and fact.outputs is None:
-                fact = self.payloads.resolve(fact)
+                fact = self.resolve_payload(fact)
             out.append(StoredFact(seq, domain, fact))
         return out
 
     def resolve_payload(self, fact: Sealing) -> Sealing:
-        return self.payloads.resolve(fact)
+        if fact.payload_ref is None:
+            return fact
+        return self.payloads_of(run_of_ref(fact.payload_ref)).resolve(fact)
 
     def grain_phase(self, run_id: str, shard: int, call: CallId, path: EntityPath
                     ) -> tuple[GrainPhase, int] | None:

@@ -140,3 +140,30 @@ def test_a_driver_killed_mid_run_then_resumed_frees_and_loses_nothing(
         report = audit_run(store, run_id)
         assert report.ok, report
         assert report.counts["payloads"]["freed"] > committed // 2
+
+
+def test_every_reader_finds_the_values_where_the_run_put_them(
+        ray_local: None, redis_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The run records its first opener's payload root: a reader whose store URL names none,
+    # in another home (its default root is elsewhere), audits, shows and reuses the run.
+    root = tmp_path / "payloads"
+    docs = [1, 2, 3, 4]
+    first = Book().run(docs, store=f"{redis_url}?payload_dir={root}", quiet=True)
+    assert first.collect() == expected(docs)
+    assert objects(root, first.run_id)  # its delivered values are there
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("RAYORCH_PAYLOAD_DIR", raising=False)
+    with open_store(redis_url) as store:
+        report = audit_run(store, first.run_id)
+        assert report.ok, report
+        values = [s.fact.outputs for s in store.iter_facts(first.run_id, 0)
+                  if isinstance(s.fact, GrainCommitted) and s.fact.call == "bind"]
+        assert values and all(v and isinstance(v[0], str) for v in values)
+    assert main(["audit", first.run_id, "--store", redis_url]) == EXIT_OK
+    capsys.readouterr()
+    second = Book().run(docs, store=redis_url, quiet=True, reuse=first.run_id)
+    assert second.collect() == expected(docs)
+    with open_store(redis_url) as store:
+        assert run_status(store, second.run_id).calls["bind"]["reused"] == len(docs)
+        assert audit_run(store, second.run_id).ok

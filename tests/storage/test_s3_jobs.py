@@ -235,9 +235,6 @@ def test_replica_drivers_with_sink_and_payloads_in_the_bucket_one_killed(
     assert no_rayorch_files(cwd, home) == []
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug since payload freeing (issue 37): after an S3 outage the audit says a freed "
-    "payload's value is delivered; the run's outputs are whole. See the stop's closing note."))
 def test_an_outage_and_throttling_stall_the_run_then_it_completes(
         s3_endpoint: str, ray_local: None, bucket: str, redis_url: str, tmp_path: Path) -> None:
     from bench.faults import FaultPipeline, make_docs
