@@ -5,6 +5,7 @@
 """
 
 from rayorch import excepthook as _excepthook
+from rayorch.actors.usage import add_tokens
 from rayorch.core import functional as F
 from rayorch.core.errors import (
     CompileError,
@@ -54,6 +55,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "add_tokens",
     "ActorFailure",
     "CompileError",
     "ExecutionError",

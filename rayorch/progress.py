@@ -26,6 +26,9 @@ class CallStats:
     retried: int = 0  # attempts lost to physical failures (crashes, timeouts, ActorFailure)
     uncharged: int = 0  # of those, retries not charged: a crash split (core/crash_split.py)
     rejected: int = 0
+    tokens_in: int = 0  # model tokens read (prompts), as the module's engine counted them
+    tokens_out: int = 0  # model tokens generated
+    payload_bytes: int = 0  # bytes of its values written to payload segments
     first_done: float | None = None
     last_done: float | None = None
 

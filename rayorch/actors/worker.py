@@ -95,6 +95,10 @@ class BatchResult:
     """The UDF raised ``ro.ActorFailure``: the actor must be replaced."""
     rss_bytes: int = 0
     """The actor's resident memory after the batch (0: unknown), for ``max_rss``."""
+    tokens: tuple[int, int] = (0, 0)
+    """Model tokens (in, out) the module counted during the batch (``actors/usage.py``)."""
+    payload_bytes: int = 0
+    """Bytes the commit wrote to payload segments."""
 
 
 def resident_bytes() -> int:
@@ -153,8 +157,10 @@ class ModuleWorker:
         :class:`~rayorch.core.outcome.ActorFailure` makes the batch a physical failure
         (the pool then replaces this actor).
         """
+        from rayorch.actors.usage import take_tokens
         from rayorch.core.outcome import ActorFailure
         from rayorch.core.udf import one_line_cause, reports_for, run_with_recovery
+        from rayorch.store.retention import payload_bytes_written
 
         started = time.perf_counter()
         try:
@@ -166,6 +172,7 @@ class ModuleWorker:
                 os.getpid(), time.perf_counter() - started, replace_actor=True,
             )
         udf_seconds = time.perf_counter() - started
+        tokens = take_tokens()
         # On a durable store (a binding) any run may be resumed into a file sink: outputs
         # that JSON cannot hold fail their own records here, before the commit.
         reports = tuple(reports_for(task.call.id, task.tags, done.results, time.time(),
@@ -174,14 +181,16 @@ class ModuleWorker:
         if self._binding is None:
             return BatchResult(
                 task.batch_id, task.call.id, task.tags, reports, None, None, os.getpid(),
-                udf_seconds, udf_exceptions=done.exceptions, rss_bytes=rss,
+                udf_seconds, udf_exceptions=done.exceptions, rss_bytes=rss, tokens=tokens,
             )
         started = time.perf_counter()
+        written = payload_bytes_written(self._store) if self._store is not None else 0
         verdicts = self._commit(reports, task.run_id)
         return BatchResult(
             task.batch_id, task.call.id, task.tags, reports, verdicts, None, os.getpid(),
             udf_seconds, time.perf_counter() - started, udf_exceptions=done.exceptions,
-            rss_bytes=rss,
+            rss_bytes=rss, tokens=tokens,
+            payload_bytes=payload_bytes_written(self._store) - written,
         )
 
     def _commit(self, reports: tuple[GrainCommitted, ...], run_id: str = "") -> tuple[int, ...]:

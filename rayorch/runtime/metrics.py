@@ -1,9 +1,10 @@
 """A driver's Prometheus endpoint (``--metrics-port``, ``Pipeline.run(metrics_port=)``).
 
 What a cluster operator scrapes while a run lasts days: the counters the driver keeps anyway
-(:class:`rayorch.progress.RunStats`), read at scrape time by a collector (the driver's loop
-never waits on a scrape), plus what each finished batch says (its actor's RSS, the store
-commit's latency, the failure's cause). Rates are Prometheus's job: pages/s of a stage is
+(:class:`rayorch.progress.RunStats`: the model tokens and payload bytes of each Call too),
+read at scrape time by a collector (the driver's loop never waits on a scrape), plus what
+each finished batch says (its actor's RSS, the store commit's latency, the failure's
+cause). Rates are Prometheus's job: pages/s of a stage is
 ``rate(rayorch_grains_total{call="ocr",outcome="present"}[1m])``, documents/s
 ``rate(rayorch_sources_total{state="done"}[1m])``. Labels are the run, Call and module
 names (bounded by the plan) and a failure's *kind* (its exception name, never its text).
@@ -150,6 +151,11 @@ class _Collector:
                                    labels=["run", "call"])
         retried = CounterMetricFamily("rayorch_retries", "attempts lost to crashes, timeouts "
                                       "and ActorFailure", labels=["run", "call"])
+        tokens = CounterMetricFamily("rayorch_tokens", "model tokens read (in) and generated "
+                                     "(out) per Call, as its engine counted them",
+                                     labels=["run", "call", "direction"])
+        payload = CounterMetricFamily("rayorch_payload_bytes", "bytes of a Call's values "
+                                      "written to payload segments", labels=["run", "call"])
         for call, c in list(stats.calls.items()):
             for outcome, n in (("present", c.done), ("failed", c.failed),
                                ("rejected", c.rejected)):
@@ -157,6 +163,10 @@ class _Collector:
             ready.add_metric([run, call], c.ready)
             flight.add_metric([run, call], c.in_flight)
             retried.add_metric([run, call], c.retried)
+            if c.tokens_in or c.tokens_out:  # model stages only
+                tokens.add_metric([run, call, "in"], c.tokens_in)
+                tokens.add_metric([run, call, "out"], c.tokens_out)
+            payload.add_metric([run, call], c.payload_bytes)
         sources = CounterMetricFamily("rayorch_sources", "sources admitted and done (rate() of "
                                       "done: documents/s)", labels=["run", "state"])
         sources.add_metric([run, "admitted"], stats.sources_admitted)
@@ -186,8 +196,8 @@ class _Collector:
                                    "after its last batch", labels=["run", "module", "actor"])
         for (module, actor), size in sorted(rss.items()):
             memory.add_metric([run, module, str(actor)], size)
-        yield from (grains, ready, flight, retried, sources, batches, failed, actors, moved,
-                    lost, memory)
+        yield from (grains, ready, flight, retried, tokens, payload, sources, batches, failed,
+                    actors, moved, lost, memory)
 
 
 class _Nvml:

@@ -46,6 +46,8 @@ class Completion:
     commit_s: float | None = None  # the actor's store commit (None: the shell commits)
     rss_bytes: int = 0  # the actor's resident memory after the batch (0: unknown)
     actor: int | None = None  # the actor's process id
+    tokens: tuple[int, int] = (0, 0)  # model tokens (in, out) the batch's module counted
+    payload_bytes: int = 0  # bytes its commit wrote to payload segments
 
 
 @dataclass(frozen=True, slots=True)

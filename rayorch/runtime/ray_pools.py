@@ -100,7 +100,9 @@ class RayPools:
                                       result.verdicts, busy_s=busy_s,
                                       commit_s=result.commit_seconds
                                       if result.verdicts is not None else None,
-                                      rss_bytes=result.rss_bytes, actor=result.worker_pid))
+                                      rss_bytes=result.rss_bytes, actor=result.worker_pid,
+                                      tokens=result.tokens,
+                                      payload_bytes=result.payload_bytes))
         self._enforce_timeouts()
         return out
 

@@ -72,6 +72,10 @@ class RunWatch:
 
     def batch(self, call: str, done: Any, commit_s: float | None) -> None:
         """A batch came back (a ``Completion``) and was committed in ``commit_s``."""
+        stats = self.stats.call(call)
+        stats.tokens_in += done.tokens[0]
+        stats.tokens_out += done.tokens[1]
+        stats.payload_bytes += done.payload_bytes
         if self.metrics is None:
             return
         self.metrics.batch(call, done.busy_s, commit_s, done.rss_bytes, done.actor)

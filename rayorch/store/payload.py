@@ -126,6 +126,8 @@ class PayloadStore:
         self.threshold = threshold
         self.owner = owner
         self._claimed: set[str] = set()  # run folders whose owner mark is known written
+        self.written = 0
+        """Bytes of the segments this client wrote (a retry that found its own counts too)."""
 
     def owner_of(self, run_dir: str) -> str | None:
         """Which store wrote the payload folder ``run_dir`` (None: unknown, an older one)."""
@@ -165,6 +167,7 @@ class PayloadStore:
         try:
             self._claim(run_dir)
             self.storage.create(self._key(key), blob)
+            self.written += len(blob)
         except StorageError as exc:
             raise PayloadError(key, f"cannot write it under {self.root} ({exc})") from exc
         refs = [f"{key}@{offset}+{length}" for offset, length in spans]
@@ -314,6 +317,10 @@ class PayloadRoots:
             found = self._others[root] = PayloadStore(root, self.own.threshold,
                                                       owner=self.own.owner)
         return found
+
+    def written(self) -> int:
+        """Bytes written to payload segments through every root."""
+        return self.own.written + sum(p.written for p in self._others.values())
 
 
 def is_freed(fact: object) -> bool:

@@ -17,7 +17,7 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.facts import GrainCommitted, GrainReused
 from rayorch.core.names import valid_run_id
 from rayorch.store.base import LineageStore
-from rayorch.store.payload import PayloadStore, object_of
+from rayorch.store.payload import PayloadRoots, PayloadStore, object_of
 from rayorch.store.reuse_audit import refs_held_elsewhere
 
 MIN_ORPHAN_AGE_S = 3600.0
@@ -46,6 +46,13 @@ def payload_store(store: LineageStore) -> PayloadStore | None:
     """The store's payload directory (None for a store that keeps none, e.g. memory://)."""
     payloads = getattr(store, "payloads", None)
     return payloads if isinstance(payloads, PayloadStore) else None
+
+
+def payload_bytes_written(store: LineageStore) -> int:
+    """Bytes this client of ``store`` wrote to payload segments, through every root (0 for
+    a store that keeps none)."""
+    roots = getattr(store, "roots", None)
+    return roots.written() if isinstance(roots, PayloadRoots) else 0
 
 
 def referenced_payloads(store: LineageStore, run_id: str) -> set[str]:

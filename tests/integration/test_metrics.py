@@ -73,3 +73,38 @@ def test_a_scrape_during_a_run_shows_the_stages_moving(ray_local: None) -> None:
     handle.close()
     with pytest.raises(OSError):  # the endpoint leaves with the run
         urllib.request.urlopen(url, timeout=2)
+
+
+def tiny_model(prompts: list[str]) -> list[str]:
+    """A model module of a user's own: it says what its engine read and wrote."""
+    ro.add_tokens(sum(len(p.split()) for p in prompts), 7 * len(prompts))
+    return [("answer to " + p + " ") * 20 for p in prompts]  # over the payload threshold
+
+
+class Ask(ro.Pipeline):
+    def __init__(self) -> None:
+        self.ask = ro.RayModule(tiny_model, batch_size=2, num_cpus=0.25)
+
+    def forward(self, prompts: Any) -> Any:
+        return self.ask(prompts)
+
+
+def test_model_tokens_and_payload_bytes_are_counted_per_call(
+        ray_local: None, redis_url: str, tmp_path: Any) -> None:
+    prompts = [f"question number {i} please" for i in range(10)]  # 4 words each
+    store = f"{redis_url}?payload_dir={tmp_path / 'payloads'}"
+    handle = Ask().run(prompts, store=store, metrics_port=0, quiet=True, ordered=True)
+    url = handle.metrics_url
+    assert url is not None
+    seen = None
+    for i, _ in enumerate(handle):
+        if i == 8:
+            seen = scrape(url)
+    assert seen is not None
+    assert value(seen, "rayorch_tokens_total", call="ask", direction="in") >= 4 * 2
+    assert value(seen, "rayorch_payload_bytes_total", call="ask") > 0
+    stats = handle.stats.calls["ask"]
+    assert (stats.tokens_in, stats.tokens_out) == (4 * 10, 7 * 10)  # each batch once
+    written = sum(p.stat().st_size for p in (tmp_path / "payloads").rglob("*.seg"))
+    assert stats.payload_bytes == written > 10 * 20 * 20
+    handle.close()

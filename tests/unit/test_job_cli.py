@@ -28,6 +28,7 @@ from rayorch.pipelines.job.cli import (
 )
 from rayorch.pipelines.job.pdf_outputs import PDF_WRITER
 from rayorch.pipelines.job.video_outputs import VIDEO_WRITER
+from rayorch.progress import RunStats
 from rayorch.runtime.sinks import read_outputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -330,6 +331,7 @@ def test_with_json_stdout_carries_the_summary_only(
 
     class Handle:
         run_id, actors_up_at, pool_sizer = "r1", None, None
+        stats = RunStats("r1")
 
         def __iter__(self) -> Any:
             print("(raylet) WARNING: 10 PYTHON worker processes have been started")

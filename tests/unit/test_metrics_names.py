@@ -22,6 +22,7 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.js
 def exported() -> set[str]:
     stats = RunStats("r")
     stats.call("ocr").done = 3
+    stats.call("ocr").tokens_in = 5  # a model stage: its tokens are exported
     metrics = DriverMetrics(stats, {"ocr": "ocr"})
     metrics.changed("ocr", recycle=True)  # (forgets the module's actors' RSS)
     metrics.batch("ocr", 0.5, 0.01, 100 << 20, 42)

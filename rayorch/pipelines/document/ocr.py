@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from rayorch import RayorchError
+from rayorch.actors.usage import count_request_outputs
 from rayorch.core.ast_lock import signature as locked_signature
 from rayorch.pipelines import vllm_runtime
 
@@ -304,7 +305,9 @@ class VllmChat:
         whole batch; the module's recovery then runs its records alone, so only that one
         fails (the others' requests are withdrawn from the engine first).
         """
-        return list(self._llm.chat(conversations, self._sampling, use_tqdm=False))
+        outputs = list(self._llm.chat(conversations, self._sampling, use_tqdm=False))
+        count_request_outputs(outputs)  # tokens in and out, sent with the batch's result
+        return outputs
 
     @property
     def llm(self) -> Any:
@@ -363,6 +366,7 @@ class ContinuousChat:
         if self._stepper is None or self._stepper.done():
             self._stepper = loop.create_task(self._step())
         done = await asyncio.gather(*futures)
+        count_request_outputs(out for out, _ in done)
         return [(out, enqueued, finished) for out, finished in done]
 
     async def answers(self, conversations: list[list[dict[str, Any]]]) -> list[str]:

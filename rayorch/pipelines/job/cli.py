@@ -55,6 +55,8 @@ from rayorch.pipelines.job.summary import (
     JobSummary,
     format_rate,
     format_seconds,
+    model_usage,
+    per_part,
     run_cost,
     summary_text,
 )
@@ -429,6 +431,7 @@ def run_job(
     run_id = None
     cluster: dict[str, float] = {}
     pools: dict[str, Any] = {"pools": None, "bound_by": None}
+    usage: dict[str, Any] = {}  # model tokens, when a stage counted some
     # With --json stdout carries the summary only: what Ray prints there meanwhile (a
     # raylet warning as the pools grow, say) goes to stderr.
     stdout = sys.stdout
@@ -466,6 +469,7 @@ def run_job(
                     clock.done()
                     summary.run_ended = clock.t_end
                 pools = pools_summary(plan, handle.pool_sizer)
+                usage = model_usage(handle.stats)
                 if stages:  # why each dropped document was dropped, from the run's facts
                     out.drops = drop_rows(store, run_id, sources)
                     summary.drops = dict(Counter(f"{d['stage']}: {d['reason']}"
@@ -485,6 +489,7 @@ def run_job(
     rate = summary.rate() if run_id is not None else None
     # as format_rate shows it: one decimal, three digits under 10/s (OCR on a CPU)
     result[f"{job.part}s_per_s"] = None if rate is None else float(format_rate(rate))
+    result |= per_part(usage, result[f"{job.part}s"], job.part)
     result |= run_cost(result, job.part, cpus=cluster.get("CPU", 0.0),
                        gpus=cluster.get("GPU", 0.0), cpu_price=args.cpu_price,
                        gpu_price=args.gpu_price)

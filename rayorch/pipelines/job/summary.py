@@ -53,6 +53,33 @@ def run_cost(result: dict[str, Any], part: str, *, cpus: float, gpus: float,
             f"{part}s_per_s_per_gpu": round(rate / gpus, 4) if gpus and rate else None}
 
 
+def model_usage(stats: Any) -> dict[str, int]:
+    """The model tokens a run's stages counted (a ``RunStats``): ``{"tokens_in",
+    "tokens_out"}``, or ``{}`` when no stage counted any (no model in the run)."""
+    tokens_in = sum(c.tokens_in for c in stats.calls.values())
+    tokens_out = sum(c.tokens_out for c in stats.calls.values())
+    return {"tokens_in": tokens_in, "tokens_out": tokens_out} if tokens_in or tokens_out else {}
+
+
+def per_part(usage: dict[str, int], parts: int, part: str) -> dict[str, Any]:
+    """``usage`` with tokens per part (page, clip) added.
+
+    >>> per_part({"tokens_in": 900, "tokens_out": 300}, 3, "page")["tokens_per_page"]
+    400.0
+    """
+    if not usage:
+        return {}
+    total = usage["tokens_in"] + usage["tokens_out"]
+    return {**usage, f"tokens_per_{part}": round(total / parts, 1) if parts else None}
+
+
+def usage_line(result: dict[str, Any], part: str) -> str:
+    """The summary's model-token line."""
+    per = result.get(f"tokens_per_{part}")
+    return (f"model tokens: {result['tokens_in']:,} in, {result['tokens_out']:,} out"
+            + (f" = {per:,.1f} per {part}" if per is not None else ""))
+
+
 def cost_line(cost: dict[str, Any], part: str) -> str:
     """The summary's cost line."""
     per = cost.get(f"usd_per_million_{part}s")
@@ -199,6 +226,8 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
     ]
     if result.get("pools"):
         lines.append(pools_line(result["pools"], result.get("bound_by")))
+    if "tokens_in" in result:
+        lines.append(usage_line(result, part))
     if "cost_usd" in result:
         lines.append(cost_line(result, part))
     if summary.failures:
@@ -220,4 +249,5 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
 
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_NAMED_FAILURES", "JobSummary",
-           "cost_line", "format_seconds", "pools_line", "run_cost", "summary_text"]
+           "cost_line", "format_seconds", "model_usage", "per_part", "pools_line", "run_cost",
+           "summary_text", "usage_line"]
