@@ -113,6 +113,15 @@ class FactPlaces:
     live: int
     archive_url: str | None
 
+    def describe(self) -> str:
+        """One line: which seqs the archive holds, how many facts are live."""
+        live = f"{self.live} live in the store"
+        if not self.archived:
+            return f"shard {self.shard}: {live}"
+        many = "segment" if self.segments == 1 else "segments"
+        return (f"shard {self.shard}: seq 1-{self.archived} archived ({self.segments} {many} "
+                f"in {self.archive_url}), {live}")
+
 
 class FactArchive:
     """The segments of every run below one archive location (a directory or s3:// prefix)."""
