@@ -93,7 +93,8 @@ class RedisArchiving:
         self._said_down = False
 
     def _archive_of(self, run_id: str) -> FactArchive | None:
-        """The run's archive: the one its meta hash names (first writer's), else None."""
+        """The run's archive: the one its meta hash names (the first one a writer was told,
+        ``archive=`` on its URL), else None."""
         archive = self._archives.get(run_id)
         if archive is not None:
             return archive
@@ -101,6 +102,10 @@ class RedisArchiving:
             return None
         with self._errors():
             raw = self._client().hget(meta_key(run_id), "archive")
+            if not raw and self.archive_url and self._client().exists(meta_key(run_id)):
+                # told an archive (archive= on the URL): the run archives there from now on
+                self._client().hsetnx(meta_key(run_id), "archive", self.archive_url)
+                raw = self._client().hget(meta_key(run_id), "archive")
         if not raw:
             self._no_archive[run_id] = time.monotonic() + _NO_ARCHIVE_RECHECK_S
             return None

@@ -163,7 +163,8 @@ def test_a_run_archived_mid_way_killed_and_resumed_has_every_output_once_and_eve
     assert main(["show", run_id, "3", "--store", redis_server.url]) == EXIT_OK
     assert "work[3]" in capsys.readouterr().out
     assert main(["status", run_id, "--store", redis_server.url]) == EXIT_OK
-    assert "16/16" in capsys.readouterr().out.replace(" ", "") or True
+    status = capsys.readouterr().out
+    assert "call work" in status and "complete" in status, status
     png = tmp_path / "run.png"
     assert main(["timeline", run_id, "--store", redis_server.url, "-o", str(png)]) == EXIT_OK
     assert png.stat().st_size > 0
@@ -219,7 +220,8 @@ class Docs(ro.Pipeline):
 
 
 def expected(docs: list[int], sep: str = "|") -> list[str]:
-    return [sep.join(f"doc{d}-page{i}-"[:12] for i in range(d % 3 + 1)) for d in docs]
+    return [sep.join((f"doc{d}-page{i}-" + "x" * 60)[:12] for i in range(d % 3 + 1))
+            for d in docs]
 
 
 @pytest.mark.long
