@@ -300,6 +300,11 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog, Conten
         return {k: list(self.iter_facts(run_id, k, payloads=payloads))
                 for k in range(info.shards)}
 
+    def wait_archived(self, timeout_s: float = 60.0) -> bool:
+        """Wait up to ``timeout_s`` for the archives this client queued (True: none left);
+        a store without an archive has none."""
+        return True
+
     def fact_places(self, run_id: str) -> list[FactPlaces]:
         """Where each shard's facts live, archive or store (``rayorch audit`` says it);
         empty for a store without an archive: every fact is in the store."""

@@ -22,6 +22,7 @@ every reader finds it without being told.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import queue
 import sys
@@ -285,6 +286,7 @@ class RedisArchiving:
                 self._queue = queue.Queue()
                 threading.Thread(target=self._work, args=(self._queue,), daemon=True,
                                  name="rayorch-archive").start()
+                atexit.register(self.wait_archived)  # a process leaving lets them finish
             self._queue.put((run_id, shard, done))
 
     def _work(self, tasks: queue.Queue[tuple[str, int, bool]]) -> None:

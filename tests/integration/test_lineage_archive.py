@@ -158,7 +158,7 @@ def test_a_run_archived_mid_way_killed_and_resumed_has_every_output_once_and_eve
     capsys.readouterr()
     assert main(["audit", run_id, "--store", redis_server.url]) == EXIT_OK
     said = capsys.readouterr().out
-    assert "OK" in said and f"shard 0: seq 1-" in said and "archived (" in said, said
+    assert "OK" in said and "shard 0: seq 1-" in said and "archived (" in said, said
     assert "0 live in the store" in said, said
     assert main(["show", run_id, "3", "--store", redis_server.url]) == EXIT_OK
     assert "work[3]" in capsys.readouterr().out
