@@ -34,6 +34,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from rayorch.core.errors import StoreError
+from rayorch.core.facts import OutputEmitted
 from rayorch.core.ids import DomainId
 from rayorch.store.archive import (
     SEGMENT_FACTS,
@@ -227,9 +228,10 @@ class RedisArchiving:
             final = upto >= held
             top = max(upto, mark)
             streams = [keys.facts(d) for d in layout.domains]
+            sealed = [] if done else self._grains_of(keys, _delivered(facts))
             result = self._eval(TRIM_ARCHIVED, [keys.holder, keys.seq, keys.archived,
                                                 keys.grains, *streams],
-                                [holder_text, top, "1" if done and final else "0"])
+                                [holder_text, top, "1" if done and final else "0", *sealed])
             if int(result[0]) != 1:
                 why = ("its lease was taken since" if int(result[0]) == TRIM_FENCED
                        else "the store holds fewer facts than the archive")
@@ -238,6 +240,20 @@ class RedisArchiving:
             mark = top
             if final:
                 return moved
+
+    def _grains_of(self, keys: ShardKeys, sources: set[int]) -> list[str]:
+        """The Grain table's fields of Grains of ``sources`` (one scan of the table, which
+        holds the shard's Grains in flight and those not yet archived)."""
+        if not sources:
+            return []
+        fields = []
+        with self._errors():
+            for raw, _ in self._client().hscan_iter(keys.grains, count=1000):
+                field = decode_text(raw)
+                root = field.partition("|")[2].partition(".")[0]
+                if root.isdigit() and int(root) in sources:
+                    fields.append(field)
+        return fields
 
     def _range(self, layout: RunLayout, keys: ShardKeys, after: int, upto: int
                ) -> list[ArchivedFact]:
@@ -314,6 +330,16 @@ class RedisArchiving:
                     return True
             time.sleep(0.05)
         return False
+
+
+def _delivered(facts: Sequence[ArchivedFact]) -> set[int]:
+    """The sources whose delivery (``OutputEmitted``) is among ``facts``."""
+    out = set()
+    for _, _, blob in facts:
+        fact = decode_fact(blob)
+        if isinstance(fact, OutputEmitted):
+            out.add(fact.index)
+    return out
 
 
 __all__ = ["DEFAULT_EVERY", "RedisArchiving"]

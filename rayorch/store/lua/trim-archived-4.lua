@@ -11,6 +11,9 @@ ARGV[2]      upto: every fact with seq <= upto is in archive segments
 ARGV[3]      "1" when the shard is done (no Grain can be dispatched again): its Grain
              table goes too (a late report then finds no Grain and is refused), and so do
              its emptied streams
+ARGV[4..]    Grain fields of sources whose delivery is archived: each is removed from the
+             Grain table if its Grain is sealed (a late report then finds no Grain and is
+             refused; a Grain still in flight keeps its entry)
 
 Returns: {1, entries trimmed}
          {-16, holder}     fenced: a lease was acquired since the facts were read
@@ -18,6 +21,7 @@ Returns: {1, entries trimmed}
                            trimmed, nothing written
 Writes no stream entry. Every check runs before any write.
 ]]
+--- @include "vocabulary"
 local holder = redis.call('GET', KEYS[1]) or ''
 if holder ~= ARGV[1] then return {-16, holder} end
 local upto = tonumber(ARGV[2])
@@ -29,6 +33,11 @@ for i = 5, #KEYS do
 end
 if upto > tonumber(redis.call('GET', KEYS[3]) or '0') then
   redis.call('SET', KEYS[3], upto)
+end
+for i = 4, #ARGV do
+  if entry_phase(redis.call('HGET', KEYS[4], ARGV[i])) == PHASE_SEALED then
+    redis.call('HDEL', KEYS[4], ARGV[i])
+  end
 end
 if ARGV[3] == '1' then
   redis.call('DEL', KEYS[4])
