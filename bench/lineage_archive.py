@@ -71,6 +71,12 @@ def write_batch(store: Any, run_id: str, shard: int, epoch: int, part: list[int]
     append([OutputEmitted(i, Outcome.PRESENT.value, ts=now()) for i in part])
 
 
+def shard_key_bytes(client: redis.Redis, run_id: str, shards: int) -> int:
+    """``MEMORY USAGE`` of every key of the run's shards (streams, Grain tables, counters)."""
+    return sum(int(client.memory_usage(key, samples=0) or 0) for k in range(shards)
+               for key in client.scan_iter(match=f"ro:{{{run_id}:{k}}}:*", count=100))
+
+
 def measure(sources: int, *, shards: int, micro_batch: int, every: int, archive: bool
             ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lineage-archive-") as tmp:
@@ -88,12 +94,13 @@ def measure(sources: int, *, shards: int, micro_batch: int, every: int, archive:
             base = int(client.info("memory")["used_memory"])
             epochs = {k: store.acquire_lease(run_id, k, DRIVER, ttl_s=3600)
                       for k in range(shards)}
-            peak = 0
+            peak = peak_keys = 0
             started = time.monotonic()
             for b, first in enumerate(range(0, sources, micro_batch)):
                 part = list(range(first, min(first + micro_batch, sources)))
                 write_batch(store, run_id, b % shards, epochs[b % shards], part)
                 peak = max(peak, int(client.info("memory")["used_memory"]) - base)
+                peak_keys = max(peak_keys, shard_key_bytes(client, run_id, shards))
             for k in range(shards):
                 admitted = sum(1 for i in range(sources) if (i // micro_batch) % shards == k)
                 store.append(run_id, k, epochs[k], [RunCompleted(admitted, ts=time.time())],
@@ -112,22 +119,26 @@ def measure(sources: int, *, shards: int, micro_batch: int, every: int, archive:
     grains = sources * GRAINS_PER_SOURCE
     return {"sources": sources, "children": sources * CHILDREN, "shards": shards,
             "archive": archive, "archive_every": every if archive else None,
-            "peak_growth_bytes": peak, "run_key_bytes": run_keys,
+            "peak_growth_bytes": peak, "peak_shard_key_bytes": peak_keys,
+            "run_key_bytes": run_keys,
             "archive_bytes": archived, "archive_bytes_per_grain": round(archived / grains, 1),
             "elapsed_s": round(elapsed, 1)}
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["sources  archive  peak growth  keys after  archive/Grain  peak vs first  "
-             "elapsed"]
-    first: dict[bool, int] = {}
+    lines = ["sources  archive  peak growth  peak shard keys  keys after  archive/Grain  "
+             "peak vs first  shard keys vs first  elapsed"]
+    first: dict[bool, tuple[int, int]] = {}
     for r in rows:
-        base = first.setdefault(r["archive"], max(1, r["peak_growth_bytes"]))
+        base, keys = first.setdefault(r["archive"], (max(1, r["peak_growth_bytes"]),
+                                                     max(1, r["peak_shard_key_bytes"])))
         lines.append(
             f"{r['sources']:>7}  {'yes' if r['archive'] else 'no':>7}  "
             f"{r['peak_growth_bytes'] / 1e6:8.2f} MB  "
+            f"{r['peak_shard_key_bytes'] / 1e6:12.2f} MB  "
             f"{r['run_key_bytes'] / 1e6:7.2f} MB  {r['archive_bytes_per_grain']:9.1f} B  "
-            f"{r['peak_growth_bytes'] / base:10.2f}x  {r['elapsed_s']:6.1f} s")
+            f"{r['peak_growth_bytes'] / base:10.2f}x  "
+            f"{r['peak_shard_key_bytes'] / keys:16.2f}x  {r['elapsed_s']:6.1f} s")
     return "\n".join(lines)
 
 

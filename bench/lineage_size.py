@@ -10,6 +10,7 @@ growth, the run's keys' ``MEMORY USAGE``, the fact streams' ``XLEN``, the payloa
     python bench/lineage_size.py ... --code /path/to/other/checkout   # the same, older code
     python bench/lineage_size.py ... --keep all                       # keep=all on the store URL
     python bench/lineage_size.py ... --archive   # --archive DIR: finished lineage leaves Redis
+    python bench/lineage_size.py ... --archive --archive-every 50   # and every 50 facts a shard
 
 With ``--archive``, Redis's ``used_memory`` is also sampled every 0.2 s while the job runs
 with the bytes of the shard keys (with every page of these small inputs in flight at once,
@@ -142,6 +143,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             url = f"{server.url}?payload_dir={payloads}"
             if args.keep:
                 url += f"&keep={args.keep}"
+            if args.archive_every:
+                url += f"&archive_every={args.archive_every}"
             archive = work / "archive" if args.archive else None
             sampler = PeakSampler(server.url, before)
             started = time.monotonic()
@@ -165,6 +168,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     stream_bytes = sum(v for k, v in keys.items() if ":facts:" in k)
     return {
         "ocr": args.ocr, "code": str(code), "keep": args.keep or "(default)",
+        "archive_every": args.archive_every,
         "documents": len(records), "pages": pages, "elapsed_s": round(elapsed, 1),
         "redis_growth_bytes": after - before, "run_key_bytes": sum(keys.values()),
         "fact_stream_bytes": stream_bytes, "facts": facts,
@@ -212,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep= on the store URL (default: none given)")
     parser.add_argument("--archive", action="store_true",
                         help="run the job with --archive DIR (a temporary directory)")
+    parser.add_argument("--archive-every", type=int, default=None, metavar="FACTS",
+                        help="archive_every= on the store URL (with --archive)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
