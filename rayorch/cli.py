@@ -12,6 +12,7 @@ It runs the shipped jobs and inspects, audits, resumes and serves the runs of a 
     rayorch resume RUN --store URL [--out-dir D --format jsonl|parquet]   continue a run
     rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
     rayorch delete RUN --store URL            remove a run's keys and payload files
+    rayorch archive RUN --store URL --archive URL   move a run's facts to an archive
     rayorch gc --store URL [--older-than 7d] [--dry-run]   orphaned payloads, old runs
     rayorch ui --store URL [--host H --port P]   a web view of the runs (live, lineage)
 
@@ -45,6 +46,7 @@ from rayorch.storage import parse_storage_options, set_storage_options
 from rayorch.store import open_store
 from rayorch.store.base import LineageStore
 from rayorch.store.records.facts import fact_as_dict
+from rayorch.store.registry import add_archive_option, with_archive
 
 EXIT_OK, EXIT_INVARIANT, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141
@@ -204,6 +206,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 continue
             parts = ", ".join(f"{key} {n}" for key, n in sorted(counter.items()))
             _say(f"  {group}: {parts}")
+        _say(*(f"  facts of {place}" for place in report.places))
         _say(*(f"  note: {note}" for note in report.notes))
         _say(*(f"  VIOLATION {violation}" for violation in report.violations))
         _say(*(f"  VIOLATION delivery: {problem}" for problem in problems))
@@ -310,6 +313,7 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default=None, dest="out_format",
                         help="format of the part files in --out-dir (default: the run's, "
                         "else jsonl)")
+    add_archive_option(parser)
     add_storage_option(parser)
     add_metrics_options(parser)
 
@@ -320,6 +324,7 @@ def cmd_driver(args: argparse.Namespace) -> int:
     url = args.store or os.environ.get("RAYORCH_STORE")
     if not url:
         raise RayorchError("no lineage store given: pass --store URL or set RAYORCH_STORE")
+    url = with_archive(url, args.archive)
     handle = join_run(args.run, store=url, address=args.address, driver_id=args.driver_id,
                       lease_ttl_s=args.lease_ttl, quiet=args.quiet, out_dir=args.out_dir,
                       out_format=args.out_format, require_sink=True, trust=args.trust,
@@ -328,6 +333,36 @@ def cmd_driver(args: argparse.Namespace) -> int:
         handle.wait()
     print(sanitize(handle.stats.summary(), newlines=True), file=sys.stderr)
     _say(f"run {args.run}: complete")
+    return EXIT_OK
+
+
+# -- archive ------------------------------------------------------------------------
+def add_archive_parser(sub: Any) -> None:
+    parser = sub.add_parser("archive", help="move a run's facts to an archive (a run that "
+                            "predates --archive, or one whose archiving was cut short)")
+    parser.add_argument("run", help="run id")
+    _add_store_options(parser)
+    add_archive_option(parser)
+    parser.set_defaults(func=cmd_archive)
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from rayorch.store.redis_archive import RedisArchiving
+
+    store = _store(args)
+    store.run_info(args.run)  # a clear error for a run that does not exist
+    if not isinstance(store, RedisArchiving):
+        raise RayorchError("only a Redis store keeps facts to archive (--store redis://...)")
+    if args.archive:
+        kept = store.set_archive(args.run, args.archive)
+        if kept != args.archive:
+            raise RayorchError(f"run {args.run!r} already archives to {kept}; pass that URL")
+    moved = store.archive_run(args.run)
+    places = [place.describe() for place in store.fact_places(args.run)]
+    if args.json:
+        _print_json({"run": args.run, "moved": moved, "places": places})
+    else:
+        _say(f"run {args.run}: {plural(sum(moved.values()), 'fact')} archived", *places)
     return EXIT_OK
 
 
@@ -359,7 +394,7 @@ def add_ui_parser(sub: Any) -> None:
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_parser, add_runs_parser, add_audit_parser, add_show_parser,
     add_timeline_parser, add_driver_parser, add_resume_parser, add_status_parser,
-    add_delete_parser, add_gc_parser, add_ui_parser,
+    add_delete_parser, add_gc_parser, add_ui_parser, add_archive_parser,
 ]
 
 

@@ -69,6 +69,7 @@ class AuditReport:
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     delivery: list[str] = field(default_factory=list)  # file sink problems, when checked
+    places: list[str] = field(default_factory=list)  # where each shard's facts live
 
     @property
     def ok(self) -> bool:
@@ -80,7 +81,7 @@ class AuditReport:
             "counts": {k: dict(v) for k, v in self.counts.items()},
             "violations": [{"shard": v.shard, "seq": v.seq, "object": v.obj,
                             "message": v.message} for v in self.violations],
-            "notes": self.notes, "delivery": self.delivery,
+            "notes": self.notes, "delivery": self.delivery, "places": self.places,
         }
 
 
@@ -340,6 +341,7 @@ def audit_run(store: LineageStore, run_id: str) -> AuditReport:
     plan = Plan.from_description(info.plan)
     shape = PlanShape.of(plan)
     report = AuditReport(run_id, info.shards)
+    report.places = [place.describe() for place in store.fact_places(run_id)]
     expected = _sources_per_shard(store, info)
     done = store.done_shards(run_id)
     views: dict[int, ShardView] = {}

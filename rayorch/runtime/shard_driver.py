@@ -200,6 +200,7 @@ class ShardDriver:
                 self._flush(st)
                 self.store.release_lease(self.run_id, k, self.driver_id, st.epoch)
         self.shards.clear()
+        self.store.wait_archived()  # finished shards leave the store before the driver does
         if self._on_close is not None:
             self._on_close(self.leases.run_done)
 

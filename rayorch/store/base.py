@@ -34,6 +34,7 @@ from rayorch.core.ids import CallId, DomainId, Path
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import RunView, fold_shard
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
+from rayorch.store.archive import FactPlaces
 from rayorch.store.claims import ContentClaims
 from rayorch.store.errors import RunShapeError
 from rayorch.store.layout import AppendBasis as AppendBasis
@@ -298,6 +299,16 @@ class LineageStore(FactLog, Leases, RunRegistry, DriverRegistry, PoolLog, Conten
         info = self.run_info(run_id)
         return {k: list(self.iter_facts(run_id, k, payloads=payloads))
                 for k in range(info.shards)}
+
+    def wait_archived(self, timeout_s: float = 60.0) -> bool:
+        """Wait up to ``timeout_s`` for the archives this client queued (True: none left);
+        a store without an archive has none."""
+        return True
+
+    def fact_places(self, run_id: str) -> list[FactPlaces]:
+        """Where each shard's facts live, archive or store (``rayorch audit`` says it);
+        empty for a store without an archive: every fact is in the store."""
+        return []
 
     def check(self) -> None:
         """Raise a ``StoreError`` unless the store is reachable and takes writes.

@@ -17,6 +17,8 @@ touches one shard stays in one Redis Cluster slot::
     ro:{<run>:<k>}:epoch                string  last epoch handed out (never goes backwards)
     ro:{<run>:<k>}:seq                  string  last sequence number of the shard's facts
     ro:{<run>:<k>}:lastop               string  token of the last driver append (retry safety)
+    ro:{<run>:<k>}:archived             string  last seq the run's archive holds (the facts up
+                                                to it may be trimmed from the streams)
     ro:{claims:<scope>}                 hash    content key -> claimant (a dedup index,
                                                 rayorch/store/claims.py)
 """
@@ -110,6 +112,11 @@ class ShardKeys:
         return f"{PREFIX}:{self.tag}:lastop"
 
     @property
+    def archived(self) -> str:
+        """Last seq of the shard that archive segments hold (:mod:`rayorch.store.archive`)."""
+        return f"{PREFIX}:{self.tag}:archived"
+
+    @property
     def payload_live(self) -> str:
         """Hash: payload segment -> how many undelivered sources have a value in it."""
         return f"{PREFIX}:{self.tag}:payload_live"
@@ -122,7 +129,7 @@ class ShardKeys:
     def all_keys(self, domains: tuple[DomainId, ...]) -> list[str]:
         """Every key of the shard (for deleting a run)."""
         fixed = [self.grains, self.barriers, self.lease, self.holder, self.epoch, self.seq,
-                 self.lastop, self.payload_live, self.payload_sources]
+                 self.lastop, self.payload_live, self.payload_sources, self.archived]
         return fixed + [self.facts(d) for d in domains]
 
 

@@ -32,7 +32,13 @@ from rayorch.core.facts import (
 from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth, format_grain
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import call_domains
-from rayorch.core.vocabulary import REPORT_GROUP_FAILURE, REPORT_OUTCOMES, FactKind
+from rayorch.core.vocabulary import (
+    PHASE_AFTER,
+    REPORT_GROUP_FAILURE,
+    REPORT_OUTCOMES,
+    FactKind,
+    GrainPhase,
+)
 from rayorch.store.errors import (
     FactNotAllowedError,
     InvalidRunIdError,
@@ -229,6 +235,21 @@ def prepare_driver_facts(
             out.append(PreparedDriverFact(kind, grain_field(grain.call, grain.path),
                                           grain.generation, domain, fact))
     return out
+
+
+def grain_entry_after(fact: Fact) -> tuple[str, str] | None:
+    """The Grain table entry ``(field, "phase:generation")`` a fact leaves behind (None: the
+    fact changes no Grain): what the table holds after the fact, for a store catching up on
+    facts it holds only in the archive (``lua/restore-archived-3.lua``)."""
+    kind = _KIND_OF.get(type(fact))
+    if kind is not None:
+        phase = PHASE_AFTER[FactKind(kind)]
+    elif isinstance(fact, GrainCommitted):
+        phase = GrainPhase.SEALED
+    else:
+        return None
+    grain: GrainDispatched = fact  # type: ignore[assignment] # every Grain fact has these
+    return grain_field(grain.call, grain.path), f"{int(phase)}:{grain.generation}"
 
 
 def prepare_reports(

@@ -11,7 +11,9 @@ first one did instead of applying twice. Every key comes from :mod:`.keys`.
 URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
 ``payload_threshold=BYTES`` (default 128: larger outputs go to payload segments),
 ``keep=outputs|all`` (which values outlive their source's delivery,
-:mod:`.payload_release`), ``retries=N`` (reconnect attempts).
+:mod:`.payload_release`), ``retries=N`` (reconnect attempts), ``archive=URL`` (finished
+lineage goes to compressed segments there and leaves Redis, :mod:`.redis_archive`) and
+``archive_every=N`` (facts a driver appends to a shard between two archives of it).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ from rayorch.store.payload import (
 )
 from rayorch.store.payload_release import KEEP_MODES, SegmentRelease
 from rayorch.store.records.facts import decode_fact, encode_fact
+from rayorch.store.redis_archive import DEFAULT_EVERY, RedisArchiving
 from rayorch.store.redis_claims import RedisClaims
 from rayorch.store.redis_support import (
     ReconnectRetry,
@@ -126,10 +129,11 @@ from rayorch.store.scripts import (
 
 MIN_REDIS_VERSION = (7, 0)
 MAX_BLOCK_S = 20.0  # one XREAD BLOCK; longer waits loop (keeps under the socket timeout)
-_STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries", "keep")
+_STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries", "keep", "archive",
+                  "archive_every")
 
 
-class RedisStore(RedisClaims, LineageStore):
+class RedisStore(RedisClaims, RedisArchiving, LineageStore):
     """Lineage facts in Redis Streams; cheap to open (connects on first use), pickles as its URL."""
 
     SCHEMES: tuple[str, ...] = ("redis", "rediss")
@@ -145,8 +149,10 @@ class RedisStore(RedisClaims, LineageStore):
         try:
             threshold = int(options.get("payload_threshold", DEFAULT_THRESHOLD))
             self.retries = int(options.get("retries", 10))
+            every = int(options.get("archive_every", DEFAULT_EVERY))
         except ValueError:
-            raise StoreURLError(url, "payload_threshold and retries must be integers") from None
+            raise StoreURLError(url, "payload_threshold, retries and archive_every must be "
+                                "integers") from None
         keep = options.get("keep", KEEP_MODES[0])
         if keep not in KEEP_MODES:
             raise StoreURLError(url, f"keep= takes {' or '.join(KEEP_MODES)}, not {keep[:20]!r}")
@@ -157,6 +163,7 @@ class RedisStore(RedisClaims, LineageStore):
         self.payloads = PayloadStore(payload_dir or None, threshold, owner=store_identity(url))
         self.roots = PayloadRoots(self.payloads)
         self.release = SegmentRelease(self.payloads_of, keep, self._eval, self._sync_to_disk)
+        self._init_archive(options.get("archive") or None, max(1, every))
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
         self._waitaof = True
@@ -224,6 +231,7 @@ class RedisStore(RedisClaims, LineageStore):
         return str(client.info("server").get("redis_version", "0"))
 
     def close(self) -> None:
+        self.wait_archived()
         if self._redis is not None:
             self._redis.close()
             self._redis = None
@@ -272,6 +280,8 @@ class RedisStore(RedisClaims, LineageStore):
         with self._errors():
             self._client().hsetnx(meta_key(run_id), "keep", self.release.keep)  # first wins
             self._client().hsetnx(meta_key(run_id), "payloads", self.payloads.root)
+            if self.archive_url:
+                self._client().hsetnx(meta_key(run_id), "archive", self.archive_url)
             self._client().sadd(RUNS_KEY, run_id)
         self._layouts.pop(run_id, None)
         return self.run_info(run_id)
@@ -328,6 +338,9 @@ class RedisStore(RedisClaims, LineageStore):
         except RunNotFoundError:
             return
         held = refs_held_elsewhere(self, run_id)  # later runs reuse these files: kept
+        archive = self._archive_of(run_id)
+        if archive is not None:
+            archive.delete_run(run_id)
         client = self._client()
         with self._errors():
             pipe = client.pipeline(transaction=False)
@@ -436,6 +449,7 @@ class RedisStore(RedisClaims, LineageStore):
         if int(result[0]) in (1, 2):
             first = int(result[1])
             self.release.release(layout, shard, facts)
+            self._count_appended(run_id, shard, len(prepared))
             return list(range(first, first + len(prepared)))
         raise append_refusal(run_id, shard, epoch, result, [p.grain for p in prepared], basis)
 
@@ -510,9 +524,22 @@ class RedisStore(RedisClaims, LineageStore):
         domain: DomainId | None = None,
         payloads: bool = True,
     ) -> list[StoredFact]:
-        """See :meth:`LineageStore.read`; ``payloads=False`` leaves payload refs unresolved."""
+        """See :meth:`LineageStore.read`; ``payloads=False`` leaves payload refs unresolved.
+
+        Archived facts are read from the run's archive, the rest from the streams: one
+        order, each seq once (:mod:`.redis_archive`)."""
+        self._layout(run_id).check_shard(shard)
+        archive = self._archive_of(run_id)
+        if archive is not None:
+            return self._read_merged(archive, run_id, shard, after, limit=limit,
+                                     block_s=block_s, domain=domain, payloads=payloads)
+        return self._read_live(run_id, shard, after, limit=limit, block_s=block_s,
+                               domain=domain, payloads=payloads)
+
+    def _read_live(self, run_id: str, shard: int, after: int, *, limit: int,
+                   block_s: float | None, domain: DomainId | None, payloads: bool
+                   ) -> list[StoredFact]:
         layout = self._layout(run_id)
-        layout.check_shard(shard)
         keys = ShardKeys(run_id, shard)
         domains = (domain,) if domain is not None else layout.domains
         by_key = {keys.facts(d).encode(): d for d in domains}
@@ -536,14 +563,15 @@ class RedisStore(RedisClaims, LineageStore):
         self, response: list[Any], by_key: dict[bytes, DomainId], limit: int, payloads: bool
     ) -> list[StoredFact]:
         """Per-Domain XREAD results as one order of facts (:func:`merge_streams`)."""
-        out = []
-        for seq, domain, blob in merge_streams(response, by_key, limit):
-            fact = decode_fact(blob)
-            if payloads and isinstance(fact, GrainCommitted | GrainReused) \
-                    and fact.payload_ref is not None and fact.outputs is None:
-                fact = self.resolve_payload(fact)
-            out.append(StoredFact(seq, domain, fact))
-        return out
+        return [self._stored(seq, domain, blob, payloads)
+                for seq, domain, blob in merge_streams(response, by_key, limit)]
+
+    def _stored(self, seq: int, domain: DomainId, blob: bytes, payloads: bool) -> StoredFact:
+        fact = decode_fact(blob)
+        if payloads and isinstance(fact, GrainCommitted | GrainReused) \
+                and fact.payload_ref is not None and fact.outputs is None:
+            fact = self.resolve_payload(fact)
+        return StoredFact(seq, domain, fact)
 
     def resolve_payload(self, fact: Sealing) -> Sealing:
         if fact.payload_ref is None:
@@ -611,6 +639,7 @@ class RedisStore(RedisClaims, LineageStore):
         self._layout(run_id).check_shard(shard)
         with self._errors():
             self._client().sadd(done_key(run_id), shard)
+        self._schedule(run_id, shard, done=True)
 
     def done_shards(self, run_id: str) -> frozenset[int]:
         with self._errors():

@@ -14,10 +14,11 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rayorch.core.errors import MissingExtraError
 from rayorch.store.errors import StoreURLError
@@ -93,6 +94,30 @@ def is_shared_store(url: str) -> bool:
     return backend is not None and backend.shared
 
 
+def with_archive(url: str, archive: str | None) -> str:
+    """The store URL with ``archive=`` set (``--archive URL``); ``url`` itself without one.
+
+    Only a shared store keeps facts to archive: a ``memory://`` store ends with its process.
+    """
+    if not archive:
+        return url
+    if not is_shared_store(url):
+        raise StoreURLError(redact_url(url), "--archive needs a shared store (--store "
+                            "redis://...): a memory:// store keeps nothing to archive")
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if k != "archive"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("archive", archive)])))
+
+
+def add_archive_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--archive URL``: finished lineage goes there (``archive=`` on the store URL)."""
+    parser.add_argument("--archive", metavar="URL", default=None,
+                        help="archive each finished shard's facts as compressed segments in "
+                        "this directory or object store URL (s3://bucket/prefix), then trim "
+                        "them from the store; every reader finds them there")
+
+
 def open_store(url: str = "memory://") -> LineageStore:
     """Open a lineage store by URL: ``memory://[name]``, ``redis://...``, ``rediss://...``,
     or a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``).
@@ -107,5 +132,5 @@ def open_store(url: str = "memory://") -> LineageStore:
     return backend.open(url)
 
 
-__all__ = ["BACKENDS", "Backend", "is_shared_store", "open_store", "redact_url",
-           "register_backend", "scheme_of"]
+__all__ = ["BACKENDS", "Backend", "add_archive_option", "is_shared_store", "open_store",
+           "redact_url", "register_backend", "scheme_of", "with_archive"]

@@ -64,10 +64,13 @@ DRIVER_REGISTRY = _load_script("driver-registry-1")
 CLAIM_CONTENT = _load_script("claim-content-1")
 TRACK_PAYLOADS = _load_script("track-payloads-2")
 RELEASE_PAYLOADS = _load_script("release-payloads-2")
+TRIM_ARCHIVED = _load_script("trim-archived-4")
+RESTORE_ARCHIVED = _load_script("restore-archived-3")
 
 # Return codes of the scripts (see their headers).
 LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
 STORE_ROLLED_BACK = -15  # append-fenced: the store lost what the caller's state rests on
+TRIM_FENCED, TRIM_BEHIND = -16, -17  # trim-archived: a lease acquired since; fewer facts
 FINGERPRINT_MISMATCH, CONFIG_MISMATCH = -30, -31
 VERDICTS = {int(v): v for v in CommitVerdict}  # commit-batch codes -> verdicts
 _LEASE_VALUE = re.compile(r"^(\d+)\|([0-9a-f]*)\|(.*)$", re.DOTALL)

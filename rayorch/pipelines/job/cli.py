@@ -62,7 +62,7 @@ from rayorch.pipelines.job.summary import (
 )
 from rayorch.pipelines.sources import slug
 from rayorch.runtime.metrics import add_metrics_options
-from rayorch.store.registry import is_shared_store
+from rayorch.store.registry import add_archive_option, is_shared_store, with_archive
 
 
 def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
@@ -302,6 +302,7 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        f"outputs ({job.rows} and the rest)")
     group.add_argument("--store", default="memory://",
                        help="lineage store URL (default: memory://)")
+    add_archive_option(group)
     group.add_argument("--overwrite", action="store_true",
                        help="replace the outputs of an earlier run in --output")
     group.add_argument("--resume", action="store_true",
@@ -409,6 +410,7 @@ def run_job(
 
     plan = pipeline.compile()
     require_price(args)
+    args.store = with_archive(args.store, args.archive)
     check_store(args.store)
     check_dedup_store(args)
     if (args.reuse or args.no_reuse) and not is_shared_store(args.store):
