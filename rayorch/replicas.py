@@ -257,7 +257,8 @@ def join_run(
     sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
     driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                           driver_id=driver_id, pools=pools, call_module=call_module,
-                          feed=ManifestFeed(manifest.sources, info), sink=sink, config=config,
+                          feed=ManifestFeed(manifest.sources, info, manifest.identities),
+                          sink=sink, config=config,
                           on_close=release, reuse=reuse_of_run(lineage, plan, info),
                           ledger=ledger)
     if not quiet:
