@@ -24,6 +24,7 @@ from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING, SizingSettings
 from rayorch.runtime.delivery import CallerSink, IteratorFeed
+from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
     LEASE_TTL_S,
@@ -474,7 +475,7 @@ class Executor:
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
                               progress=progress, new_run=created, sizing=pool_sizing,
                               pool_budget=pool_budget, metrics_port=metrics_port,
-                              metrics_host=metrics_host)
+                              metrics_host=metrics_host, delivery_lanes=DELIVERY_LANES)
         driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                               driver_id=new_driver_id(), pools=pools,
                               call_module=self._call_module,

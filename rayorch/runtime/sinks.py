@@ -52,6 +52,7 @@ import re
 import secrets
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -256,7 +257,7 @@ class FileSink:
     object store URL); see the module doc."""
 
     def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
-                 beside: Beside | None = None) -> None:
+                 beside: Beside | None = None, render_threads: int = 1) -> None:
         if fmt not in FORMATS:
             raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
         if not run_id:
@@ -278,6 +279,9 @@ class FileSink:
         self._on_disk: dict[int, dict[int, set[str]]] = {}
         self.run_id = run_id
         self.beside = beside
+        # ``beside``'s files of one part written by this many threads (object store PUTs)
+        self._renders = (ThreadPoolExecutor(render_threads, thread_name_prefix="rayorch-files")
+                         if beside is not None and render_threads > 1 else None)
         self._adopt_claim = ADOPT + b" " + secrets.token_hex(8).encode()
         patterns = list(beside.patterns) if beside is not None else []
         meta = load_manifest(self.storage)
@@ -357,8 +361,11 @@ class FileSink:
         if not records:
             return []
         render = self.beside.render if self.beside is not None else None
-        encoded = [encode_record(index, value if render is None else render(index, value))
-                   for index, value in records]
+        if render is not None and self._renders is not None and len(records) > 1:
+            values = list(self._renders.map(lambda r: render(*r), records))
+        else:
+            values = [v if render is None else render(i, v) for i, v in records]
+        encoded = [encode_record(index, value) for (index, _), value in zip(records, values)]
         if len({r.index for r in encoded}) != len(encoded):
             raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
         name = self._write(PartName.new(shard, encoded, self.format, acked), encoded)
