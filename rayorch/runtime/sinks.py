@@ -48,9 +48,11 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import itertools
 import re
 import secrets
 import time
+from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -528,6 +530,25 @@ def sink_parts(out_dir: str | Path | Storage) -> tuple[Storage, dict[str, Any], 
     return storage, meta, live_parts(storage)
 
 
+def read_parts(storage: Storage, names: Sequence[str], *, threads: int = 8, ahead: int = 32
+               ) -> Iterator[tuple[str, list[tuple[SinkRecord, str]]]]:
+    """``(name, read_part(name))`` in the order of ``names``, up to ``ahead`` parts read
+    ahead on ``threads`` threads (an object store answers each read in milliseconds: one
+    at a time, a sink of many small parts takes seconds to read back)."""
+    if not names:
+        return
+    with ThreadPoolExecutor(min(threads, len(names)), thread_name_prefix="rayorch-read") \
+            as pool:
+        pending = iter(names)
+        window = deque((n, pool.submit(read_part, storage, n))
+                       for n in itertools.islice(pending, ahead))
+        while window:
+            name, future = window.popleft()
+            if (following := next(pending, None)) is not None:
+                window.append((following, pool.submit(read_part, storage, following)))
+            yield name, future.result()
+
+
 def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     """Every record of a sink (a directory or an object store URL), part by part;
     :class:`SinkError` on a source twice.
@@ -537,8 +558,8 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     """
     storage, _, names = sink_parts(out_dir)
     seen: dict[int, str] = {}
-    for name in names:
-        for rec, _ in read_part(storage, name):
+    for name, records in read_parts(storage, names):
+        for rec, _ in records:
             if rec.index in seen:
                 raise SinkError(
                     f"source {rec.index} is in two part files of {storage.url} "
@@ -561,5 +582,5 @@ def delivered_count(out_dir: str | Path) -> int:
 __all__ = ["ADOPT", "CLAIM_PREFIX", "DISCARD", "FILELESS_SINKS", "FORMATS", "SINK_MANIFEST",
            "Beside", "FileSink", "PartName", "SinkError", "SinkRecord", "delivered_count",
            "encode_record", "list_names", "live_parts", "load_manifest", "manifest_bytes",
-           "publish", "read_outputs", "read_part", "sink_for_run", "sink_parts", "sink_url",
-           "write_part_file"]
+           "publish", "read_outputs", "read_part", "read_parts", "sink_for_run", "sink_parts",
+           "sink_url", "write_part_file"]

@@ -81,3 +81,56 @@ def test_each_input_is_downloaded_once_and_a_reusing_run_downloads_none(
         gets = {p: proxy.by_path[("GET", p)] for p in paths}
     assert json.loads(again.stdout)["succeeded"] == DOCS
     assert gets == {p: int(p.endswith(changed)) for p in paths}  # only the changed one
+
+
+HOOK = '''
+import atexit, os, threading
+if os.environ.get("RAYORCH_TEST_CALLS_DIR"):
+    from rayorch.storage import objects as _objects
+    _orig, _seen = _objects.ObjectStorage._call, []
+
+    def _call(self, what, key, op):
+        if threading.current_thread() is threading.main_thread():
+            _seen.append(f"{what}\\t{key}")
+        return _orig(self, what, key, op)
+
+    _objects.ObjectStorage._call = _call
+
+    def _dump():
+        path = os.path.join(os.environ["RAYORCH_TEST_CALLS_DIR"], f"{os.getpid()}.txt")
+        with open(path, "w") as f:
+            f.write("\\n".join(_seen))
+
+    atexit.register(_dump)
+'''
+
+
+def test_the_driver_loop_writes_no_document_or_part_itself(
+        s3_endpoint: str, bucket: str, tmp_path: Path) -> None:
+    """The ``.md`` files and part files are written by the delivery writer's threads: the
+    driver's main thread (its loop) makes no object-store call for them."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    for i in range(DOCS):
+        client.put_object(Bucket=bucket, Key=f"in/doc{i:03d}.pdf", Body=one_page_pdf(i))
+    hook, calls = tmp_path / "hook", tmp_path / "calls"
+    hook.mkdir()
+    calls.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PYTHONPATH": f"{hook}:{REPO}", "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(tmp_path),
+            "RAYORCH_TEST_CALLS_DIR": str(calls)}
+    proc = subprocess.Popen([sys.executable, "-m", "rayorch.cli", "run", "pdf", "--ocr", "text",
+                             "--input", f"s3://{bucket}/in", "--output", f"s3://{bucket}/out",
+                             "--json", "--no-progress"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out)["succeeded"] == DOCS
+    made = [line.split("\t") for line in (calls / f"{proc.pid}.txt").read_text().splitlines()]
+    assert ("list", "") in [tuple(c) for c in made]  # the hook saw the driver's own calls
+    on_loop = [key for what, key in made if what == "write"
+               and (key.endswith(".md") or key.startswith("part-"))]
+    assert on_loop == []
