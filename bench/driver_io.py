@@ -19,7 +19,9 @@ corpus, same machine. Per tree:
 **Memory** (``--memory N``): the driver's Python heap per delivered document
 (``tracemalloc``, traced in the driver process) between document 1,000 and ``N`` of a job-
 like run: ``Pipeline.run`` with the job's file sink (``OutputDir``: a ``.md`` and a row per
-document, local) over N tiny documents, on the ``memory://`` and a ``redis://`` store.
+document, local) over N tiny documents, on the ``memory://`` and a ``redis://`` store; the
+heap at document 1,000 against document N - 1,000 (both in the steady state: the sources held
+active at the start and the end of a run are not growth).
 """
 
 from __future__ import annotations
@@ -193,22 +195,25 @@ def memory_child(store: str, docs: int, first: int) -> dict[str, Any]:
     summary = JobSummary(PDF_JOB, total=docs)
     handle = pipeline.run(sources, store=store, ordered=False, quiet=True, progress=False,
                           sink=sink)
-    marks: dict[int, tuple[int, float]] = {}
+    last = docs - first  # both marks in the steady state (the first and last sources
+    marks: dict[int, tuple[int, float]] = {}  # held active are not in the difference)
+    snaps: list[Any] = []
     tracemalloc.start()
     for count, (index, value) in enumerate(handle, 1):
         PDF_WRITER.delivered(summary, sources, index, value)
         del value
-        if count in (first, docs):
+        if count in (first, last):
             gc.collect()
             marks[count] = (tracemalloc.get_traced_memory()[0], time.perf_counter())
-    top = tracemalloc.take_snapshot().statistics("lineno")[:6]
+            snaps.append(tracemalloc.take_snapshot())
     tracemalloc.stop()
     out.finish(True)
-    grown = marks[docs][0] - marks[first][0]
-    return {"store": store.split("://")[0], "docs": docs, "from": first,
-            "bytes_per_doc": round(grown / (docs - first), 1),
-            "docs_per_s_traced": round((docs - first) / (marks[docs][1] - marks[first][1]), 1),
-            "top": [str(s) for s in top]}
+    top = snaps[1].compare_to(snaps[0], "lineno")[:6]
+    grown = marks[last][0] - marks[first][0]
+    return {"store": store.split("://")[0], "docs": docs, "from": first, "to": last,
+            "bytes_per_doc": round(grown / (last - first), 1),
+            "docs_per_s_traced": round((last - first) / (marks[last][1] - marks[first][1]), 1),
+            "top_growth": [str(s) for s in top]}
 
 
 def memory_bench(trees: list[tuple[str, Path]], docs: int) -> dict[str, Any]:
