@@ -12,8 +12,10 @@ rebuilt).
 Rules the driver keeps (``runtime/shard_driver.py``):
 
 * one delivery per shard at a time (a shard's parts are written in order, and the sink's
-  per-shard state is touched by one thread); at most ``lanes`` deliveries in flight in
-  all: the loop submits no more (backpressure) and the outputs wait in the shard's queue;
+  per-shard state is touched by one thread), of at most :data:`PART_RECORDS` sources; at
+  most ``lanes`` deliveries in flight in all: the loop submits no more and the outputs wait
+  in the shard's queue; past :data:`WAITING_MAX` waiting outputs the shard admits no more
+  sources (backpressure: the driver's memory stays bounded when the store is slow);
 * before a shard is rebuilt (:meth:`reset`) its delivery in flight ends and its result is
   dropped: the rebuilt shard finds the part on storage and adopts it;
 * a delivery that failed surfaces on the loop with its cause (:attr:`Delivery.error`).
@@ -38,6 +40,12 @@ from rayorch.store.errors import StoreUnavailableError
 
 DELIVERY_LANES = 4
 """Deliveries in flight at most for a Ray driver (one per shard at a time)."""
+PART_RECORDS = 512
+"""Sources one delivery (one part file) holds at most."""
+WAITING_MAX = 2 * PART_RECORDS
+"""Finished sources of a shard waiting for the writer (queued and in flight) past which the
+driver admits no more sources to it: the outputs it holds stay bounded when the store is
+slower than the pools."""
 RENDER_THREADS = 8
 """Threads a file sink writes one delivery's own files with (a job's ``.md``, figures)."""
 
@@ -62,11 +70,17 @@ class DeliveryWriter:
         self._pool = (ThreadPoolExecutor(self.lanes, thread_name_prefix="rayorch-deliver")
                       if self.lanes else None)
         self._running: dict[int, Future[Delivery]] = {}  # shard -> its delivery in flight
+        self._flying: dict[int, int] = {}  # shard -> sources in its delivery in flight
         self._done: deque[Delivery] = deque()  # finished inline (lanes=0)
 
     def busy(self, shard: int) -> bool:
         """A delivery of ``shard`` is in flight."""
         return shard in self._running
+
+    def behind(self, shard: int, queued: int) -> bool:
+        """Whether ``shard`` has too many outputs waiting (``queued`` in its queue, and its
+        delivery in flight) to admit more sources now (:data:`WAITING_MAX`)."""
+        return queued + self._flying.get(shard, 0) >= WAITING_MAX
 
     def room(self) -> bool:
         """Whether another delivery may start now (fewer than ``lanes`` in flight)."""
@@ -86,6 +100,7 @@ class DeliveryWriter:
             self._done.append(self._deliver(*job))
         else:
             self._running[shard] = self._pool.submit(self._deliver, *job)
+            self._flying[shard] = len(ready)
 
     def _deliver(self, shard: int, owner: Any, ready: tuple[OutputReady, ...], acked: int
                  ) -> Delivery:
@@ -103,6 +118,7 @@ class DeliveryWriter:
         for shard, future in list(self._running.items()):
             if future.done():
                 del self._running[shard]
+                self._flying.pop(shard, None)
                 self._done.append(future.result())
         out = list(self._done)
         self._done.clear()
@@ -113,6 +129,7 @@ class DeliveryWriter:
         result, and have the sink read the shard's parts again (what the delivery wrote is
         found there and adopted, never written twice)."""
         future = self._running.pop(shard, None)
+        self._flying.pop(shard, None)
         if future is not None:
             wait([future])
         kept = [d for d in self._done if d.shard != shard]
@@ -143,4 +160,5 @@ class DeliveryWriter:
         self._done.clear()
 
 
-__all__ = ["DELIVERY_LANES", "RENDER_THREADS", "Delivery", "DeliveryWriter"]
+__all__ = ["DELIVERY_LANES", "PART_RECORDS", "RENDER_THREADS", "WAITING_MAX", "Delivery",
+           "DeliveryWriter"]

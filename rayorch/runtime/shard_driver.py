@@ -54,7 +54,7 @@ from rayorch.core.reuse import Reuse
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats
 from rayorch.runtime.delivery import CallerSink, Feed
-from rayorch.runtime.delivery_writer import DeliveryWriter
+from rayorch.runtime.delivery_writer import PART_RECORDS, DeliveryWriter
 from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import HeldShards, ReplicaStats, ShardState
@@ -323,8 +323,9 @@ class ShardDriver:
             progress = False
             for k in sorted(self.shards):
                 st = self.shards[k]
-                if st.draining or st.machine.input_closed:
-                    continue
+                if st.draining or st.machine.input_closed or (
+                        self.writer and self.writer.behind(k, len(st.ready))):
+                    continue  # outputs waiting for the writer hold admission back
                 rows = self.feed.take(k, st.wanted) if st.wanted else []
                 if rows:
                     progress = self._moved = True
@@ -496,7 +497,7 @@ class ShardDriver:
         for k, st in list(self.shards.items()):
             if not st.ready or writer.busy(k) or not writer.room():
                 continue  # one delivery per shard at a time; at most ``lanes`` in all
-            ready, st.ready = st.ready, []
+            ready, st.ready = st.ready[:PART_RECORDS], st.ready[PART_RECORDS:]
             self._moved = True
             with self._guard(k):
                 self._flush(st)  # fenced: a deposed driver writes no part
