@@ -24,6 +24,7 @@ from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING, SizingSettings
 from rayorch.runtime.delivery import CallerSink, IteratorFeed
+from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
     LEASE_TTL_S,
@@ -290,6 +291,7 @@ def run_pipeline(
     pool_budget: Mapping[str, float] | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    identities: Sequence[str | None] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -315,6 +317,11 @@ def run_pipeline(
       run of a plan of the same name) whose Grains this run reuses where the Call
       fingerprint and the input digest are the same (docs/ARCHITECTURE.md, "Reuse");
       ``no_reuse``: Call ids that always run.
+    * ``identities``: one per input position, what the listing said of the file or object
+      it names (``rayorch.pipelines.sources.list_inputs``: ``Listed.identity``, its size
+      with version, ETag or mtime): what reuse keys the source by. Without them a local
+      file's comes from its metadata (a ``stat``), and a source on an object store is not
+      reused (the driver never reads or asks for an input itself).
     * ``storage_options``: object store settings (``endpoint``, ``region``, ...) for
       ``s3://``/``gs://``/``az://`` paths beyond the cloud's environment, this process's
       and its actors' (kept in memory: never printed or recorded).
@@ -351,7 +358,8 @@ def run_pipeline(
                                 admission_order=admission_order, sink=sink, reuse=reuse,
                                 no_reuse=no_reuse, pool_sizing=pool_sizing,
                                 pool_budget=pool_budget, metrics_port=metrics_port,
-                                metrics_host=metrics_host, _one_shot=True)
+                                metrics_host=metrics_host, identities=identities,
+                                _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -401,6 +409,7 @@ class Executor:
                 no_reuse: Sequence[str] = (), pool_sizing: SizingSettings = DEFAULT_SIZING,
                 pool_budget: Mapping[str, float] | None = None,
                 metrics_port: int | None = None, metrics_host: str = "127.0.0.1",
+                identities: Sequence[str | None] | None = None,
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.runtime.reuse_setup import open_reuse, reuse_config
@@ -418,6 +427,9 @@ class Executor:
         plan, store = self.plan, self.store_url
         rows, total = _zip_inputs(plan, inputs)
         order = _checked_order(admission_order, total)
+        if identities is not None and len(identities) != total:
+            raise DriverError(f"identities has {len(identities)} entries for {total} inputs: "
+                              "give one per input position")
         if sink is not None and run_id is None:
             run_id = sink.run_id
         elif sink is not None and sink.run_id != run_id:
@@ -445,7 +457,7 @@ class Executor:
                       f"runs {len(order)} of its {total} inputs", file=sys.stderr)
             elif is_shared_store(store):
                 _record_manifest(lineage, run_id, self.pipeline, inputs, depth=self._depth,
-                                 max_active_sources=max_active_sources)
+                                 max_active_sources=max_active_sources, identities=identities)
             # The actors start while the driver takes the leases and admits sources.
             pools = self._warm_pools()
         except BaseException:
@@ -463,11 +475,11 @@ class Executor:
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
                               progress=progress, new_run=created, sizing=pool_sizing,
                               pool_budget=pool_budget, metrics_port=metrics_port,
-                              metrics_host=metrics_host)
+                              metrics_host=metrics_host, delivery_lanes=DELIVERY_LANES)
         driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                               driver_id=new_driver_id(), pools=pools,
                               call_module=self._call_module,
-                              feed=IteratorFeed(rows, info, total, order),
+                              feed=IteratorFeed(rows, info, total, order, identities),
                               sink=sink if sink is not None else CallerSink(ordered, order),
                               config=config, on_close=release, reuse=reuser)
         if not quiet:
@@ -567,14 +579,15 @@ def _run_exists(lineage: Any, run_id: str) -> bool:
 
 
 def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[Iterable[Any]],
-                     *, depth: int | None, max_active_sources: int | None) -> None:
+                     *, depth: int | None, max_active_sources: int | None,
+                     identities: Sequence[str | None] | None = None) -> None:
     """Make a ``Pipeline.run`` resumable; one line on stderr (never a failure) when it cannot."""
     from rayorch.runtime.manifest import manifest_of_run, record_manifest
     from rayorch.store.records.manifest import ManifestError
 
     try:
         manifest = manifest_of_run(pipeline, inputs, depth=depth,
-                                   max_active_sources=max_active_sources)
+                                   max_active_sources=max_active_sources, identities=identities)
     except (ManifestError, ValueError) as exc:
         reason = " ".join(str(exc).split())
         print(f"rayorch: run {run_id} will not be resumable: {reason}", file=sys.stderr)

@@ -18,6 +18,7 @@ from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING
 from rayorch.driver import DriverError, _zip_inputs, new_run_id
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
+from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.pool_ledger import RayLedger
 from rayorch.runtime.reuse_setup import reuse_of_run
 from rayorch.runtime.session import (
@@ -253,11 +254,12 @@ def join_run(
     config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
                           manifest.max_active_sources, progress=False, log=log,
                           sizing=DEFAULT_SIZING, metrics_port=metrics_port,
-                          metrics_host=metrics_host)
+                          metrics_host=metrics_host, delivery_lanes=DELIVERY_LANES)
     sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
     driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                           driver_id=driver_id, pools=pools, call_module=call_module,
-                          feed=ManifestFeed(manifest.sources, info), sink=sink, config=config,
+                          feed=ManifestFeed(manifest.sources, info, manifest.identities),
+                          sink=sink, config=config,
                           on_close=release, reuse=reuse_of_run(lineage, plan, info),
                           ledger=ledger)
     if not quiet:

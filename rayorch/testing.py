@@ -335,6 +335,18 @@ def write_scanned_pdf(source: str | Path, path: str | Path) -> str:
     return str(expected)
 
 
+def one_page_pdf(number: int, words: int = 200) -> bytes:
+    """A small born-digital PDF of one page (a title and ``words`` words, distinct per
+    ``number``), for runs over many small documents. Needs PyMuPDF (the ``pdf`` extra)."""
+    pymupdf: Any = importlib.import_module("pymupdf")
+    text = " ".join(f"word{(number * 7 + i) % 997}" for i in range(words))
+    with pymupdf.open() as doc:
+        page = doc.new_page()
+        page.insert_text((72, 72), f"Document {number}", fontsize=16)
+        page.insert_textbox(pymupdf.Rect(72, 96, 540, 760), text, fontsize=10)
+        return bytes(doc.tobytes(garbage=3, deflate=True))
+
+
 def word_recall(expected: str, ocr: str) -> float:
     """The share of ``expected``'s words (4+ letters) found in an OCR text, spaces aside.
 

@@ -33,6 +33,11 @@ class FaultyProxy:
         self.resets = 0
         self.requests: Counter[str] = Counter()
         """Requests forwarded, by method (``GET``, ``PUT``, ``HEAD``, ``DELETE``, ``POST``)."""
+        self.by_path: Counter[tuple[str, str]] = Counter()
+        """Requests answered, by ``(method, path)`` (the path without its query: path-style
+        ``/bucket/key``)."""
+        self.bytes_out: Counter[str] = Counter()
+        """Body bytes of the GET answers, by path: what was downloaded of each object."""
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._server.daemon_threads = True
 
@@ -91,6 +96,11 @@ class FaultyProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 reply = conn.getresponse()
                 data = reply.read()
+                path = urlsplit(self.path).path
+                with proxy._lock:
+                    proxy.by_path[(self.command, path)] += 1
+                    if self.command == "GET":
+                        proxy.bytes_out[path] += len(data)
                 self.send_response(reply.status, reply.reason)
                 for key, value in reply.getheaders():
                     if key.lower() not in ("connection", "keep-alive", "transfer-encoding",

@@ -37,12 +37,18 @@ class Fact:
 
 @dataclass(frozen=True, slots=True)
 class SourceAdmitted(Fact):
-    """Root Entity ``(index,)`` exists; ``values`` holds one value per forward argument."""
+    """Root Entity ``(index,)`` exists; ``values`` holds one value per forward argument.
+
+    ``identity``: what the input listing said of the file or object the values name (size
+    with version, ETag or mtime: ``ObjectInfo.identity``), the source's part of its reuse
+    keys; None when they name no file.
+    """
 
     tag: ClassVar[str] = "source_admitted"
     index: int
     values: tuple[Any, ...]
     key: str | None = None
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

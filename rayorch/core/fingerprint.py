@@ -24,10 +24,11 @@ Call fingerprint (:func:`call_fingerprint`)
 Input digest (:func:`input_digest`)
   * the canonical encoding of the Grain's input Items, in the Call's argument order
     (Dropped, Failed and Suppressed inputs by their outcome and cause);
-  * for a Call input that is a source of the job (a forward argument), the digest of the
-    file it names when the driver supplies one (``source_digest``): the job's PDFs and
-    videos are hashed by content, so a changed file under the same name runs again, and a
-    renamed one too (its name is an input as well).
+  * for a Call that takes a source of the job (a forward argument), the source's identity
+    as its listing gave it (``SourceAdmitted.identity``: size with version, ETag or
+    generation on an object store, size and mtime locally): a changed file under the same
+    name runs again, and a renamed one too (its name is an input as well). No byte of an
+    input is read for it.
 
 The canonical encoding takes ``None``, bools, ints, floats, str, bytes, lists, tuples,
 dicts and sets (keys and members sorted by their encoding), enums, frozen dataclasses (by
@@ -47,7 +48,7 @@ import inspect
 import marshal
 import struct
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -61,9 +62,6 @@ from rayorch.core.propagation import Absent
 FINGERPRINT_VERSION = 1
 RESULT_OPTIONS = ("batched", "num_outputs", "output_layout")
 """The :class:`~rayorch.core.plan.ModuleOptions` that change what a UDF returns."""
-
-SourceDigest = Callable[[Any], "str | None"]
-"""Digest of the file a source value names (None: the value names no file)."""
 
 
 class Unhashable(Exception):
@@ -218,7 +216,7 @@ def _pair_digest(first: bytes, second: bytes) -> str:
 def input_digest(values: Iterable[Any], sources: Iterable[str | None] = ()) -> str | None:
     """The digest of a Grain's input values (None: a value has no canonical encoding).
 
-    ``sources`` are the digests of the files the source inputs name, in argument order.
+    ``sources``: the identities of the files the source inputs name (``SourceAdmitted``).
     """
     listed = list(values)
     try:
@@ -248,11 +246,6 @@ def grain_reuse_key(fingerprint: str, values: Sequence[Any],
     return None if digest is None else reuse_key(fingerprint, digest)
 
 
-def file_digest(data: bytes) -> str:
-    """The digest of a source file's bytes (the driver reads them: core does no I/O)."""
-    return _digest(data)
-
-
-__all__ = ["FINGERPRINT_VERSION", "RESULT_OPTIONS", "CallFingerprint", "SourceDigest",
+__all__ = ["FINGERPRINT_VERSION", "RESULT_OPTIONS", "CallFingerprint",
            "Unhashable", "call_fingerprint", "canonical", "canonical_bytes", "code_digest",
-           "file_digest", "grain_reuse_key", "input_digest", "plan_fingerprints", "reuse_key"]
+           "grain_reuse_key", "input_digest", "plan_fingerprints", "reuse_key"]

@@ -57,9 +57,10 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class SourcesArrived(Event):
-    """Admit these sources (``(index, values)``): at most what :class:`WantSources` asked."""
+    """Admit these sources (``(index, values, identity)``, see ``SourceAdmitted``): at most
+    what :class:`WantSources` asked."""
 
-    rows: tuple[tuple[int, tuple[Any, ...]], ...]
+    rows: tuple[tuple[int, tuple[Any, ...], str | None], ...]
     ts: float = 0.0
 
 
@@ -192,7 +193,7 @@ class ShardMachine:
     """The driver protocol of one shard around its :class:`Kernel`; see the module docstring.
 
     >>> m = ShardMachine(plan, total_sources=2)                      # doctest: +SKIP
-    >>> m.handle(SourcesArrived(((0, ("a.pdf",)), (1, ("b.pdf",)))))  # doctest: +SKIP
+    >>> m.handle(SourcesArrived(((0, ("a.pdf",), None), (1, ("b.pdf",), None))))  # doctest: +SKIP
     [WriteFacts(facts=(SourceAdmitted(0, ...), SourceAdmitted(1, ...)))]
     """
 
@@ -292,8 +293,8 @@ class ShardMachine:
             raise InvalidTransition(
                 f"{len(event.rows)} sources arrived for an ask of {self._asked}")
         self._asked = 0  # answered: asked again (handle's end) while there is room
-        for index, values in event.rows:
-            self._fold(SourceAdmitted(index, tuple(values), ts=event.ts))
+        for index, values, identity in event.rows:
+            self._fold(SourceAdmitted(index, tuple(values), identity=identity, ts=event.ts))
 
     def _on_input_closed(self, event: InputClosed) -> None:
         if self.input_closed:

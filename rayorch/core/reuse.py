@@ -9,8 +9,9 @@
   instead of a dispatch. Everything downstream of a changed Grain has new inputs, so new
   keys: it runs again.
 
-I/O stays outside: the driver passes ``load`` (payload reference -> outputs) and
-``source_digest`` (a source value -> the digest of the file it names).
+No I/O: a source's part of its Grains' keys is the identity its listing gave
+(``SourceAdmitted.identity``: size with version, ETag or mtime), folded by the kernel; the
+driver passes ``load`` (payload reference -> outputs).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from typing import Any
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import GrainReused
-from rayorch.core.fingerprint import SourceDigest, grain_reuse_key, plan_fingerprints
+from rayorch.core.fingerprint import grain_reuse_key, plan_fingerprints
 from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.plan import Plan
 from rayorch.core.run_view import RunView
 from rayorch.core.state import Kernel
+
+UNKNOWN_IDENTITY = "?"
+"""A source identity no listing gave (an object named without its version): its Grains get
+no reuse key (``rayorch.storage.UNKNOWN_IDENTITY`` is this)."""
 
 
 class ReuseError(RayorchError):
@@ -77,7 +82,7 @@ class Reuse:
     """
 
     def __init__(self, plan: Plan, index: ReuseIndex | None = None, *,
-                 no_reuse: Collection[CallId] = (), source_digest: SourceDigest | None = None,
+                 no_reuse: Collection[CallId] = (),
                  load: Callable[[str], tuple[Any, ...]] | None = None) -> None:
         self.fingerprints = plan_fingerprints(plan)
         unknown = sorted(set(no_reuse) - set(self.fingerprints))
@@ -86,7 +91,6 @@ class Reuse:
                              f"Calls: {', '.join(self.fingerprints)})")
         self.index = index
         self.no_reuse = frozenset(no_reuse)
-        self.source_digest = source_digest
         self.load = load
         self.reused: Counter[CallId] = Counter()
         self.unreadable: list[str] = []  # payload references that could not be read
@@ -105,18 +109,25 @@ class Reuse:
     def key_of(self, kernel: Kernel, grain: GrainKey,
                values: tuple[Any, ...] | None = None) -> str:
         """The Grain's reuse key from its current inputs ("" when it has none); ``values``:
-        those inputs, when the caller has them already."""
+        those inputs, when the caller has them already.
+
+        A Call that takes a source input keys it by the source's identity too, so a
+        changed file under the same name runs again; a source whose identity is unknown
+        (``UNKNOWN_IDENTITY``: no listing named its version) gives no key.
+        """
         fingerprint = self.fingerprints[grain[0]].key
         if fingerprint is None:
             return ""
         if values is None:
             values = kernel.inputs_of(grain)
         files: tuple[str | None, ...] = ()
-        if self.source_digest is not None:
-            flags = self._source_flags(kernel, grain[0])
-            if any(flags):
-                files = tuple(self.source_digest(v) if flag else None
-                              for v, flag in zip(values, flags))
+        flags = self._source_flags(kernel, grain[0])
+        if any(flags):
+            identity = kernel.source_identity(grain[1])
+            if identity == UNKNOWN_IDENTITY:
+                return ""
+            if identity is not None:
+                files = (identity,)
         key = grain_reuse_key(fingerprint, values, files)
         return "" if key is None else key
 
@@ -172,4 +183,4 @@ class Reuse:
             return None
 
 
-__all__ = ["Reuse", "ReuseError", "ReuseHit", "ReuseIndex"]
+__all__ = ["UNKNOWN_IDENTITY", "Reuse", "ReuseError", "ReuseHit", "ReuseIndex"]

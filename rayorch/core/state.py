@@ -39,7 +39,7 @@ from rayorch.core.facts import (
     SourceAdmitted,
 )
 from rayorch.core.grain_lifecycle import AlreadyApplied, GrainLifecycle
-from rayorch.core.ids import CallId, GrainKey, format_path
+from rayorch.core.ids import CallId, GrainKey, Path, format_path
 from rayorch.core.kernel_audit import describe_stuck, snapshot_kernel, story_of, validate_kernel
 from rayorch.core.outcome import Item
 from rayorch.core.plan import Plan
@@ -220,6 +220,11 @@ class Kernel(GrainLifecycle):
     def fresh_ready(self, grain: GrainKey) -> bool:
         """``grain`` is ready and was never dispatched (generation 0): it may be reused."""
         return self._phase.get(grain) == READY and grain not in self._gen
+
+    def source_identity(self, path: Path) -> str | None:
+        """The ``SourceAdmitted.identity`` of the active source ``path`` descends from."""
+        fact = self._sources.get(path[0])
+        return None if fact is None else fact.identity
 
     def inputs_of(self, grain: GrainKey) -> tuple[Any, ...]:
         """The input values of a ready or in-flight Grain, in Call argument order."""

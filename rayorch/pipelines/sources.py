@@ -11,11 +11,18 @@ import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
-from rayorch.storage import Location, Storage, StorageError, open_storage, parse_location
+from rayorch.storage import (
+    Location,
+    ObjectInfo,
+    Storage,
+    StorageError,
+    open_storage,
+    parse_location,
+)
 
 
 def refuse(kind: str, detail: str) -> RecordFailure:
@@ -144,21 +151,38 @@ def _check_object(location: Location, head_bytes: int, whole: bool) -> InputFile
     return InputFile(name, head, info.size, url=name)
 
 
+class Listed(NamedTuple):
+    """One input as its listing names it: ``name`` (a path or URL), ``size`` in bytes and
+    ``identity`` (:attr:`~rayorch.storage.ObjectInfo.identity`: size with version, ETag or
+    mtime), what reuse keys the source by: no byte of it is read to list it."""
+
+    name: str
+    size: int
+    identity: str
+
+
+def _listed_file(path: Path) -> Listed:
+    st = path.stat()
+    info = ObjectInfo("", st.st_size, None, st.st_mtime, mtime_ns=st.st_mtime_ns)
+    return Listed(str(path), st.st_size, info.identity)
+
+
 def list_inputs(source: str | Path, suffixes: Collection[str], what: str
-                ) -> Iterator[list[tuple[str, int]]]:
+                ) -> Iterator[list[Listed]]:
     """The files under ``source`` (a directory or an object store prefix) whose suffix is
-    one of ``suffixes``, with their sizes, a listing page at a time (sorted by key within
-    a page; an object store lists in key order), or ``source`` itself when it names one
-    file; ``what`` names them in the error."""
+    one of ``suffixes`` (:class:`Listed`: name, size, identity), a listing page at a time
+    (sorted by key within a page; an object store lists in key order), or ``source``
+    itself when it names one file; ``what`` names them in the error. Metadata only: no
+    input is opened or read."""
     location = parse_location(source)
     if location.is_local:
         root = Path(location.root)
         if root.is_dir():
-            yield [(str(p), p.stat().st_size) for p in sorted(root.rglob("*"))
+            yield [_listed_file(p) for p in sorted(root.rglob("*"))
                    if p.suffix.lower() in suffixes and p.is_file()]
             return
         if root.exists():
-            yield [(str(root), root.stat().st_size)]
+            yield [_listed_file(root)]
             return
         raise RayorchError(f"input {root} does not exist: pass a {what} file or a directory "
                            f"of {what}s")
@@ -167,8 +191,8 @@ def list_inputs(source: str | Path, suffixes: Collection[str], what: str
         listed = False
         for page in storage.walk(""):
             listed = True
-            found = [(location.join(info.key).url, info.size) for info in page
-                     if Path(info.key).suffix.lower() in suffixes]
+            found = [Listed(location.join(info.key).url, info.size, info.identity)
+                     for info in page if Path(info.key).suffix.lower() in suffixes]
             if found:
                 yield found
         if listed or not location.prefix:
@@ -179,13 +203,13 @@ def list_inputs(source: str | Path, suffixes: Collection[str], what: str
     if one is None:
         raise RayorchError(f"input {location.url} does not exist: pass a {what} object or a "
                            f"prefix holding {what}s")
-    yield [(location.url, one.size)]
+    yield [Listed(location.url, one.size, one.identity)]
 
 
 def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list[str]:
     """The files :func:`list_inputs` finds, as one sorted list."""
-    return sorted(name for page in list_inputs(source, suffixes, what) for name, _ in page)
+    return sorted(item.name for page in list_inputs(source, suffixes, what) for item in page)
 
 
-__all__ = ["InputFile", "check_file", "failure_kind", "find_files", "list_inputs", "refuse",
-           "slug"]
+__all__ = ["InputFile", "Listed", "check_file", "failure_kind", "find_files", "list_inputs",
+           "refuse", "slug"]

@@ -28,9 +28,20 @@ from typing import Any
 
 from rayorch.core.index_set import IndexSet
 from rayorch.core.machine import OutputReady
+from rayorch.storage import row_identity
 from rayorch.store.base import RunInfo
 
-Row = tuple[int, tuple[Any, ...]]
+Row = tuple[int, tuple[Any, ...], str | None]
+"""``(index, values, identity)``: a source as admitted (``SourceAdmitted``)."""
+Identities = Sequence[str | None]
+
+
+def _identity(identities: Identities | None, index: int, values: tuple[Any, ...]) -> str | None:
+    """The identity the listing gave source ``index``, else what metadata says of the files
+    its values name (a local file's stat; an object's is unknown): never a byte read."""
+    if identities is not None:
+        return identities[index]
+    return row_identity(values)
 
 
 class IteratorFeed:
@@ -39,13 +50,16 @@ class IteratorFeed:
     With ``order`` (distinct input positions, e.g. the largest files first) the inputs
     are read into a list and only those positions are admitted, in that order, each
     under its input position as index; an admission then takes up to ``micro_batch``
-    sources of one shard.
+    sources of one shard. ``identities``: each input position's identity as its listing
+    gave it (``SourceAdmitted.identity``).
     """
 
     def __init__(self, rows: Iterator[tuple[Any, ...]], info: RunInfo,
-                 total: int | None, order: Sequence[int] | None = None) -> None:
+                 total: int | None, order: Sequence[int] | None = None,
+                 identities: Identities | None = None) -> None:
         self._info = info
-        self._rows: Iterator[Row]
+        self._rows: Iterator[tuple[int, tuple[Any, ...]]]
+        self._identities = identities
         if order is None:
             self._rows = enumerate(rows)
             self.total = total
@@ -55,7 +69,7 @@ class IteratorFeed:
             self.total = len(order)
         self._in_order = order is None
         self._taken = 0
-        self._peeked: list[Row] = []
+        self._peeked: list[tuple[int, tuple[Any, ...]]] = []
         self._ended = False
         self._requeued: dict[int, deque[Row]] = {}
         # Per shard, every row taken and not yet delivered: a store that goes back may
@@ -78,7 +92,8 @@ class IteratorFeed:
         while (len(taken) < limit and self._peek()
                and self._info.shard_of(self._peeked[0][0]) == shard):
             index, values = self._peeked.pop()
-            taken.append((index, tuple(values)))
+            values = tuple(values)
+            taken.append((index, values, _identity(self._identities, index, values)))
             self._taken += 1
             if (index + 1 if self._in_order else self._taken) % micro == 0:
                 break
@@ -118,8 +133,10 @@ class ManifestFeed:
     to the manifest it reads from (docs/ARCHITECTURE.md, "Bounded driver memory").
     """
 
-    def __init__(self, sources: Sequence[tuple[Any, ...]], info: RunInfo) -> None:
+    def __init__(self, sources: Sequence[tuple[Any, ...]], info: RunInfo,
+                 identities: Identities | None = None) -> None:
         self._sources = sources
+        self._identities = identities
         self._info = info
         self.total: int | None = len(sources)
         self._pending: dict[int, Iterator[int]] = {}
@@ -152,7 +169,8 @@ class ManifestFeed:
         pending = self._pending[shard]
         out: list[Row] = []
         while index is not None and len(out) < limit:
-            out.append((index, tuple(self._sources[index])))
+            values = tuple(self._sources[index])
+            out.append((index, values, _identity(self._identities, index, values)))
             index = next(pending, None)
         self._next[shard] = index
         return out

@@ -95,7 +95,8 @@ def check_storable(rows: Sequence[tuple[Any, ...]], args: Any, kwargs: Any) -> N
 
 
 def manifest_of_run(pipeline: Any, inputs: Sequence[Any], *, max_active_sources: int | None,
-                    depth: int | None) -> RunManifest:
+                    depth: int | None,
+                    identities: Sequence[str | None] | None = None) -> RunManifest:
     """The manifest of a ``Pipeline.run``; :class:`ManifestError` says why there is none.
 
     Needs an importable pipeline class, constructor arguments recorded by ``PipelineBase``
@@ -113,7 +114,8 @@ def manifest_of_run(pipeline: Any, inputs: Sequence[Any], *, max_active_sources:
     rows = [tuple(row) for row in zip(*inputs, strict=True)]
     check_storable(rows, args, kwargs)
     return RunManifest(path, tuple(args), dict(kwargs), tuple(rows), None,
-                       max_active_sources, depth)
+                       max_active_sources, depth,
+                       identities=None if identities is None else tuple(identities))
 
 
 __all__ = ["build_pipeline", "check_storable", "import_path", "manifest_of_run", "pipeline_path",

@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rayorch.core.errors import NoProgressError
 from rayorch.core.facts import Fact, GrainCommitted
 from rayorch.core.ids import CallId, Path
 from rayorch.core.machine import OutputReady, ShardMachine
@@ -77,6 +78,16 @@ class HeldShards(dict[int, ShardState]):
     def forget_seq(self, k: int) -> None:
         """Shard ``k``'s store went back: its seq is what the next read says."""
         self.seqs.pop(k, None)
+
+    def stuck(self, run_id: str) -> None:
+        """Nothing in flight and nothing moved: a stuck run is a bug, said so (naming the
+        stuck Grains when a kernel can)."""
+        for st in self.values():
+            st.machine.kernel.check_progress()
+        raise NoProgressError(
+            "the run cannot progress: nothing is in flight, nothing is ready and no source "
+            "can be admitted; this is a bug in rayorch, please report it with the run id "
+            f"{run_id}")
 
     def release_all(self) -> dict[int, ShardState]:
         """Let go of every shard (a store outage: each is taken again); what was held."""

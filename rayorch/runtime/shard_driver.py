@@ -27,12 +27,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
-from rayorch.core.errors import NoProgressError, RayorchError
-from rayorch.core.facts import (
-    GrainCommitted,
-    GrainRetried,
-    OutputEmitted,
-)
+from rayorch.core.errors import RayorchError
+from rayorch.core.facts import GrainCommitted, GrainRetried, OutputEmitted
 from rayorch.core.ids import CallId, Path
 from rayorch.core.index_set import IndexSet
 from rayorch.core.machine import (
@@ -58,6 +54,7 @@ from rayorch.core.reuse import Reuse
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats
 from rayorch.runtime.delivery import CallerSink, Feed
+from rayorch.runtime.delivery_writer import PART_RECORDS, DeliveryWriter
 from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import HeldShards, ReplicaStats, ShardState
@@ -114,9 +111,8 @@ class ShardDriver:
         self.stats = RunStats(run_id, sources_total=feed.total)
         for call in self.call_specs:
             self.stats.call(call)
-        # Batches in flight: handle -> (Call, tags). What a shard has in flight is its
-        # machine's (a take-over re-dispatches what none of these carries).
-        # handle -> (call, tags, sent alone)
+        # Batches in flight: handle -> (Call, tags, sent alone). What a shard has in flight is
+        # its machine's (a take-over re-dispatches what none of these carries).
         self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...], bool]] = {}
         self._done: deque[Completion] = deque()  # collected from the pools, not yet settled
         self._held: tuple[int, OutputReady] | None = None  # handed to the caller, not acked
@@ -139,6 +135,8 @@ class ShardDriver:
         self._rr = 0
         self._closed = False
         self._moved = False
+        self.writer = None if isinstance(sink, CallerSink) else DeliveryWriter(
+            sink, config.delivery_lanes)
 
     @property
     def disagreements(self) -> int:
@@ -164,11 +162,14 @@ class ShardDriver:
                     self._finish_shards()
                     if self._done or self.pools.busy():
                         self._collect()
+                    elif self.writer and self.writer.pending():  # the loop waits on writes
+                        yield from self._record(self.writer, IDLE_SLEEP_S)
                     elif self.config.mode is LeaseMode.SHARE:
                         self.config.sleep(IDLE_SLEEP_S if self.shards
                                           else self.config.lease_ttl_s / 8)
                     elif not self._moved:
-                        self._stuck()
+                        self._flush_all()
+                        self.shards.stuck(self.run_id)  # a stuck run is a bug, said so
                     if self.sizer is not None:
                         self.sizer.tick(self._loads)
                     self._flush_all()
@@ -193,6 +194,8 @@ class ShardDriver:
             return
         self._closed = True
         self.watch.close()
+        if self.writer is not None:
+            self.writer.close()
         if self.sizer is not None and self.sizer.decisions:
             self._log(f"rayorch: {self.sizer.summary()}")
         for k, st in list(self.shards.items()):
@@ -228,8 +231,8 @@ class ShardDriver:
         self.leases.seen(k, last_seq)
         st = ShardState(k, epoch, machine, read_seq=last_seq)
         self.shards[k] = st
-        if not isinstance(self.sink, CallerSink):
-            self.sink.reset(k)  # parts of a dead holder or of a rolled-back store: read again
+        if self.writer is not None:  # parts of a dead holder or a rolled-back store: read again
+            self.writer.reset(k)
         self._perform(st, machine.handle(FactsStored(facts)))
         self.feed.reset(k, machine.kernel.admitted_sources())
         self._close_input(st)
@@ -321,8 +324,9 @@ class ShardDriver:
             progress = False
             for k in sorted(self.shards):
                 st = self.shards[k]
-                if st.draining or st.machine.input_closed:
-                    continue
+                if st.draining or st.machine.input_closed or (
+                        self.writer and self.writer.behind(k, len(st.ready))):
+                    continue  # outputs waiting for the writer hold admission back
                 rows = self.feed.take(k, st.wanted) if st.wanted else []
                 if rows:
                     progress = self._moved = True
@@ -489,39 +493,42 @@ class ShardDriver:
         if isinstance(self.sink, CallerSink):
             yield from self._deliver_to_caller(self.sink)
             return
+        writer = self.writer
+        assert writer is not None  # a file sink's
         for k, st in list(self.shards.items()):
-            if not st.ready or not self.leases.still_held(k):
-                continue
-            ready, st.ready = st.ready, []
+            if not st.ready or writer.busy(k) or not writer.room() \
+                    or not self.leases.still_held(k):  # a paused driver learns it lost k
+                continue  # one delivery per shard at a time; at most ``lanes`` in all
+            ready, st.ready = st.ready[:PART_RECORDS], st.ready[PART_RECORDS:]
             self._moved = True
-            delivered: list[OutputReady] = []
             with self._guard(k):
                 self._flush(st)  # fenced: a deposed driver writes no part
                 # (the part's name records what the store acknowledged: audit's rollback check)
-                events = self.sink.deliver(k, ready, acked=self.shards.known_seq(k))
-                self._perform(st, st.machine.handle(*events))
+                writer.submit(k, st, ready, self.shards.known_seq(k))
+        yield from self._record(writer)
+
+    def _record(self, writer: DeliveryWriter, wait_s: float = 0.0
+                ) -> Iterator[tuple[int, Any]]:
+        """Append the ``OutputEmitted`` of the deliveries the writer finished (fenced)."""
+        for done in writer.collect(wait_s):
+            if done.error is not None:
+                raise done.error
+            k, st = done.shard, self.shards.get(done.shard)
+            if st is not done.owner:
+                continue  # the shard was lost: its next holder adopts the part
+            self._moved = True
+            recorded: Sequence[OutputReady] = ()  # what the store took: a refusal yields none
+            with self._guard(k):
+                self._perform(st, st.machine.handle(*done.events))
                 try:
                     self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
                 except (LeaseLostError, FencedError):
-                    self.sink.discard(self._unrecorded(k, events))
+                    writer.refused(self.store, self.run_id, k, done.events)
                     raise
-                self._delivered(len(events))
-                delivered = ready
-            for r in delivered:  # for a ReplicaHandle's caller: what this driver delivered
+                self._delivered(len(done.events))
+                recorded = done.ready
+            for r in recorded:  # for a ReplicaHandle's caller: what this driver delivered
                 yield r.index, r.value
-
-    def _unrecorded(self, k: int, events: Sequence[OutputDelivered]) -> list[OutputDelivered]:
-        """Of deliveries whose append was refused, those the store holds no record of.
-
-        A retry after a lost reply is refused once another driver appended, though the
-        first try landed: a part its record names stays. When the store cannot say, every
-        part stays (a part no fact names is adopted by the next holder, never lost)."""
-        try:
-            stored = {(fact.index, fact.sink) for s in self.store.iter_facts(self.run_id, k)
-                      if isinstance(fact := s.fact, OutputEmitted)}
-        except StoreUnavailableError:
-            return []
-        return [e for e in events if (e.index, e.sink) not in stored]
 
     def _deliver_to_caller(self, sink: CallerSink) -> Iterator[tuple[int, Any]]:
         for k, st in self.shards.items():
@@ -586,16 +593,6 @@ class ShardDriver:
                 if done and self.config.keep_finished:
                     self.finished[k] = st
                 self.leases.look_again()  # look for more work (or the end) at once
-
-    def _stuck(self) -> None:
-        """Nothing in flight and nothing moved this turn: a stuck run is a bug, said so."""
-        self._flush_all()
-        for st in self.shards.values():
-            st.machine.kernel.check_progress()  # names the stuck Grains when it can
-        raise NoProgressError(
-            "the run cannot progress: nothing is in flight, nothing is ready and no source "
-            "can be admitted; this is a bug in rayorch, please report it with the run id "
-            f"{self.run_id}")
 
     def _loads(self) -> list[MachineLoad]:
         """What each held shard has ready and in flight (the one stats query)."""

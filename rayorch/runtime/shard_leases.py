@@ -86,6 +86,9 @@ class DriverConfig:
     # A Prometheus endpoint on this port (runtime/metrics.py; 0: a free one; None: none).
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    # Threads that deliver to a file sink off the loop (runtime/delivery_writer.py; 0: on
+    # the loop, deterministic: the in-process executor, the simulator).
+    delivery_lanes: int = 0
 
 
 class ShardHost(Protocol):

@@ -48,10 +48,13 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import itertools
 import re
 import secrets
 import time
+from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -256,7 +259,7 @@ class FileSink:
     object store URL); see the module doc."""
 
     def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
-                 beside: Beside | None = None) -> None:
+                 beside: Beside | None = None, render_threads: int = 1) -> None:
         if fmt not in FORMATS:
             raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
         if not run_id:
@@ -278,6 +281,9 @@ class FileSink:
         self._on_disk: dict[int, dict[int, set[str]]] = {}
         self.run_id = run_id
         self.beside = beside
+        # ``beside``'s files of one part written by this many threads (object store PUTs)
+        self._renders = (ThreadPoolExecutor(render_threads, thread_name_prefix="rayorch-files")
+                         if beside is not None and render_threads > 1 else None)
         self._adopt_claim = ADOPT + b" " + secrets.token_hex(8).encode()
         patterns = list(beside.patterns) if beside is not None else []
         meta = load_manifest(self.storage)
@@ -357,8 +363,11 @@ class FileSink:
         if not records:
             return []
         render = self.beside.render if self.beside is not None else None
-        encoded = [encode_record(index, value if render is None else render(index, value))
-                   for index, value in records]
+        if render is not None and self._renders is not None and len(records) > 1:
+            values = list(self._renders.map(lambda r: render(*r), records))
+        else:
+            values = [v if render is None else render(i, v) for i, v in records]
+        encoded = [encode_record(index, value) for (index, _), value in zip(records, values)]
         if len({r.index for r in encoded}) != len(encoded):
             raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
         name = self._write(PartName.new(shard, encoded, self.format, acked), encoded)
@@ -521,6 +530,25 @@ def sink_parts(out_dir: str | Path | Storage) -> tuple[Storage, dict[str, Any], 
     return storage, meta, live_parts(storage)
 
 
+def read_parts(storage: Storage, names: Sequence[str], *, threads: int = 8, ahead: int = 32
+               ) -> Iterator[tuple[str, list[tuple[SinkRecord, str]]]]:
+    """``(name, read_part(name))`` in the order of ``names``, up to ``ahead`` parts read
+    ahead on ``threads`` threads (an object store answers each read in milliseconds: one
+    at a time, a sink of many small parts takes seconds to read back)."""
+    if not names:
+        return
+    with ThreadPoolExecutor(min(threads, len(names)), thread_name_prefix="rayorch-read") \
+            as pool:
+        pending = iter(names)
+        window = deque((n, pool.submit(read_part, storage, n))
+                       for n in itertools.islice(pending, ahead))
+        while window:
+            name, future = window.popleft()
+            if (following := next(pending, None)) is not None:
+                window.append((following, pool.submit(read_part, storage, following)))
+            yield name, future.result()
+
+
 def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     """Every record of a sink (a directory or an object store URL), part by part;
     :class:`SinkError` on a source twice.
@@ -530,8 +558,8 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     """
     storage, _, names = sink_parts(out_dir)
     seen: dict[int, str] = {}
-    for name in names:
-        for rec, _ in read_part(storage, name):
+    for name, records in read_parts(storage, names):
+        for rec, _ in records:
             if rec.index in seen:
                 raise SinkError(
                     f"source {rec.index} is in two part files of {storage.url} "
@@ -554,5 +582,5 @@ def delivered_count(out_dir: str | Path) -> int:
 __all__ = ["ADOPT", "CLAIM_PREFIX", "DISCARD", "FILELESS_SINKS", "FORMATS", "SINK_MANIFEST",
            "Beside", "FileSink", "PartName", "SinkError", "SinkRecord", "delivered_count",
            "encode_record", "list_names", "live_parts", "load_manifest", "manifest_bytes",
-           "publish", "read_outputs", "read_part", "sink_for_run", "sink_parts", "sink_url",
-           "write_part_file"]
+           "publish", "read_outputs", "read_part", "read_parts", "sink_for_run", "sink_parts",
+           "sink_url", "write_part_file"]

@@ -15,11 +15,14 @@ objects, page by page). Local paths are :class:`LocalStorage` (POSIX, fsync'd); 
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from rayorch.core.reuse import UNKNOWN_IDENTITY
 from rayorch.storage.local import LocalStorage, fsync_dir
 from rayorch.storage.location import (
     Location,
@@ -28,7 +31,12 @@ from rayorch.storage.location import (
     check_key,
     parse_location,
 )
-from rayorch.storage.objects import ObjectInfo, ObjectStorage, open_object_store
+from rayorch.storage.objects import (
+    IDENTITY_FORMAT,
+    ObjectInfo,
+    ObjectStorage,
+    open_object_store,
+)
 
 
 class Storage(Protocol):
@@ -109,11 +117,50 @@ def is_url(text: str | Path) -> bool:
     return not parse_location(text).is_local
 
 
+# UNKNOWN_IDENTITY: the identity of an object a source names when no listing gave it; its
+# Grains are not reused (learning its version would take a request on the driver).
+
+
+def value_identity(value: object) -> str | None:
+    """The identity (:attr:`ObjectInfo.identity`) of what a source value names, from
+    metadata only, never its bytes: a local regular file's size and mtime (one ``stat``),
+    :data:`UNKNOWN_IDENTITY` for an object store URL, None for a value naming no file."""
+    if not isinstance(value, str | os.PathLike) or not value:
+        return None
+    try:
+        location = parse_location(os.fspath(value))
+    except (StorageError, TypeError, ValueError):
+        return None
+    if not location.is_local:
+        return UNKNOWN_IDENTITY
+    try:
+        st = os.stat(os.fspath(value))
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return ObjectInfo("", st.st_size, None, st.st_mtime, mtime_ns=st.st_mtime_ns).identity
+
+
+def row_identity(values: tuple[object, ...]) -> str | None:
+    """The identity of a source row (one value per forward argument): its files'
+    identities (:func:`value_identity`), :data:`UNKNOWN_IDENTITY` if one is unknown, None
+    when it names no file."""
+    found = [i for i in map(value_identity, values) if i is not None]
+    if not found:
+        return None
+    if UNKNOWN_IDENTITY in found:
+        return UNKNOWN_IDENTITY
+    return found[0] if len(found) == 1 else " | ".join(found)
+
+
 def join(url: str | Path, *keys: str) -> str:
     """The URL (or path) of ``keys`` below ``url``."""
     return parse_location(url).join(*keys).url
 
 
-__all__ = ["Location", "LocalStorage", "ObjectInfo", "ObjectStorage", "Storage", "StorageError",
-           "StorageUnavailableError", "check_key", "fsync_dir", "is_url", "join", "open_storage",
-           "parse_location", "parse_storage_options", "set_storage_options", "storage_options"]
+__all__ = ["IDENTITY_FORMAT", "UNKNOWN_IDENTITY", "LocalStorage", "Location", "ObjectInfo",
+           "ObjectStorage", "Storage", "StorageError", "StorageUnavailableError", "check_key",
+           "fsync_dir", "is_url", "join", "open_storage", "parse_location",
+           "parse_storage_options", "row_identity", "set_storage_options", "storage_options",
+           "value_identity"]

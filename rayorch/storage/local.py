@@ -114,7 +114,7 @@ class LocalStorage:
             raise _failed("stat", path, exc) from None
         if not path.is_file():
             return None
-        return ObjectInfo(key, st.st_size, None, st.st_mtime)
+        return ObjectInfo(key, st.st_size, None, st.st_mtime, mtime_ns=st.st_mtime_ns)
 
     def delete(self, key: str) -> None:
         path = self.path(key)
@@ -148,7 +148,8 @@ class LocalStorage:
                 folders.append(entry)
             elif entry.is_file(follow_symlinks=False):
                 st = entry.stat()
-                page.append(ObjectInfo(name, st.st_size, None, st.st_mtime))
+                page.append(ObjectInfo(name, st.st_size, None, st.st_mtime,
+                                        mtime_ns=st.st_mtime_ns))
         if page:
             yield page
         for entry in folders:

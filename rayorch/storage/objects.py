@@ -35,14 +35,37 @@ T = TypeVar("T")
 PAGE = 1000  # keys per listing request (S3's maximum)
 
 
+IDENTITY_FORMAT = "id1"
+"""The version of :attr:`ObjectInfo.identity`'s form: reuse keys of runs that recorded
+another form never match (a change of form is a new version, never a silent collision)."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One listed object: its key below the storage root, size, version, mtime (epoch s)."""
+    """One listed object: its key below the storage root, size, version (S3 version id,
+    GCS generation), mtime (epoch s; ``mtime_ns`` locally), ETag."""
 
     key: str
     size: int
     version: str | None = None
     mtime: float | None = None
+    etag: str | None = None
+    mtime_ns: int | None = None
+
+    @property
+    def identity(self) -> str:
+        """This version of the object as the listing names it, without reading a byte: its
+        size with its version, else its ETag, else its mtime (a local file). What reuse
+        keys a source by (docs/ARCHITECTURE.md, "Reuse")."""
+        if self.version:
+            tag = f"version={self.version}"
+        elif self.etag:
+            tag = f"etag={self.etag}"
+        elif self.mtime_ns is not None:
+            tag = f"mtime_ns={self.mtime_ns}"
+        else:
+            tag = f"mtime={self.mtime!r}"
+        return f"{IDENTITY_FORMAT} size={self.size} {tag}"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -235,9 +258,9 @@ class ObjectStorage:
         base = f"{self.location.prefix}/" if self.location.prefix else ""
         key = path[len(base):] if path.startswith(base) else path
         modified = meta.get("last_modified")
-        return ObjectInfo(key, int(meta.get("size") or 0),
-                          meta.get("version") or meta.get("e_tag"),
-                          modified.timestamp() if modified is not None else None)
+        return ObjectInfo(key, int(meta.get("size") or 0), meta.get("version") or None,
+                          modified.timestamp() if modified is not None else None,
+                          meta.get("e_tag") or None)
 
     def walk(self, folder: str = "") -> Iterator[list[ObjectInfo]]:
         """Every object below the folder key ``folder`` ("" = all), a page (up to 1,000

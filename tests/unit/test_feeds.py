@@ -15,15 +15,15 @@ def test_rows_offered_again_survive_a_second_rebuild() -> None:
     """Regression (found by tests/property/test_driver_machine.py): two store outages in a
     row lost every source of a generator input, and the run 'completed' with none."""
     feed = IteratorFeed(iter([("a",), ("b",), ("c",)]), info(), 3)
-    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
+    assert feed.take(0, 2) == [(0, ("a",), None), (1, ("b",), None)]
     feed.reset(0, admitted=set())  # the store never got them
-    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
+    assert feed.take(0, 2) == [(0, ("a",), None), (1, ("b",), None)]
     feed.reset(0, admitted=set())  # and not the second time either
     assert not feed.exhausted(0)
-    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
-    assert feed.take(0, 2) == [(2, ("c",))]
+    assert feed.take(0, 2) == [(0, ("a",), None), (1, ("b",), None)]
+    assert feed.take(0, 2) == [(2, ("c",), None)]
     feed.reset(0, admitted={0, 1})  # c never reached the store: offered again
-    assert feed.take(0, 2) == [(2, ("c",))]
+    assert feed.take(0, 2) == [(2, ("c",), None)]
     assert feed.exhausted(0)
 
 
@@ -31,13 +31,13 @@ def test_a_row_is_kept_until_its_delivery_is_stored() -> None:
     """Regression (found by the fault soak): a store that went back forgot admissions it had
     acknowledged, the feed had let the rows go, and the run completed without them."""
     feed = IteratorFeed(iter([("a",), ("b",), ("c",)]), info(), 3)
-    assert feed.take(0, 2) == [(0, ("a",)), (1, ("b",))]
-    assert feed.take(0, 2) == [(2, ("c",))]
+    assert feed.take(0, 2) == [(0, ("a",), None), (1, ("b",), None)]
+    assert feed.take(0, 2) == [(2, ("c",), None)]
     assert feed.exhausted(0)
     feed.delivered(0, [1])  # b's OutputEmitted is stored: b may go
     feed.reset(0, admitted={2})  # the store went back: it holds c's admission only
     assert not feed.exhausted(0)
-    assert feed.take(0, 8) == [(0, ("a",))]
+    assert feed.take(0, 8) == [(0, ("a",), None)]
     feed.reset(0, admitted={0, 2})
     assert feed.exhausted(0)
 
@@ -45,10 +45,10 @@ def test_a_row_is_kept_until_its_delivery_is_stored() -> None:
 def test_iterator_feed_keeps_shards_to_their_micro_batches() -> None:
     feed = IteratorFeed(iter([(i,) for i in range(5)]), info(shards=2), None)
     assert feed.take(1, 8) == []  # source 0 belongs to shard 0
-    assert feed.take(0, 8) == [(0, (0,)), (1, (1,))]
+    assert feed.take(0, 8) == [(0, (0,), None), (1, (1,), None)]
     assert feed.take(0, 8) == []
-    assert feed.take(1, 8) == [(2, (2,)), (3, (3,))]
-    assert feed.take(0, 8) == [(4, (4,))]
+    assert feed.take(1, 8) == [(2, (2,), None), (3, (3,), None)]
+    assert feed.take(0, 8) == [(4, (4,), None)]
     assert feed.exhausted(0) and feed.exhausted(1)
 
 
@@ -56,8 +56,9 @@ def test_an_admission_order_keeps_each_source_at_its_input_position() -> None:
     """Largest files first, or the sources ``--resume`` left: positions keep their index."""
     feed = IteratorFeed(iter([(c,) for c in "abcde"]), info(micro_batch=2), 5, order=[4, 0, 2])
     assert feed.total == 3
-    assert feed.take(0, 8) == [(4, ("e",)), (0, ("a",))]  # a micro-batch's worth at a time
-    assert feed.take(0, 8) == [(2, ("c",))]
+    # a micro-batch's worth at a time
+    assert feed.take(0, 8) == [(4, ("e",), None), (0, ("a",), None)]
+    assert feed.take(0, 8) == [(2, ("c",), None)]
     assert feed.exhausted(0)
     sink = CallerSink(ordered=True, indexes=[4, 0, 2])
     for index in (4, 2, 0):
@@ -69,5 +70,5 @@ def test_manifest_feed_offers_what_the_store_lacks() -> None:
     feed = ManifestFeed([(i,) for i in range(6)], info(shards=2))
     feed.reset(0, admitted={0})
     assert feed.shard_total(0) == 4  # micro-batches 0 and 2: sources 0, 1, 4, 5
-    assert [i for i, _ in feed.take(0, 10)] == [1, 4, 5]
+    assert [i for i, _, _ in feed.take(0, 10)] == [1, 4, 5]
     assert feed.exhausted(0)

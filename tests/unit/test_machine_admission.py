@@ -50,7 +50,7 @@ def written(instructions: list[Instruction]) -> list[Any]:
 
 
 def rows(*indexes: int) -> SourcesArrived:
-    return SourcesArrived(tuple((i, (i,)) for i in indexes))
+    return SourcesArrived(tuple((i, (i,), None) for i in indexes))
 
 
 def finish_all(machine: ShardMachine) -> list[Instruction]:

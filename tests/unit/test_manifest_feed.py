@@ -15,8 +15,9 @@ def test_a_shard_gets_its_unadmitted_sources_in_order(
     total: int, shards: int, micro: int, data: st.DataObject, limit: int
 ) -> None:
     sources = [(f"s{i}",) for i in range(total)]
+    identities = [f"id1 size={i} etag=e{i}" for i in range(total)]
     info = RunInfo("r", "f", {}, shards, micro, {}, 0.0)
-    feed = ManifestFeed(sources, info)
+    feed = ManifestFeed(sources, info, identities)
     for shard in range(shards):
         mine = [i for i in range(total) if shard_of(i, micro, shards) == shard]
         assert feed.shard_total(shard) == len(mine)
@@ -28,5 +29,5 @@ def test_a_shard_gets_its_unadmitted_sources_in_order(
             rows = feed.take(shard, limit)
             assert 0 < len(rows) <= limit
             got.extend(rows)
-        assert got == [(i, (f"s{i}",)) for i in mine if i not in admitted]
+        assert got == [(i, (f"s{i}",), identities[i]) for i in mine if i not in admitted]
         assert feed.take(shard, limit) == []

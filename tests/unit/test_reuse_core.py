@@ -165,19 +165,45 @@ class Sizes(ro.Pipeline):
         return self.size(paths)
 
 
-def test_a_source_file_is_digested_by_its_bytes(tmp_path: Any) -> None:
-    from rayorch.runtime.reuse_setup import FileDigests
+def test_a_source_file_is_keyed_by_its_listed_identity_not_its_bytes(tmp_path: Any) -> None:
+    """A changed file (size, mtime) runs again; the driver keys it by metadata only, so the
+    same size and mtime over other bytes is taken as the same file (as a listing says)."""
+    import os
 
     a, b = tmp_path / "a.pdf", tmp_path / "b.pdf"
     a.write_bytes(b"one")
     b.write_bytes(b"two")
     plan = Sizes().compile()
     rows = [str(a), str(b)]
-    _, log = run_paths(plan, rows, Reuse(plan, source_digest=FileDigests()))
-    b.write_bytes(b"changed!")  # same name, other bytes: runs again
-    reuse = Reuse(plan, index_of(log), source_digest=FileDigests())
-    outputs, _ = run_paths(plan, rows, reuse)
+    _, log = run_paths(plan, rows, Reuse(plan))
+    b.write_bytes(b"changed!")  # same name, another size: runs again
+    reuse = Reuse(plan, index_of(log))
+    outputs, log = run_paths(plan, rows, reuse)
     assert reuse.reused["size"] == 1 and outputs[1][0].value == 8
+    stat = a.stat()
+    a.write_bytes(b"ONE")  # same size, mtime put back: the listing cannot tell
+    os.utime(a, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    reuse = Reuse(plan, index_of(log))
+    outputs, _ = run_paths(plan, rows, reuse)
+    assert reuse.reused["size"] == 2 and outputs[0][0].value == 3
+
+
+def test_a_source_of_unknown_identity_is_never_reused() -> None:
+    """An object store URL admitted without its listing's identity gets no reuse key."""
+    from rayorch.core.facts import SourceAdmitted
+    from rayorch.core.reuse import UNKNOWN_IDENTITY
+
+    plan = Sizes().compile()
+    rows = ["s3://bucket/a.pdf"]
+    reuse = Reuse(plan)
+    kernel = Kernel(plan)
+
+    kernel.apply(SourceAdmitted(0, tuple(rows), identity=UNKNOWN_IDENTITY))
+    assert reuse.key_of(kernel, ("size", (0,))) == ""
+    kernel.apply(SourceAdmitted(1, tuple(rows), identity="id1 size=3 etag=x"))
+    known = reuse.key_of(kernel, ("size", (1,)))
+    kernel.apply(SourceAdmitted(2, tuple(rows), identity="id1 size=3 etag=y"))
+    assert known and reuse.key_of(kernel, ("size", (2,))) not in ("", known)
 
 
 def run_paths(plan: ro.Plan, paths: list[str], reuse: Reuse) -> tuple[dict, list]:

@@ -97,6 +97,7 @@ class AssembleDocument:
             documents.append({
                 "path": meta["path"],
                 "title": meta["title"],
+                "sha256": meta.get("sha256"),
                 "pages": len(pages),
                 "markdown": assemble_markdown(pages, meta, page_markers=self.page_markers),
                 "page_engines": [p["engine"] for p in pages],

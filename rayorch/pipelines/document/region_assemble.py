@@ -229,6 +229,7 @@ class AssembleRegionDocument:
                 fallbacks.update(page["fallbacks"])
             out.append({
                 "path": meta["path"], "title": meta["title"], "pages": len(doc_pages),
+                "sha256": meta.get("sha256"),
                 "markdown": document_markdown(doc_pages, meta, page_markers=self.page_markers,
                                               engine=self.engine),
                 "content_list": [entry for page in doc_pages for entry in page["content"]],

@@ -39,7 +39,8 @@ and crops sharp enough for OCR."""
 
 PageItem = dict[str, Any]
 RegionMeta = dict[str, Any]
-"""``{"path", "title", "page_count", "figure_stem"}``: what the assemblers need of a PDF."""
+"""``{"path", "title", "page_count", "figure_stem", "sha256"}``: what the assemblers need
+of a PDF."""
 
 
 def figure_stem(path: str) -> str:
@@ -81,7 +82,8 @@ class RenderLayoutPages(RenderPdf):
             pages, meta = result
             small: RegionMeta = {"path": meta["path"], "title": meta["title"],
                                  "page_count": meta["page_count"],
-                                 "figure_stem": figure_stem(str(meta["path"]))}
+                                 "figure_stem": figure_stem(str(meta["path"])),
+                                 "sha256": meta["sha256"]}
             out.append((pages, [page["page"] for page in pages], small))
         return out
 

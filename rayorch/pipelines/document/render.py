@@ -18,6 +18,7 @@ page sizes) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that document o
 from __future__ import annotations
 
 import gc
+import hashlib
 import math
 import re
 from collections.abc import Iterator
@@ -59,7 +60,7 @@ TEXT_FLAGS = 2 | 64
 unknown glyphs as U+FFFD (which is how a garbage layer is recognised), no images."""
 
 DocumentMeta = dict[str, Any]
-"""``{"path", "title", "page_count", "pages": [PageRecord]}``; a PageRecord is
+"""``{"path", "title", "page_count", "pages": [PageRecord], "sha256"}``; a PageRecord is
 ``{"page", "engine", "layer", "markdown"}`` with ``engine`` ``"text"`` (done by the
 renderer), ``"blank"`` (no ink at all) or ``None`` (sent to OCR)."""
 RenderedDocument = tuple[list[Page], DocumentMeta]
@@ -96,6 +97,15 @@ def _cycle_collector_paused() -> Iterator[None]:
 
 
 _JUNK_TITLE = re.compile(r"(\.(dvi|tex|pdf|doc|docx)$)|[\\/]|^untitled$", re.IGNORECASE)
+
+
+def content_sha256(file: InputFile, data: bytes | None) -> str:
+    """The SHA-256 of the input's bytes, where they are read (the render actor; the
+    driver reads no input): ``data`` when it was read whole, else the local file."""
+    if data is not None:
+        return hashlib.sha256(data).hexdigest()
+    with open(str(file.path), "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _metadata_title(doc: Any) -> str:
@@ -194,8 +204,9 @@ class RenderPdf:
         pymupdf = self._pymupdf
         pymupdf.TOOLS.reset_mupdf_warnings()
         try:  # a local file is mapped; an object is read whole (MuPDF takes no ranged reader)
-            doc = (pymupdf.open(file.path, filetype="pdf") if file.path is not None
-                   else pymupdf.open(stream=file.read(), filetype="pdf"))
+            data = None if file.path is not None else file.read()
+            doc = (pymupdf.open(file.path, filetype="pdf") if data is None
+                   else pymupdf.open(stream=data, filetype="pdf"))
         except RecordFailure:
             raise
         except Exception as exc:
@@ -230,7 +241,8 @@ class RenderPdf:
                 if doc.is_repaired or damage:
                     raise self._damaged(file, f"MuPDF reported {damage or 'a repair'} on reading")
             meta = {"path": path, "title": _document_title(doc, path, first_page),
-                    "page_count": doc.page_count, "pages": records}
+                    "page_count": doc.page_count, "pages": records,
+                    "sha256": content_sha256(file, data)}
         return pages, meta
 
     @staticmethod

@@ -60,7 +60,7 @@ from rayorch.pipelines.job.summary import (
     run_cost,
     summary_text,
 )
-from rayorch.pipelines.sources import slug
+from rayorch.pipelines.sources import Listed, slug
 from rayorch.runtime.metrics import add_metrics_options
 from rayorch.store.registry import add_archive_option, is_shared_store, with_archive
 
@@ -392,7 +392,7 @@ def run_job(
     engine: tuple[str, str],
     outputs: Callable[[OutputDir, JobSummary], str],
     big_first: bool = False,
-    sizes: Mapping[str, int] | None = None,
+    listed: Mapping[str, Listed] | None = None,
     rebuild: Callable[[OutputDir], Any] | None = None,
 ) -> int:
     """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
@@ -401,7 +401,8 @@ def run_job(
     each finished source's files beside its part file and counts it; ``engine`` is
     ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
     says what the run left in ``--output``. ``big_first`` dispatches the largest files
-    first (outputs keep their ids and order; ``sizes``: the sizes the input listing gave).
+    first (outputs keep their ids and order); ``listed``: each source as the input listing
+    gave it (its size orders it, its identity keys its reuse: the driver reads no input).
     ``rebuild(out)``: the pipeline again once ``--output`` is prepared (its dedup index is
     the output's). Documents a data-quality stage dropped are counted apart and listed in
     ``dropped.jsonl`` (``job/drops.py``). Returns the exit code.
@@ -425,7 +426,8 @@ def run_job(
         plan = pipeline.compile()
     ids = out.remaining(sources)
     if big_first:
-        ids = largest_first(ids, sources, sizes)
+        ids = largest_first(ids, sources, None if listed is None
+                            else {name: item.size for name, item in listed.items()})
     tty = sys.stdout.isatty()
     clock = StartupClock(quiet=args.no_progress and not tty)
     summary = JobSummary(job, total=len(sources), kept=len(out.kept))
@@ -455,6 +457,8 @@ def run_job(
                 handle = pipeline.run(sources, store=store_url, ordered=False,
                                       progress=progress, address=args.address,
                                       admission_order=ids, sink=sink, reuse=args.reuse,
+                                      identities=None if listed is None
+                                      else [listed[s].identity for s in sources],
                                       no_reuse=args.no_reuse, ui=args.ui,
                                       metrics_port=args.metrics_port,
                                       metrics_host=args.metrics_host)

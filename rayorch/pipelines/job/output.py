@@ -33,6 +33,7 @@ from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.pipelines.job.layouts import JobLayout, job_layout
 from rayorch.pipelines.job.summary import JobSummary
 from rayorch.pipelines.sources import slug
+from rayorch.runtime.delivery_writer import RENDER_THREADS
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 from rayorch.storage import Storage, StorageError, check_key, open_storage
@@ -198,7 +199,8 @@ class OutputDir:
         (its kept parts stay)."""
         self._writer = writer
         take_over(self.url, run_id, self.patterns)
-        self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self)
+        self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self,
+                             render_threads=RENDER_THREADS)
         return self.sink
 
     patterns: tuple[str, ...] = ("*",)

@@ -63,7 +63,8 @@ def _write_document(out: OutputDir, index: int, value: dict[str, Any]) -> dict[s
         row["blocks"] = value["blocks"]
         row["fallbacks"] = value["fallbacks"]
     name = out.write_document(index, stem, ".md", value["markdown"])
-    return {"source": value["path"], "pages": value["pages"], "markdown": name,
+    return {"source": value["path"], "sha256": value.get("sha256"), "pages": value["pages"],
+            "markdown": name,
             "page_engines": value.get("page_engines"),
             "empty_pages": value.get("empty_pages", []), **row}
 

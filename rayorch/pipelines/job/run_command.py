@@ -7,7 +7,9 @@
 --reuse RUN (a run of the same --store, or 'latest') takes every Grain whose Call (code,
 arguments, result-affecting options) and inputs (for a PDF: its bytes) are unchanged from
 that run instead of running it: new PDFs are rendered and OCR'd, old ones are not; a changed
-assemble option (--no-page-markers) re-assembles without rendering or OCR.
+assemble option (--no-page-markers) re-assembles without rendering or OCR. A PDF is the
+same when its listing says so (the same name and size, and the same version or ETag on an
+object store, the same mtime on disk): no input is read to decide it.
 
 OCR engines (--ocr):
   auto      the default: each page's text layer where it is usable; pages without
@@ -255,12 +257,12 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
         if args.ocr in MODEL_ENGINES and getattr(args, name) is not None:
             same[name] = getattr(args, name)
     against = dedup_against(args)  # checked before --output is touched
-    sizes = dict(list_pdfs(args.input))
-    sources = sorted(sizes)
+    listed = {item.name: item for item in list_pdfs(args.input)}
+    sources = sorted(listed)
     if not sources:
         raise UsageError(f"no PDF files under {args.input}")
     return run_job(args, job=PDF_JOB, sources=sources, pipeline=pdf_pipeline(args),
                    options=same, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
-                   sizes=sizes, rebuild=None if args.dedup is None
+                   listed=listed, rebuild=None if args.dedup is None
                    else lambda out: pdf_pipeline(args, out.dedup_scope, against))

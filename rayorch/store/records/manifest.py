@@ -4,8 +4,10 @@ the one that created it (:mod:`rayorch.runtime.manifest` builds and records it).
 At run creation the manifest records the pipeline's import path and constructor
 arguments, every source row (so a driver can admit the sources of any shard), the
 output sink (directory and format) and the driver knobs. It is msgpack (no pickle), kept
-in the lineage store beside the run (``save_manifest``; first writer wins). Version 1
-manifests (no format) still decode.
+in the lineage store beside the run (``save_manifest``; first writer wins). Version 3
+adds each source's identity (``SourceAdmitted.identity``, as the input listing gave it: what
+reuse keys it by, so every driver of the run keys it alike); versions 1 (no format) and 2
+(no identities) still decode.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from rayorch.core.errors import RayorchError
 from rayorch.core.facts import pack_value, unpack_value
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 
 
 class ManifestError(RayorchError):
@@ -36,11 +38,13 @@ class RunManifest:
     max_active_sources: int | None = 256
     depth: int | None = None
     out_format: str = "jsonl"  # of the file sink in out_dir: "jsonl" | "parquet"
+    identities: tuple[str | None, ...] | None = None  # one per source (None: from metadata)
 
     def encode(self) -> bytes:
+        identities = None if self.identities is None else list(self.identities)
         return pack_value([MANIFEST_VERSION, self.pipeline, list(self.args), self.kwargs,
                            [list(row) for row in self.sources], self.out_dir,
-                           self.max_active_sources, self.depth, self.out_format])
+                           self.max_active_sources, self.depth, self.out_format, identities])
 
     @classmethod
     def decode(cls, blob: bytes) -> RunManifest:
@@ -48,13 +52,15 @@ class RunManifest:
             version, *fields = unpack_value(blob)
         except Exception as exc:
             raise ManifestError(f"the run's manifest cannot be read ({exc})") from exc
-        if version not in (1, MANIFEST_VERSION):
+        if version not in (1, 2, MANIFEST_VERSION):
             raise ManifestError(f"run manifest version {version!r} is not supported "
                                 f"(this rayorch reads 1 to {MANIFEST_VERSION}); upgrade rayorch")
         if version == 1:
             fields.append("jsonl")
+        if version < 3:
+            fields.append(None)
         try:
-            pipeline, args, kwargs, sources, out_dir, cap, depth, out_format = fields
+            pipeline, args, kwargs, sources, out_dir, cap, depth, out_format, identities = fields
         except ValueError:
             raise ManifestError(f"the run's manifest (version {version}) has {len(fields)} "
                                 "fields; it is damaged") from None
@@ -64,12 +70,17 @@ class RunManifest:
                   and all(isinstance(r, list | tuple) for r in sources),
                   out_dir is None or isinstance(out_dir, str),
                   cap is None or type(cap) is int, depth is None or type(depth) is int,
-                  isinstance(out_format, str))
+                  isinstance(out_format, str),
+                  identities is None or (isinstance(identities, list | tuple)
+                                         and len(identities) == len(sources)
+                                         and all(i is None or isinstance(i, str)
+                                                 for i in identities)))
         if not all(shapes):
             raise ManifestError("the run's manifest is malformed (a field has the wrong type); "
                                 "it was not written by rayorch")
         return cls(pipeline, tuple(args), dict(kwargs), tuple(tuple(r) for r in sources),
-                   out_dir, cap, depth, out_format)
+                   out_dir, cap, depth, out_format,
+                   None if identities is None else tuple(identities))
 
     def difference(self, other: RunManifest) -> tuple[str, str, str] | None:
         """The first thing ``other`` records otherwise: ``(what, here, there)``, or None."""
@@ -84,6 +95,8 @@ class RunManifest:
             ("constructor arguments", f"digest {digest([list(self.args), self.kwargs])}",
              f"digest {digest([list(other.args), other.kwargs])}"),
             ("inputs", sources(self), sources(other)),
+            ("input identities", f"digest {digest(list(self.identities or ()))}",
+             f"digest {digest(list(other.identities or ()))}"),
             ("output directory", repr(self.out_dir), repr(other.out_dir)),
             ("output format", self.out_format, other.out_format),
             ("max_active_sources", repr(self.max_active_sources),
