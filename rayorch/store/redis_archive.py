@@ -30,7 +30,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from rayorch.core.errors import StoreError
@@ -47,30 +46,22 @@ from rayorch.store.base import StoredFact
 from rayorch.store.keys import ShardKeys, done_key, meta_key
 from rayorch.store.layout import RunLayout, grain_entry_after
 from rayorch.store.records.facts import decode_fact
+from rayorch.store.redis_claims import RedisAccess
 from rayorch.store.redis_support import decode_text, seq_of
-from rayorch.store.scripts import RESTORE_ARCHIVED, TRIM_ARCHIVED, TRIM_FENCED, LuaScript
+from rayorch.store.scripts import RESTORE_ARCHIVED, TRIM_ARCHIVED, TRIM_FENCED
 
 DEFAULT_EVERY = 20_000  # facts a driver appends to a shard between two archives of it
 CLOSE_WAIT_S = 60.0  # how long close() waits for queued archives
 _NO_ARCHIVE_RECHECK_S = 5.0
 
 
-class RedisArchiving:
+class RedisArchiving(RedisAccess):
     """Archiving and the merged read of a Redis-backed store (a mixin of ``RedisStore``)."""
 
     safe_url: str
     archive_every: int
 
     # -- given by the store ----------------------------------------------------------------
-    def _eval(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        raise NotImplementedError
-
-    def _client(self) -> Any:
-        raise NotImplementedError
-
-    def _errors(self) -> AbstractContextManager[None]:
-        raise NotImplementedError
-
     def _layout(self, run_id: str) -> RunLayout:
         raise NotImplementedError
 

@@ -21,8 +21,9 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class RedisClaims(ContentClaims):
-    """Claims of a Redis-backed store; the store gives :meth:`_eval` and :meth:`_client`."""
+class RedisAccess:
+    """What ``RedisStore`` gives its mixins (claims, archiving): scripts, the client, and
+    its error translation."""
 
     def _eval(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         raise NotImplementedError
@@ -32,6 +33,10 @@ class RedisClaims(ContentClaims):
 
     def _errors(self) -> AbstractContextManager[None]:
         raise NotImplementedError
+
+
+class RedisClaims(RedisAccess, ContentClaims):
+    """Claims of a Redis-backed store; the store gives :meth:`_eval` and :meth:`_client`."""
 
     def claim(self, scope: str, keys: Sequence[str], claimant: str) -> tuple[str | None, ...]:
         check_claim(scope, keys, claimant)

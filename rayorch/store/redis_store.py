@@ -49,7 +49,6 @@ from rayorch.core.ids import Path as EntityPath
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
-    POOL_LOG_MAX,
     LeaseHolder,
     LineageStore,
     StoredFact,
@@ -81,7 +80,6 @@ from rayorch.store.layout import (
     RunLayout,
     check_run_id,
     decode_sink,
-    encode_sink,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -97,6 +95,7 @@ from rayorch.store.payload_release import KEEP_MODES, SegmentRelease
 from rayorch.store.records.facts import decode_fact, encode_fact
 from rayorch.store.redis_archive import DEFAULT_EVERY, RedisArchiving
 from rayorch.store.redis_claims import RedisClaims
+from rayorch.store.redis_replicas import RedisReplicaRecords
 from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
@@ -113,9 +112,7 @@ from rayorch.store.scripts import (
     APPEND_FENCED,
     COMMIT_BATCH,
     CONFIG_MISMATCH,
-    DRIVER_REGISTRY,
     FINGERPRINT_MISMATCH,
-    HEARTBEAT,
     LEASE_HELD,
     OPEN_RUN,
     RENEW_LEASE,
@@ -133,7 +130,7 @@ _STORE_OPTIONS = ("payload_dir", "payload_threshold", "retries", "keep", "archiv
                   "archive_every")
 
 
-class RedisStore(RedisClaims, RedisArchiving, LineageStore):
+class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore):
     """Lineage facts in Redis Streams; cheap to open (connects on first use), pickles as its URL."""
 
     SCHEMES: tuple[str, ...] = ("redis", "rediss")
@@ -590,58 +587,3 @@ class RedisStore(RedisClaims, RedisArchiving, LineageStore):
         with self._errors():
             members = self._client().smembers(ShardKeys(run_id, shard).barriers)
         return frozenset(split_field(decode_text(member)) for member in members)
-
-    # -- driver replicas -----------------------------------------------------------
-    def save_manifest(self, run_id: str, manifest: bytes) -> bytes:
-        self._layout(run_id)
-        client = self._client()
-        with self._errors():
-            client.set(manifest_key(run_id), manifest, nx=True)
-            stored: Any = client.get(manifest_key(run_id))
-        return bytes(stored) if stored is not None else bytes(manifest)
-
-    def record_sink(self, run_id: str, out_dir: str, out_format: str) -> tuple[str, str]:
-        self._layout(run_id)
-        with self._errors():
-            self._client().hsetnx(meta_key(run_id), "sink", encode_sink(out_dir, out_format))
-            raw: Any = self._client().hget(meta_key(run_id), "sink")
-        self._layouts.pop(run_id, None)  # run_info reads it back
-        return decode_sink(raw) or (str(out_dir), str(out_format))
-
-    def load_manifest(self, run_id: str) -> bytes | None:
-        self._layout(run_id)
-        with self._errors():
-            raw: Any = self._client().get(manifest_key(run_id))
-        return None if raw is None else bytes(raw)
-
-    def record_pool_sizes(self, run_id: str, records: Sequence[bytes]) -> None:
-        self._layout(run_id)
-        with self._errors():
-            self._client().rpush(pools_key(run_id), *records)
-            self._client().ltrim(pools_key(run_id), -POOL_LOG_MAX, -1)
-
-    def pool_sizes(self, run_id: str) -> list[bytes]:
-        with self._errors():
-            raw: Any = self._client().lrange(pools_key(run_id), 0, -1)
-        return [bytes(r) for r in raw]
-
-    def heartbeat(self, run_id: str, driver: str, ttl_s: float) -> None:
-        # Server time (TIME in the script): a driver's wrong clock evicts nobody.
-        ttl_ms = max(1, int(ttl_s * 1000)) if ttl_s > 0 else 0
-        self._eval(HEARTBEAT, [drivers_key(run_id)], [driver, ttl_ms])
-
-    def driver_registry(self, run_id: str) -> tuple[float, dict[str, float]]:
-        raw: Any = self._eval(DRIVER_REGISTRY, [drivers_key(run_id)], [])
-        entries = {decode_text(raw[i]): int(raw[i + 1]) / 1000 for i in range(1, len(raw) - 1, 2)}
-        return int(raw[0]) / 1000, entries
-
-    def mark_shard_done(self, run_id: str, shard: int) -> None:
-        self._layout(run_id).check_shard(shard)
-        with self._errors():
-            self._client().sadd(done_key(run_id), shard)
-        self._schedule(run_id, shard, done=True)
-
-    def done_shards(self, run_id: str) -> frozenset[int]:
-        with self._errors():
-            members = self._client().smembers(done_key(run_id))
-        return frozenset(int(m) for m in members)
