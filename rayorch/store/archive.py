@@ -61,7 +61,7 @@ def _compress(raw: bytes) -> bytes:
         import zstandard
     except ImportError:  # zlib is always there
         return _ZLIB + zlib.compress(raw, 6)
-    return _ZSTD + zstandard.ZstdCompressor(level=6).compress(raw)
+    return _ZSTD + bytes(zstandard.ZstdCompressor(level=6).compress(raw))
 
 
 def _decompress(blob: bytes, key: str) -> bytes:
@@ -71,7 +71,7 @@ def _decompress(blob: bytes, key: str) -> bytes:
             return zlib.decompress(body)
         if magic == _ZSTD:
             import zstandard
-            return zstandard.ZstdDecompressor().decompress(body)
+            return bytes(zstandard.ZstdDecompressor().decompress(body))
     except ImportError:
         raise ArchiveError(f"archive segment {key} is zstandard-compressed: "
                            "pip install zstandard") from None
