@@ -418,7 +418,7 @@ def raydata_child(corpus: Path, out_dir: Path, cpus: int, batch_size: int) -> di
     ctx.shuffle_strategy = ray.data.context.ShuffleStrategy("sort_shuffle_pull_based")
     # Largest first, as the job orders its sources (big_first).
     files = sorted(list_pdfs(str(corpus)), key=lambda item: (-item[1], item[0]))
-    items = [{"doc": i, "path": path} for i, (path, _) in enumerate(files)]
+    items = [{"doc": i, "path": item.name} for i, item in enumerate(files)]
     t0 = time.perf_counter()
     ds: Any = ray.data.from_items(items, override_num_blocks=min(len(items), 4 * cpus))
     ds = ds.map_batches(RenderRows, batch_size=2, num_cpus=RENDER_CPUS,

@@ -59,7 +59,7 @@ from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, document_warnings, sum
 from rayorch.pipelines.limits import NATIVE_MAX_RSS, max_rss_bytes
 from rayorch.pipelines.quality import add_stages, keep_documents, keep_sources
 from rayorch.pipelines.quality.dedup import DEFAULT_THRESHOLD
-from rayorch.pipelines.sources import failure_kind, find_files, list_inputs
+from rayorch.pipelines.sources import Listed, failure_kind, find_files, list_inputs
 from rayorch.pipelines.vllm_runtime import model_replicas, vllm_num_cpus, vllm_num_gpus
 
 OCR_MODES = ("auto", "text", "rapidocr", "vllm", "layout", "mineru")
@@ -310,7 +310,7 @@ def find_pdfs(source: str | Path) -> list[str]:
     return find_files(source, {".pdf"}, "PDF")
 
 
-def list_pdfs(source: str | Path) -> list[tuple[str, int]]:
+def list_pdfs(source: str | Path) -> list[Listed]:
     """:func:`find_pdfs` with each file's size (from the listing: no request per file)."""
     return [item for page in list_inputs(source, {".pdf"}, "PDF") for item in page]
 

@@ -7,11 +7,12 @@ counts causes by kind (docs/ARCHITECTURE.md, "PDF pipeline" and "Video pipeline"
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
@@ -144,21 +145,64 @@ def _check_object(location: Location, head_bytes: int, whole: bool) -> InputFile
     return InputFile(name, head, info.size, url=name)
 
 
+class Listed(NamedTuple):
+    """One listed input: its name (a path or URL), its size, and its identity as the listing
+    gives it (ETag/version on an object store, size and mtime locally): nothing is read."""
+
+    name: str
+    size: int
+    identity: str
+
+
+PAGE = 1000
+"""Entries per page of a local listing (an object store's page is its LIST page)."""
+
+
+def _local_pages(root: Path, suffixes: Collection[str]) -> Iterator[list[Listed]]:
+    """Files below ``root`` in key order (names sorted per directory, depth first: the order
+    of their relative paths), ``PAGE`` at a time, while the walk goes on."""
+    page: list[Listed] = []
+
+    def walk(folder: Path) -> Iterator[Listed]:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=True):
+                yield from walk(Path(entry.path))
+            elif Path(entry.name).suffix.lower() in suffixes and entry.is_file():
+                stat = entry.stat()
+                yield Listed(entry.path, stat.st_size, f"{stat.st_size}:{stat.st_mtime_ns}")
+
+    for listed in walk(root):
+        page.append(listed)
+        if len(page) >= PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _one_local(path: Path) -> Listed:
+    stat = path.stat()
+    return Listed(str(path), stat.st_size, f"{stat.st_size}:{stat.st_mtime_ns}")
+
+
 def list_inputs(source: str | Path, suffixes: Collection[str], what: str
-                ) -> Iterator[list[tuple[str, int]]]:
+                ) -> Iterator[list[Listed]]:
     """The files under ``source`` (a directory or an object store prefix) whose suffix is
-    one of ``suffixes``, with their sizes, a listing page at a time (sorted by key within
-    a page; an object store lists in key order), or ``source`` itself when it names one
-    file; ``what`` names them in the error."""
+    one of ``suffixes``, a listing page at a time in key order, each a :class:`Listed`
+    (name, size, identity); or ``source`` itself when it names one file; ``what`` names them
+    in the error. Lazy: the first page comes before the rest is listed."""
     location = parse_location(source)
     if location.is_local:
         root = Path(location.root)
         if root.is_dir():
-            yield [(str(p), p.stat().st_size) for p in sorted(root.rglob("*"))
-                   if p.suffix.lower() in suffixes and p.is_file()]
+            yield from _local_pages(root, suffixes)
             return
         if root.exists():
-            yield [(str(root), root.stat().st_size)]
+            yield [_one_local(root)]
             return
         raise RayorchError(f"input {root} does not exist: pass a {what} file or a directory "
                            f"of {what}s")
@@ -167,8 +211,9 @@ def list_inputs(source: str | Path, suffixes: Collection[str], what: str
         listed = False
         for page in storage.walk(""):
             listed = True
-            found = [(location.join(info.key).url, info.size) for info in page
-                     if Path(info.key).suffix.lower() in suffixes]
+            found = [Listed(location.join(info.key).url, info.size,
+                            f"{info.size}:{info.version or info.mtime or ''}")
+                     for info in page if Path(info.key).suffix.lower() in suffixes]
             if found:
                 yield found
         if listed or not location.prefix:
@@ -179,13 +224,14 @@ def list_inputs(source: str | Path, suffixes: Collection[str], what: str
     if one is None:
         raise RayorchError(f"input {location.url} does not exist: pass a {what} object or a "
                            f"prefix holding {what}s")
-    yield [(location.url, one.size)]
+    yield [Listed(location.url, one.size, f"{one.size}:{one.version or one.mtime or ''}")]
 
 
 def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list[str]:
     """The files :func:`list_inputs` finds, as one sorted list."""
-    return sorted(name for page in list_inputs(source, suffixes, what) for name, _ in page)
+    return sorted(name for page in list_inputs(source, suffixes, what)
+                  for name, _, _ in page)
 
 
-__all__ = ["InputFile", "check_file", "failure_kind", "find_files", "list_inputs", "refuse",
-           "slug"]
+__all__ = ["PAGE", "InputFile", "Listed", "check_file", "failure_kind", "find_files",
+           "list_inputs", "refuse", "slug"]

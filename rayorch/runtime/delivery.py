@@ -7,6 +7,8 @@ Feeds (sources in):
   whatever order it is admitted in); the rows pulled but not yet known to be in the
   store are kept so a shard rebuilt after a store outage re-admits them (nothing read
   from a generator is lost).
+  ``IteratorFeed.indexed`` takes ``(id, row)`` pairs instead: a streamed listing whose
+  ids were assigned as it was listed.
 * :class:`ManifestFeed` — the sources recorded in a run's manifest (``rayorch
   driver``/``resume``, ``join_run``): each shard's indexes not yet admitted.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.index_set import IndexSet
@@ -61,6 +63,15 @@ class IteratorFeed:
         # Per shard, every row taken and not yet delivered: a store that goes back may
         # forget an admission it acknowledged, and the iterator cannot give the row again.
         self._kept: dict[int, dict[int, Row]] = {}
+
+    @classmethod
+    def indexed(cls, rows: Iterable[Row], info: RunInfo) -> IteratorFeed:
+        """Sources given with their ids, in admission order, read lazily (a streamed
+        listing: :mod:`rayorch.pipelines.inputs`); the total is not known up front."""
+        feed = cls(iter(()), info, None)
+        feed._rows = iter(rows)
+        feed._in_order = False
+        return feed
 
     def _peek(self) -> bool:
         if not self._peeked and not self._ended:

@@ -33,6 +33,7 @@ from typing import Any
 from rayorch.pipelines.job.cli import (
     add_job_parser,
     given_options,
+    input_spec,
     native_limits,
     replicas_type,
     require_positive,
@@ -100,15 +101,12 @@ def video_pipeline(args: argparse.Namespace) -> Any:
 def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
     from rayorch.pipelines.job.video_outputs import VIDEO_WRITER, outputs_text
-    from rayorch.pipelines.video import find_videos
+    from rayorch.pipelines.video import VIDEO_SUFFIXES
 
-    if is_url(args.input) or is_url(args.output):
+    if is_url(args.input or "") or is_url(args.output):
         raise UsageError("rayorch run video reads and writes local paths only; the pdf job "
                          "and rayorch driver take object store URLs")
-    sources = find_videos(args.input)
-    if not sources:
-        raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
-                         ".webm, .mov, .avi, .ogv, ...)")
+    spec = input_spec(args, tuple(sorted(VIDEO_SUFFIXES)), "video")
     pipeline = video_pipeline(args)
     if args.annotate == "vllm" and not (args.address or os.environ.get("RAY_ADDRESS")):
         from rayorch.pipelines.video_annotate import require_vllm_runtime
@@ -117,6 +115,6 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     same = {"annotate": args.annotate, "model": args.model, "max_clip_s": args.max_clip_s,
             "min_clip_s": args.min_clip_s, "threshold": args.threshold,
             "keyframes": args.keyframes, "write_clips": args.write_clips}
-    return run_job(args, job=VIDEO_JOB, sources=sources, pipeline=pipeline, options=same,
+    return run_job(args, job=VIDEO_JOB, spec=spec, pipeline=pipeline, options=same,
                    writer=VIDEO_WRITER, engine=("--annotate", args.annotate),
                    outputs=outputs_text)
