@@ -296,6 +296,9 @@ class OutputDir:
                 status, cause = "dropped", self._drop_causes().get(index, cause)
             rows[index] = {"id": index, "source": source, "status": status,
                            "cause": cause, **self.layout.row_defaults}
+            metadata = None if self.stream is None else self.stream.metadata(index)
+            if metadata is not None:
+                rows[index]["metadata"] = metadata
         return rows
 
     def _drop_causes(self) -> dict[int, str]:
