@@ -11,9 +11,6 @@ missing file, or no file at all, fails that source alone with its cause.
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import json
 import shutil
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import Any
 import pytest
 
 from rayorch.testing_cli import run_rayorch as rayorch
+from rayorch.testing_inputs import write_input_list
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -67,33 +65,6 @@ def test_ids_are_listing_positions_and_resume_takes_keys_added_after_the_last(
     assert len(rows_of(out)) == 4  # what was delivered stays
 
 
-def write_list(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """``rows`` as the manifest ``path`` names (.jsonl[.gz|.zst], .csv[.zst], .parquet)."""
-    name = path.name
-    if ".parquet" in name:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        return path
-    if ".csv" in name:
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        data = text.getvalue().encode()
-    else:
-        data = "".join(json.dumps(r) + "\n" for r in rows).encode()
-    if name.endswith(".gz"):
-        data = gzip.compress(data)
-    elif name.endswith(".zst"):
-        import zstandard
-
-        data = zstandard.ZstdCompressor().compress(data)
-    path.write_bytes(data)
-    return path
-
-
 @pytest.mark.parametrize("name", ["list.jsonl.gz", "list.csv.zst", "list.parquet"])
 def test_an_input_list_carries_its_columns_and_a_missing_row_fails_alone(
     tmp_path: Path, name: str,
@@ -103,7 +74,7 @@ def test_an_input_list_carries_its_columns_and_a_missing_row_fails_alone(
     rows = [{"url": str(EXAMPLES / SMALL[0]), "license": "cc-by", "crawl": "2024-01"},
             {"url": str(tmp_path / "gone.pdf"), "license": "cc0", "crawl": "2024-02"},
             {"url": str(EXAMPLES / SMALL[1]), "license": "mit", "crawl": "2024-03"}]
-    manifest = write_list(tmp_path / name, rows)
+    manifest = write_input_list(tmp_path / name, rows)
     out = tmp_path / "out"
     code, summary, err = job("--input-list", str(manifest), "--output", str(out))
     assert code == 1, err[-2000:]  # one source failed
