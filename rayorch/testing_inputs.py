@@ -44,4 +44,24 @@ def write_input_list(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-__all__ = ["input_list_bytes", "write_input_list"]
+
+
+
+def pdf_archives(folder: Path, pdfs: list[Path]) -> tuple[Path, Path]:
+    """``folder/a.zip`` (``pdfs[0]``, ``pdfs[1]`` and ``bad.pdf``, whose stored bytes no
+    longer match its CRC) and ``folder/b.tar.gz`` (``pdfs[2]`` under ``docs/``)."""
+    import tarfile
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    zipped = folder / "a.zip"
+    with zipfile.ZipFile(zipped, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(pdfs[0].name, pdfs[0].read_bytes())
+        archive.writestr(pdfs[1].name, pdfs[1].read_bytes())
+        archive.writestr("bad.pdf", b"%PDF-1.4\n% corrupt-me " + b"x" * 64)
+    zipped.write_bytes(zipped.read_bytes().replace(b"corrupt-me", b"corrupt-it"))
+    tarred = folder / "b.tar.gz"
+    with tarfile.open(tarred, "w:gz") as archive:
+        archive.add(pdfs[2], arcname=f"docs/{pdfs[2].name}")
+    return zipped, tarred
+__all__ = ["input_list_bytes", "pdf_archives", "write_input_list"]

@@ -64,9 +64,9 @@ class RangedFile(io.RawIOBase):
         return len(data)
 
 
-def open_input(url: str) -> IO[bytes]:
-    """``url`` (a local path or an object) opened for reading, buffered; a
-    :class:`RayorchError` in one line when it is missing or cannot be read."""
+def open_input(url: str, what: str = "--input-list") -> IO[bytes]:
+    """``url`` (a local path or an object) opened for reading, buffered and seekable; a
+    :class:`RayorchError` in one line (``what`` naming it) when it is missing or unreadable."""
     location = parse_location(url)
     try:
         if location.is_local:
@@ -74,11 +74,11 @@ def open_input(url: str) -> IO[bytes]:
         storage = open_storage(location.parent())
         info = storage.head(location.name())
     except FileNotFoundError:
-        raise RayorchError(f"--input-list {url}: no such file") from None
+        raise RayorchError(f"{what} {url}: no such file") from None
     except (OSError, StorageError) as exc:
-        raise RayorchError(f"--input-list {url}: cannot read it ({exc})") from None
+        raise RayorchError(f"{what} {url}: cannot read it ({exc})") from None
     if info is None:
-        raise RayorchError(f"--input-list {url}: no such object")
+        raise RayorchError(f"{what} {url}: no such object")
     return io.BufferedReader(RangedFile(storage, location.name(), info.size), CHUNK)
 
 

@@ -29,6 +29,7 @@ import queue
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rayorch.core.errors import RayorchError
@@ -55,11 +56,15 @@ class InputSpec:
     what: str
     manifest: bool = False
     window: int = WINDOW
+    archives: bool = False
+    """Whether a listed ``.zip``/``.tar``/``.tar.gz`` is a container whose members matching
+    ``suffixes`` are the sources (``ARCHIVE#MEMBER``, :mod:`rayorch.pipelines.archives`)."""
 
     def record(self) -> dict[str, Any]:
         """The spec as the output's marker keeps it (what a ``--resume`` must find again)."""
         return {"kind": "list" if self.manifest else "prefix", "url": self.url,
-                "suffixes": list(self.suffixes), "window": self.window}
+                "suffixes": list(self.suffixes), "window": self.window,
+                "archives": self.archives}
 
     def pages(self) -> Iterator[list[tuple[Listed, dict[str, Any] | None]]]:
         """The entries in listing order, a page at a time, each with its manifest columns
@@ -69,8 +74,25 @@ class InputSpec:
 
             yield from read_input_list(self.url)
             return
-        for page in list_inputs(self.url, set(self.suffixes), self.what):
-            yield [(listed, None) for listed in page]
+        if not self.archives:
+            for page in list_inputs(self.url, set(self.suffixes), self.what):
+                yield [(listed, None) for listed in page]
+            return
+        from rayorch.pipelines.archives import LISTED_SUFFIXES, is_archive, list_members
+
+        for page in list_inputs(self.url, set(self.suffixes) | LISTED_SUFFIXES, self.what):
+            plain: list[tuple[Listed, dict[str, Any] | None]] = []
+            for listed in page:
+                if is_archive(listed.name):
+                    if plain:
+                        yield plain
+                        plain = []
+                    for members in list_members(listed, self.suffixes):
+                        yield [(member, None) for member in members]
+                elif Path(listed.name).suffix.lower() in self.suffixes:
+                    plain.append((listed, None))
+            if plain:
+                yield plain
 
 
 @dataclass

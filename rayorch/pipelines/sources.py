@@ -104,6 +104,14 @@ def check_file(source: Any, what: str, head_bytes: int, *, whole: bool = False) 
     """
     if not isinstance(source, (str, Path)):
         raise refuse("bad input", f"expected a {what} path (str), got {type(source).__name__}")
+    if isinstance(source, str) and "#" in source and not Path(source).exists():
+        from rayorch.pipelines.archives import read_member, split_member
+
+        if split_member(source) is not None:  # ARCHIVE#MEMBER: read by this actor
+            data = read_member(source)
+            if not data:
+                raise refuse("empty", f"{source} is an empty member (0 bytes)")
+            return InputFile(source, data[:head_bytes], len(data), data=data)
     try:
         location = parse_location(source)
     except StorageError as exc:

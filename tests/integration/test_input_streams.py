@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rayorch.testing_cli import run_rayorch as rayorch
-from rayorch.testing_inputs import write_input_list
+from rayorch.testing_inputs import pdf_archives, write_input_list
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -109,3 +109,20 @@ def test_a_list_row_without_a_file_fails_alone_and_a_bad_list_is_a_usage_error(
     code, _, err = job("--input", str(EXAMPLES), "--input-list", str(manifest), "--output",
                        str(tmp_path / "o3"))
     assert code == 2 and "one of them" in err
+
+
+def test_archive_members_are_sources_and_a_corrupt_member_fails_alone(tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    zipped, tarred = pdf_archives(inputs, [EXAMPLES / name for name in SMALL[:3]])
+    shutil.copyfile(EXAMPLES / SMALL[3], inputs / f"c-{SMALL[3]}")
+    out = tmp_path / "out"
+    code, summary, err = job("--input", str(inputs), "--output", str(out))
+    assert code == 1, err[-2000:]
+    got = rows_of(out)
+    assert [(r["source"], r["status"]) for r in got] == [
+        (f"{zipped}#{SMALL[0]}", "ok"), (f"{zipped}#{SMALL[1]}", "ok"),
+        (f"{zipped}#bad.pdf", "failed"), (f"{tarred}#docs/{SMALL[2]}", "ok"),
+        (str(inputs / f"c-{SMALL[3]}"), "ok")]
+    assert "failed: damaged: " in got[2]["cause"] and "CRC" in got[2]["cause"]
+    assert summary["pages"] == sum(r["pages"] for r in got)
+    assert sorted(p.name for p in inputs.iterdir()) == ["a.zip", "b.tar.gz", f"c-{SMALL[3]}"]

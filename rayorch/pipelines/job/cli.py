@@ -359,9 +359,11 @@ def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
     return parser.add_argument_group(f"{job.job} job")
 
 
-def input_spec(args: argparse.Namespace, suffixes: tuple[str, ...], what: str) -> InputSpec:
-    """The job's input: ``--input`` (listed) or ``--input-list`` (a manifest), exactly one
-    (a ``UsageError`` otherwise)."""
+def input_spec(args: argparse.Namespace, suffixes: tuple[str, ...], what: str, *,
+               archives: bool = False) -> InputSpec:
+    """The job's input: ``--input`` (listed; with ``archives`` a ``.zip``/``.tar``/``.tar.gz``
+    there is a container of sources) or ``--input-list`` (a manifest), exactly one (a
+    ``UsageError`` otherwise)."""
     given = [name for name in ("input", "input_list") if getattr(args, name, None)]
     if len(given) != 1:
         raise UsageError("give the input: --input DIR|PREFIX or --input-list URL (one of them)")
@@ -372,7 +374,7 @@ def input_spec(args: argparse.Namespace, suffixes: tuple[str, ...], what: str) -
             return InputSpec(check_list_url(args.input_list), suffixes, what, manifest=True)
         except RayorchError as exc:
             raise UsageError(str(exc)) from None
-    return InputSpec(str(args.input), suffixes, what)
+    return InputSpec(str(args.input), suffixes, what, archives=archives)
 
 
 def require_positive(args: argparse.Namespace, *names: str) -> None:

@@ -256,7 +256,7 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
         if args.ocr in MODEL_ENGINES and getattr(args, name) is not None:
             same[name] = getattr(args, name)
     against = dedup_against(args)  # checked before --output is touched
-    return run_job(args, job=PDF_JOB, spec=input_spec(args, (".pdf",), "PDF"),
+    return run_job(args, job=PDF_JOB, spec=input_spec(args, (".pdf",), "PDF", archives=True),
                    pipeline=pdf_pipeline(args), options=same, writer=PDF_WRITER,
                    engine=("--ocr", args.ocr), outputs=outputs_text,
                    rebuild=None if args.dedup is None
