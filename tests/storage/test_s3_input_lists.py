@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rayorch.testing_inputs import input_list_bytes
+from rayorch.testing_inputs import input_list_bytes, pdf_archives
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -58,3 +58,33 @@ def test_an_input_list_in_the_bucket_runs_its_rows_and_a_missing_object_fails_al
     assert "failed: missing: " in got[1]["cause"] and "gone.pdf" in got[1]["cause"]
     assert [r["metadata"] for r in got] == [{"license": r["license"]} for r in rows]
     assert list(tmp_path.iterdir()) == []  # nothing of the manifest landed on local disk
+
+
+def test_archives_in_the_bucket_are_read_member_by_member_and_a_corrupt_one_fails_alone(
+        s3_endpoint: str, bucket: str, tmp_path: Path) -> None:
+    import boto3
+
+    client = boto3.client("s3")
+    made = tmp_path / "made"
+    zipped, tarred = pdf_archives(made, [EXAMPLES / name for name in
+                                         ["phonrule-doc.pdf", "poemscol-cheatsheet.pdf",
+                                          "qtree-qarrows.pdf"]])
+    for archive in (zipped, tarred):
+        client.put_object(Bucket=bucket, Key=f"shards/{archive.name}", Body=archive.read_bytes())
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run([sys.executable, "-m", "rayorch.cli", "run", "pdf", "--ocr", "text",
+                           "--input", f"s3://{bucket}/shards", "--output", f"s3://{bucket}/out",
+                           "--json", "--no-progress"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    got = [json.loads(line) for line in client.get_object(
+        Bucket=bucket, Key="out/documents.jsonl")["Body"].read().decode().splitlines()]
+    base = f"s3://{bucket}/shards"
+    assert [(r["source"], r["status"]) for r in got] == [
+        (f"{base}/a.zip#phonrule-doc.pdf", "ok"), (f"{base}/a.zip#poemscol-cheatsheet.pdf", "ok"),
+        (f"{base}/a.zip#bad.pdf", "failed"), (f"{base}/b.tar.gz#docs/qtree-qarrows.pdf", "ok")]
+    assert "failed: damaged: " in got[2]["cause"]
+    assert list(cwd.iterdir()) == []  # nothing extracted to local disk
