@@ -185,12 +185,6 @@ class OutputDir:
         result._write_views(kept)
         return result
 
-    def local_dir(self) -> Path:
-        """The output directory of a job that writes local files only (the video job)."""
-        if self.path is None:
-            raise UsageError(f"--output {self.url}: this job writes to a local directory only")
-        return self.path
-
     @property
     def dedup_scope(self) -> str:
         """The dedup index of this output (kept by ``--resume``, new otherwise)."""
