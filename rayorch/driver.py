@@ -23,7 +23,7 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING, SizingSettings
-from rayorch.runtime.delivery import CallerSink, IteratorFeed
+from rayorch.runtime.delivery import CallerSink, IteratorFeed, Row
 from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
@@ -259,6 +259,18 @@ def _checked_order(order: Sequence[int] | None, total: int | None) -> list[int] 
     return positions
 
 
+def _check_indexed(inputs: Sequence[Any], order: Sequence[int] | None, ordered: bool,
+                   identities: Sequence[str | None] | None) -> None:
+    """``indexed`` replaces the inputs, their order and identities; results come as they
+    finish."""
+    if inputs or order is not None or identities is not None:
+        raise DriverError("run(indexed=...) gives the sources with their ids and identities: "
+                          "pass no other inputs, no admission_order and no identities")
+    if ordered:
+        raise DriverError("run(indexed=...) needs ordered=False: the ids of a streamed input "
+                          "are not known up front")
+
+
 def new_run_id(plan: Plan) -> str:
     """A fresh run id: ``<pipeline>-<date>-<time>-<6 hex>``."""
     return f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -292,6 +304,7 @@ def run_pipeline(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     identities: Sequence[str | None] | None = None,
+    indexed: Iterable[Row] | None = None,
 ) -> RunHandle:
     """Run ``pipeline`` over ``inputs`` (one iterable per ``forward`` argument).
 
@@ -309,6 +322,13 @@ def run_pipeline(
       the largest files first); each source keeps its input position as its index in the
       lineage and in the results, so ``rayorch show RUN N`` is input ``N``. Positions left
       out are not run (a run of some positions is not resumable with ``rayorch resume``).
+    * ``indexed``: instead of ``inputs``, the sources as ``(id, row, identity)`` (``row``:
+      one value per ``forward`` argument; ``identity``: what the listing said of the file it
+      names, or None) in the order to admit them, read lazily as admission
+      needs them: a streamed listing (``rayorch run pdf``, :mod:`rayorch.pipelines.inputs`)
+      admits its first source before the rest is listed. Ids are distinct and never reused;
+      no manifest is recorded (the job's ``--resume`` re-reads its input spec), and
+      ``ordered=True`` is refused (the ids are not known up front).
     * ``sink``: a :class:`~rayorch.runtime.sinks.FileSink` of this run (its ``run_id``)
       to deliver to, as ``rayorch driver`` does: each output is written to a part file
       and its ``OutputEmitted`` names it; the handle yields each output once it is
@@ -359,7 +379,7 @@ def run_pipeline(
                                 no_reuse=no_reuse, pool_sizing=pool_sizing,
                                 pool_budget=pool_budget, metrics_port=metrics_port,
                                 metrics_host=metrics_host, identities=identities,
-                                _one_shot=True)
+                                indexed=indexed, _one_shot=True)
     except BaseException:
         executor.close()
         raise
@@ -410,6 +430,7 @@ class Executor:
                 pool_budget: Mapping[str, float] | None = None,
                 metrics_port: int | None = None, metrics_host: str = "127.0.0.1",
                 identities: Sequence[str | None] | None = None,
+                indexed: Iterable[Row] | None = None,
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.runtime.reuse_setup import open_reuse, reuse_config
@@ -425,11 +446,15 @@ class Executor:
         if micro_batch < 1 or shards < 1:
             raise DriverError("micro_batch and shards must be >= 1")
         plan, store = self.plan, self.store_url
-        rows, total = _zip_inputs(plan, inputs)
-        order = _checked_order(admission_order, total)
-        if identities is not None and len(identities) != total:
-            raise DriverError(f"identities has {len(identities)} entries for {total} inputs: "
-                              "give one per input position")
+        if indexed is None:
+            rows, total = _zip_inputs(plan, inputs)
+            order = _checked_order(admission_order, total)
+            if identities is not None and len(identities) != total:
+                raise DriverError(f"identities has {len(identities)} entries for {total} "
+                                  "inputs: give one per input position")
+        else:
+            _check_indexed(inputs, admission_order, ordered, identities)
+            rows, total, order = iter(()), None, None
         if sink is not None and run_id is None:
             run_id = sink.run_id
         elif sink is not None and sink.run_id != run_id:
@@ -452,7 +477,9 @@ class Executor:
                                             **reuse_config(reuser, no_reuse)})
             if sink is not None:  # so `rayorch audit RUN` finds it without --out-dir
                 lineage.record_sink(run_id, sink.url, sink.format)
-            if order is not None and len(order) != total:
+            if indexed is not None:
+                pass  # a streamed input: its spec is recorded by whoever streams it
+            elif order is not None and len(order) != total:
                 print(f"rayorch: run {run_id} will not be resumable with rayorch resume: it "
                       f"runs {len(order)} of its {total} inputs", file=sys.stderr)
             elif is_shared_store(store):
@@ -479,7 +506,8 @@ class Executor:
         driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
                               driver_id=new_driver_id(), pools=pools,
                               call_module=self._call_module,
-                              feed=IteratorFeed(rows, info, total, order, identities),
+                              feed=IteratorFeed(rows, info, total, order, identities)
+                              if indexed is None else IteratorFeed.indexed(indexed, info),
                               sink=sink if sink is not None else CallerSink(ordered, order),
                               config=config, on_close=release, reuse=reuser)
         if not quiet:

@@ -7,6 +7,7 @@ counts causes by kind (docs/ARCHITECTURE.md, "PDF pipeline" and "Video pipeline"
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -110,6 +111,14 @@ def check_file(source: Any, what: str, head_bytes: int, *, whole: bool = False) 
     """
     if not isinstance(source, (str, Path)):
         raise refuse("bad input", f"expected a {what} path (str), got {type(source).__name__}")
+    if isinstance(source, str) and "#" in source and not Path(source).exists():
+        from rayorch.pipelines.archives import read_member, split_member
+
+        if split_member(source) is not None:  # ARCHIVE#MEMBER: read by this actor
+            data = read_member(source)
+            if not data:
+                raise refuse("empty", f"{source} is an empty member (0 bytes)")
+            return InputFile(source, data[:head_bytes], len(data), data=data)
     try:
         location = parse_location(source)
     except StorageError as exc:
@@ -161,28 +170,58 @@ class Listed(NamedTuple):
     identity: str
 
 
-def _listed_file(path: Path) -> Listed:
-    st = path.stat()
+PAGE = 1000
+"""Entries per page of a local listing (an object store's page is its LIST page)."""
+
+
+def _local_pages(root: Path, suffixes: Collection[str]) -> Iterator[list[Listed]]:
+    """Files below ``root`` in key order (names sorted per directory, depth first: the order
+    of their relative paths), ``PAGE`` at a time, while the walk goes on."""
+    page: list[Listed] = []
+
+    def walk(folder: Path) -> Iterator[Listed]:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=True):
+                yield from walk(Path(entry.path))
+            elif Path(entry.name).suffix.lower() in suffixes and entry.is_file():
+                yield _listed_stat(entry.path, entry.stat())
+
+    for listed in walk(root):
+        page.append(listed)
+        if len(page) >= PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _listed_stat(name: str, st: os.stat_result) -> Listed:
     info = ObjectInfo("", st.st_size, None, st.st_mtime, mtime_ns=st.st_mtime_ns)
-    return Listed(str(path), st.st_size, info.identity)
+    return Listed(name, st.st_size, info.identity)
+
+
+def _one_local(path: Path) -> Listed:
+    return _listed_stat(str(path), path.stat())
 
 
 def list_inputs(source: str | Path, suffixes: Collection[str], what: str
                 ) -> Iterator[list[Listed]]:
     """The files under ``source`` (a directory or an object store prefix) whose suffix is
-    one of ``suffixes`` (:class:`Listed`: name, size, identity), a listing page at a time
-    (sorted by key within a page; an object store lists in key order), or ``source``
-    itself when it names one file; ``what`` names them in the error. Metadata only: no
-    input is opened or read."""
+    one of ``suffixes``, a listing page at a time in key order, each a :class:`Listed`
+    (name, size, identity); or ``source`` itself when it names one file; ``what`` names them
+    in the error. Lazy: the first page comes before the rest is listed."""
     location = parse_location(source)
     if location.is_local:
         root = Path(location.root)
         if root.is_dir():
-            yield [_listed_file(p) for p in sorted(root.rglob("*"))
-                   if p.suffix.lower() in suffixes and p.is_file()]
+            yield from _local_pages(root, suffixes)
             return
         if root.exists():
-            yield [_listed_file(root)]
+            yield [_one_local(root)]
             return
         raise RayorchError(f"input {root} does not exist: pass a {what} file or a directory "
                            f"of {what}s")
@@ -208,8 +247,9 @@ def list_inputs(source: str | Path, suffixes: Collection[str], what: str
 
 def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list[str]:
     """The files :func:`list_inputs` finds, as one sorted list."""
-    return sorted(item.name for page in list_inputs(source, suffixes, what) for item in page)
+    return sorted(name for page in list_inputs(source, suffixes, what)
+                  for name, _, _ in page)
 
 
-__all__ = ["InputFile", "Listed", "check_file", "failure_kind", "find_files", "list_inputs",
-           "refuse", "slug"]
+__all__ = ["PAGE", "InputFile", "Listed", "check_file", "failure_kind", "find_files",
+           "list_inputs", "refuse", "slug"]

@@ -116,7 +116,7 @@ class ProbeVideo:
             if self.clips_dir is not None:
                 digest = hashlib.sha1(info["path"].encode()).hexdigest()[:8]
                 folder = f"{slug(Path(info['path']).stem)[:60]}-{digest}"
-                clip["file"] = str(Path(self.clips_dir) / folder / f"{index:04d}{suffix}")
+                clip["file"] = f"{self.clips_dir.rstrip('/')}/{folder}/{index:04d}{suffix}"
             clips.append(clip)
         meta: VideoMeta = {**{k: v for k, v in info.items() if k != "start_s"},
                            "duration_s": end, "cuts": cuts}

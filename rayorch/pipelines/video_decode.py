@@ -18,12 +18,14 @@ from __future__ import annotations
 import io
 import itertools
 import math
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
+from rayorch.core.errors import RayorchError
 from rayorch.pipelines.sources import check_file, refuse
+from rayorch.storage import open_storage, parse_location
 
 MAX_FRAME_PIXELS = 36_000_000
 """Frames above this many pixels are refused (8K UHD, 7680 x 4320 = 33.2 MP, passes)."""
@@ -67,18 +69,32 @@ def _mp4_is_cut_short(path: Path) -> bool:
         return at > size
 
 
-def _open(path: Path, head: bytes) -> Any:
+def media(name: str | Path) -> Any:
+    """What ``av.open`` reads ``name`` from: a local path, or an object store URL as a
+    seekable file of ranged reads (the actor reads the object; nothing lands on disk)."""
+    if isinstance(name, Path) or parse_location(name).is_local:
+        return str(name)
+    from rayorch.pipelines.input_lists import open_input
+
+    try:
+        return open_input(name, what="video")
+    except RayorchError as exc:
+        raise refuse("unreadable", str(exc)) from None
+
+
+def _open(path: Path | str, head: bytes) -> Any:
     import av
 
     try:
-        return av.open(str(path), metadata_errors="ignore")
+        return av.open(media(path), metadata_errors="ignore")
     except av.error.FFmpegError as exc:
         kind = _container_kind(head)
         why = str(getattr(exc, "strerror", None) or exc)
         if kind is None:
             raise refuse("not a video", f"{path}: FFmpeg recognizes no media container in it "
                          f"({why})") from None
-        if (kind == "MP4/MOV" and _mp4_is_cut_short(path)) or isinstance(exc, av.error.EOFError):
+        cut_short = isinstance(path, Path) and kind == "MP4/MOV" and _mp4_is_cut_short(path)
+        if cut_short or isinstance(exc, av.error.EOFError):
             raise refuse("truncated", f"{path}: the {kind} container ends early ({why})"
                          ) from None
         raise refuse("damaged", f"{path} looks like {kind} but FFmpeg cannot read it ({why})"
@@ -88,10 +104,7 @@ def _open(path: Path, head: bytes) -> Any:
 def probe_video(source: Any, *, max_frame_pixels: int = MAX_FRAME_PIXELS) -> VideoInfo:
     """Duration, fps, size and streams of one video; ``RecordFailure`` for a bad file."""
     file = check_file(source, "video", 64)
-    if file.path is None:
-        raise refuse("bad input", f"{file.name}: the video job reads local files only; copy "
-                     "the videos to a local directory first")
-    path, head = file.path, file.head
+    path, head = (file.path if file.path is not None else file.name), file.head
     with _open(path, head) as container:
         streams = [{"index": s.index, "type": s.type,
                     "codec": s.codec_context.name if s.codec_context is not None else None}
@@ -153,7 +166,7 @@ def detect_cuts(info: VideoInfo, *, threshold: float = 27.0, min_scene_s: float 
     first: float | None = None
     last = 0.0
     decoded = 0
-    with av.open(path, metadata_errors="ignore") as container:
+    with av.open(media(path), metadata_errors="ignore") as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         try:
@@ -329,7 +342,7 @@ def read_clip(clip: dict[str, Any], *, positions: list[float], images: bool,
     diffs: list[float] = []
     previous: np.ndarray | None = None
     frames = 0
-    with av.open(clip["video"], metadata_errors="ignore") as container:
+    with av.open(media(clip["video"]), metadata_errors="ignore") as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         _seek_keyframe(container, stream, origin + start)
@@ -377,9 +390,14 @@ def copy_clip(clip: dict[str, Any], target: str | Path) -> str:
 
     origin = float(clip.get("origin_s", 0.0))
     start, end = origin + float(clip["start_s"]), origin + float(clip["end_s"])
-    Path(target).parent.mkdir(parents=True, exist_ok=True)
-    with av.open(clip["video"], metadata_errors="ignore") as source, \
-            av.open(str(target), mode="w") as sink:
+    location = parse_location(str(target))
+    buffer = None if location.is_local else io.BytesIO()
+    if buffer is None:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    suffix = PurePosixPath(str(target)).suffix.lower()
+    with av.open(media(clip["video"]), metadata_errors="ignore") as source, \
+            (av.open(str(target), mode="w") if buffer is None else
+             av.open(buffer, mode="w", format=MUXERS.get(suffix, "matroska"))) as sink:
         video = source.streams.video[0]
         chosen = [video, *source.streams.audio[:1]]
         outputs = {s.index: sink.add_stream_from_template(s) for s in chosen}
@@ -399,4 +417,11 @@ def copy_clip(clip: dict[str, Any], target: str | Path) -> str:
                 continue
             packet.stream = outputs[packet.stream.index]
             sink.mux(packet)
+    if buffer is not None:  # an object store: the clip is one PUT, whole or not at all
+        open_storage(location.parent()).put(location.name(), buffer.getvalue())
     return str(target)
+
+
+MUXERS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska", ".webm": "webm",
+          ".avi": "avi", ".ogv": "ogg", ".mpg": "mpeg", ".mpeg": "mpeg", ".ts": "mpegts"}
+"""The muxer of a clip written to memory (an object store target) by its suffix."""

@@ -7,6 +7,8 @@ Feeds (sources in):
   whatever order it is admitted in); the rows pulled but not yet known to be in the
   store are kept so a shard rebuilt after a store outage re-admits them (nothing read
   from a generator is lost).
+  ``IteratorFeed.indexed`` takes ``(id, values, identity)`` rows instead: a streamed
+  listing whose ids were assigned (and identities read) as it was listed.
 * :class:`ManifestFeed` — the sources recorded in a run's manifest (``rayorch
   driver``/``resume``, ``join_run``): each shard's indexes not yet admitted.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from rayorch.core.index_set import IndexSet
@@ -58,23 +60,36 @@ class IteratorFeed:
                  total: int | None, order: Sequence[int] | None = None,
                  identities: Identities | None = None) -> None:
         self._info = info
-        self._rows: Iterator[tuple[int, tuple[Any, ...]]]
-        self._identities = identities
+        positions: Iterator[tuple[int, tuple[Any, ...]]]
         if order is None:
-            self._rows = enumerate(rows)
+            positions = enumerate(rows)
             self.total = total
         else:
             table = list(rows)
-            self._rows = ((i, table[i]) for i in order)
+            positions = ((i, table[i]) for i in order)
             self.total = len(order)
+        # Each row's identity is found as it is peeked (one source ahead of admission).
+        self._rows: Iterator[Row] = (
+            (index, tuple(values), _identity(identities, index, tuple(values)))
+            for index, values in positions)
         self._in_order = order is None
         self._taken = 0
-        self._peeked: list[tuple[int, tuple[Any, ...]]] = []
+        self._peeked: list[Row] = []
         self._ended = False
         self._requeued: dict[int, deque[Row]] = {}
         # Per shard, every row taken and not yet delivered: a store that goes back may
         # forget an admission it acknowledged, and the iterator cannot give the row again.
         self._kept: dict[int, dict[int, Row]] = {}
+
+    @classmethod
+    def indexed(cls, rows: Iterable[Row], info: RunInfo) -> IteratorFeed:
+        """Sources given as ``(id, values, identity)`` in admission order, read lazily (a
+        streamed listing: :mod:`rayorch.pipelines.inputs`); the total is not known up
+        front."""
+        feed = cls(iter(()), info, None)
+        feed._rows = iter(rows)
+        feed._in_order = False
+        return feed
 
     def _peek(self) -> bool:
         if not self._peeked and not self._ended:
@@ -91,9 +106,9 @@ class IteratorFeed:
         micro = self._info.micro_batch
         while (len(taken) < limit and self._peek()
                and self._info.shard_of(self._peeked[0][0]) == shard):
-            index, values = self._peeked.pop()
-            values = tuple(values)
-            taken.append((index, values, _identity(self._identities, index, values)))
+            row = self._peeked.pop()
+            index = row[0]
+            taken.append(row)
             self._taken += 1
             if (index + 1 if self._in_order else self._taken) % micro == 0:
                 break

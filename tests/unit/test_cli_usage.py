@@ -44,7 +44,7 @@ def test_a_mistyped_option_is_named_with_its_closest_match(
     assert err.startswith("usage: rayorch run pdf ")
     assert "unrecognized arguments: extra" in err
     # Abbreviations argparse accepts still work, and nothing is said about values.
-    err = usage_error(capsys, "run", "pdf", "--inp", "x")
+    err = usage_error(capsys, "run", "pdf", "--input-l", "x")
     assert "the following arguments are required: --output" in err
 
 

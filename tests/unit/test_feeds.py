@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rayorch.core.machine import OutputReady
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, ManifestFeed
 from rayorch.store.base import RunInfo
@@ -72,3 +74,44 @@ def test_manifest_feed_offers_what_the_store_lacks() -> None:
     assert feed.shard_total(0) == 4  # micro-batches 0 and 2: sources 0, 1, 4, 5
     assert [i for i, _, _ in feed.take(0, 10)] == [1, 4, 5]
     assert feed.exhausted(0)
+
+
+def test_an_indexed_feed_admits_ids_as_given_and_reads_them_lazily() -> None:
+    """A streamed listing (``Pipeline.run(indexed=...)``): each source keeps the id it was
+    given, in the order given, and the feed pulls no more than admission asks for."""
+    pulled: list[int] = []
+
+    def listing() -> Iterator[tuple[int, tuple[str]]]:
+        for index in (2, 0, 1, 5, 3, 4):  # largest first within a window
+            pulled.append(index)
+            yield index, (f"s{index}",)
+
+    feed = IteratorFeed.indexed(listing(), info(micro_batch=2))
+    assert feed.total is None
+    assert feed.take(0, 2) == [(2, ("s2",)), (0, ("s0",))]
+    assert pulled == [2, 0]  # no more than asked for
+    feed.reset(0, admitted={2})  # the store lost 0's admission: offered again, same id
+    assert feed.take(0, 2) == [(0, ("s0",))]
+    assert feed.take(0, 8) == [(1, ("s1",)), (5, ("s5",))]
+    assert feed.take(0, 8) == [(3, ("s3",)), (4, ("s4",))]
+    assert feed.exhausted(0)
+
+
+def test_run_indexed_refuses_other_inputs_and_ordered_output() -> None:
+    import pytest
+
+    import rayorch as ro
+    from rayorch.driver import DriverError
+
+    class Echo(ro.Pipeline):
+        def __init__(self) -> None:
+            super().__init__()
+            self.echo = ro.RayModule(str)
+
+        def forward(self, xs: object) -> object:
+            return self.echo(xs)
+
+    with pytest.raises(DriverError, match="needs ordered=False"):
+        Echo().run(indexed=iter([(0, ("a",))]))
+    with pytest.raises(DriverError, match="pass no other inputs"):
+        Echo().run(["a"], indexed=iter([(0, ("a",))]), ordered=False)

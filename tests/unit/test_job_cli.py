@@ -90,7 +90,7 @@ def test_resume_keeps_finished_documents_and_redoes_the_rest(tmp_path: Path) -> 
     (tmp_path / "00001-b.md").write_text("written before a crash, never recorded")
     out = OutputDir.prepare(tmp_path, job="pdf", sources=SOURCES, options={"ocr": "auto"},
                             resume=True)
-    assert sorted(out.kept) == [0] and out.remaining(SOURCES) == [1, 2]
+    assert sorted(out.kept) == [0]  # 1 and 2 run again
     assert sorted(p.name for p in tmp_path.glob("*.md")) == ["00000-a.md"]
     assert [r["index"] for r in read_outputs(tmp_path)] == [0]  # the part files keep 0 only
     sink = out.sink_for("run-2", PDF_WRITER)
@@ -109,7 +109,7 @@ def test_resume_keeps_finished_documents_and_redoes_the_rest(tmp_path: Path) -> 
 
 def test_resume_refuses_other_inputs_or_options(tmp_path: Path) -> None:
     finished_run(tmp_path, ["ok", "ok", "ok"])
-    with pytest.raises(UsageError, match="the --input files changed"):
+    with pytest.raises(UsageError, match="the --input changed"):
         OutputDir.prepare(tmp_path, job="pdf", sources=SOURCES[:2], options={"ocr": "auto"},
                           resume=True)
     with pytest.raises(UsageError, match="the options changed"):
@@ -180,7 +180,7 @@ def video_run(out: Path, clips: dict[int, int], *, resume: bool = False,
                                resume=resume)
     sink = target.sink_for(run_id, VIDEO_WRITER)
     target.note_run(run_id)
-    for index in target.remaining(VIDEOS):
+    for index in [i for i in range(len(VIDEOS)) if i not in target.kept]:
         source = VIDEOS[index]
         if index not in clips:
             sink.write_part(0, [(index, failed(index, f"empty: {source} is an empty file"))])
@@ -237,7 +237,7 @@ def test_video_resume_redoes_a_video_whose_clip_file_or_record_is_missing(
     (tmp_path / "clips" / "c" / "0000.mp4").write_bytes(b"written before the kill")
     out = OutputDir.prepare(tmp_path, job=VIDEO_JOB, sources=VIDEOS,
                             options={"annotate": "stats"}, resume=True)
-    assert sorted(out.kept) == [0] and out.remaining(VIDEOS) == [1, 2]
+    assert sorted(out.kept) == [0]  # 1 and 2 run again
     assert [line["video"] for line in lines_of(tmp_path / "clips.jsonl")] == ["in/a.mp4"] * 2
     assert not (tmp_path / "clips" / "c").exists()  # named by no kept record: removed
     out.finish(complete=True)
@@ -350,10 +350,14 @@ def test_with_json_stdout_carries_the_summary_only(
             return Handle()
 
     monkeypatch.setattr(job_cli, "start_ray_for", lambda plan, address: "local")
-    args = build_parser().parse_args(["run", "pdf", "--input", "in", "--output",
-                                      str(tmp_path / "out"), "--json", "--no-progress"])
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.pdf").write_bytes(b"%PDF-1.4\n")
+    args = build_parser().parse_args(["run", "pdf", "--input", str(tmp_path / "in"),
+                                      "--output", str(tmp_path / "out"), "--json",
+                                      "--no-progress"])
     capsys.readouterr()
-    job_cli.run_job(args, job=PDF_JOB, sources=["a.pdf"], pipeline=Job(), options={},
+    spec = job_cli.input_spec(args, (".pdf",), "PDF")
+    job_cli.run_job(args, job=PDF_JOB, spec=spec, pipeline=Job(), options={},
                     writer=PDF_WRITER, engine=("--ocr", "auto"), outputs=lambda o, s: "")
     out, err = capsys.readouterr()
     assert json.loads(out)["pools"]["one"]["replicas"] == "auto"

@@ -120,7 +120,7 @@ def test_pdf_writer_files_rows_records_and_summary(tmp_path: Path) -> None:
     summary = JobSummary("pdf", total=len(sources))
     for index, value in results:
         sink.write_part(0, [(index, value)])
-        PDF_WRITER.delivered(summary, sources, index, value)
+        PDF_WRITER.delivered(summary, sources[index], value)
     out.finish(complete=True)
 
     assert (summary.done, summary.succeeded, summary.failed, summary.parts) == (3, 1, 2, 4)

@@ -1,8 +1,8 @@
 """What every ``rayorch run <job>`` shares: options, output directory, progress, summary,
 exit code. A job command builds its pipeline and hands the rest to :func:`run_job`::
 
-    sources = find_pdfs(args.input)
-    return run_job(args, job=PDF_JOB, sources=sources, pipeline=PdfPipeline(...),
+    spec = InputSpec(args.input, (".pdf",), "PDF")
+    return run_job(args, job=PDF_JOB, spec=spec, pipeline=PdfPipeline(...),
                    options={...}, writer=PDF_WRITER, engine=("--ocr", args.ocr),
                    outputs=lambda out, summary: "...")
 
@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import os
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -39,6 +40,7 @@ import orjson
 from rayorch.core.errors import RayorchError
 from rayorch.core.program import Replicas
 from rayorch.core.words import plural
+from rayorch.pipelines.inputs import InputChanged, InputSpec, InputStream
 from rayorch.pipelines.job.layouts import PDF_JOB, VIDEO_JOB, JobLayout
 from rayorch.pipelines.job.output import (
     DOCUMENT_NAME,
@@ -60,7 +62,7 @@ from rayorch.pipelines.job.summary import (
     run_cost,
     summary_text,
 )
-from rayorch.pipelines.sources import Listed, slug
+from rayorch.pipelines.sources import slug
 from rayorch.runtime.metrics import add_metrics_options
 from rayorch.store.registry import add_archive_option, is_shared_store, with_archive
 
@@ -296,7 +298,13 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
     exit code, Ray, progress."""
     unit = job.unit
     group = parser.add_argument_group("every job")
-    group.add_argument("--input", required=True, help=input_help)
+    group.add_argument("--input", default=None, help=f"{input_help} (a directory, object "
+                       "store prefix or file; listed as the run goes)")
+    group.add_argument("--input-list", default=None, metavar="URL",
+                       help=f"instead of --input: a manifest of {unit}s, one row each with "
+                       "its url (or path) and any other columns (kept under 'metadata' in "
+                       f"{job.rows}): JSONL, CSV or Parquet, plain, .gz or .zst, local or on "
+                       "an object store, read as a stream")
     group.add_argument("--output", required=True,
                        help=f"directory or object store URL (s3://bucket/prefix) for the "
                        f"outputs ({job.rows} and the rest)")
@@ -354,6 +362,24 @@ def add_job_parser(jobs: Any, job: JobLayout, *, help: str, description: str,
     return parser.add_argument_group(f"{job.job} job")
 
 
+def input_spec(args: argparse.Namespace, suffixes: tuple[str, ...], what: str, *,
+               archives: bool = False) -> InputSpec:
+    """The job's input: ``--input`` (listed; with ``archives`` a ``.zip``/``.tar``/``.tar.gz``
+    there is a container of sources) or ``--input-list`` (a manifest), exactly one (a
+    ``UsageError`` otherwise)."""
+    given = [name for name in ("input", "input_list") if getattr(args, name, None)]
+    if len(given) != 1:
+        raise UsageError("give the input: --input DIR|PREFIX or --input-list URL (one of them)")
+    if given[0] == "input_list":
+        from rayorch.pipelines.input_lists import check_list_url
+
+        try:
+            return InputSpec(check_list_url(args.input_list), suffixes, what, manifest=True)
+        except RayorchError as exc:
+            raise UsageError(str(exc)) from None
+    return InputSpec(str(args.input), suffixes, what, archives=archives)
+
+
 def require_positive(args: argparse.Namespace, *names: str) -> None:
     """A ``UsageError`` naming the first option of ``names`` that is given and not > 0."""
     for name in names:
@@ -362,47 +388,28 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
-def largest_first(ids: list[int], sources: list[str],
-                  sizes: Mapping[str, int] | None = None) -> list[int]:
-    """``ids`` with the largest source files first (ties keep their order).
-
-    Longest job first: a big document dispatched last keeps one actor busy after the
-    others ran dry (docs/ARCHITECTURE.md, "PDF text path speed"). A file that cannot be
-    read counts as empty; the run itself reports it.
-    """
-    def size(i: int) -> int:
-        if sizes is not None:
-            return sizes.get(sources[i], 0)
-        try:
-            return os.stat(sources[i]).st_size
-        except (OSError, ValueError):
-            return 0
-
-    return sorted(ids, key=size, reverse=True)
-
-
 def run_job(
     args: argparse.Namespace,
     *,
     job: JobLayout,
-    sources: list[str],
+    spec: InputSpec,
     pipeline: Any,
     options: dict[str, Any],
     writer: JobWriter,
     engine: tuple[str, str],
     outputs: Callable[[OutputDir, JobSummary], str],
-    big_first: bool = False,
-    listed: Mapping[str, Listed] | None = None,
     rebuild: Callable[[OutputDir], Any] | None = None,
 ) -> int:
-    """Run ``pipeline`` over ``sources`` into ``args.output`` by the rules above.
+    """Run ``pipeline`` over the sources ``spec`` lists into ``args.output`` by the rules
+    above.
 
     ``options`` are the job options a ``--resume`` must find unchanged; ``writer`` writes
     each finished source's files beside its part file and counts it; ``engine`` is
     ``(option, value)`` for the summary (``("--ocr", "auto")``); ``outputs(out, summary)``
-    says what the run left in ``--output``. ``big_first`` dispatches the largest files
-    first (outputs keep their ids and order); ``listed``: each source as the input listing
-    gave it (its size orders it, its identity keys its reuse: the driver reads no input).
+    says what the run left in ``--output``. The input is streamed
+    (:class:`~rayorch.pipelines.inputs.InputStream`): the first source is dispatched once
+    the first listing page is in, the largest first within each read-ahead window; each
+    source's id is its listing position.
     ``rebuild(out)``: the pipeline again once ``--output`` is prepared (its dedup index is
     the output's). Documents a data-quality stage dropped are counted apart and listed in
     ``dropped.jsonl`` (``job/drops.py``). Returns the exit code.
@@ -419,18 +426,31 @@ def run_job(
                          "(a memory:// store ends with its process)")
     if args.no_reuse and not args.reuse:
         raise UsageError("--no-reuse CALL goes with --reuse RUN")
-    out = OutputDir.prepare(args.output, job=job, sources=sources, options=options,
-                            overwrite=args.overwrite, resume=args.resume)
+    stream = InputStream(spec)
+    try:
+        if not stream.prime():
+            raise UsageError(f"no {spec.what} files under {spec.url}")
+        out = OutputDir.prepare(args.output, job=job, input=spec.record(), options=options,
+                                overwrite=args.overwrite, resume=args.resume)
+    except BaseException:
+        stream.close()
+        raise
+    stream.kept = out.kept
+    out.stream = stream
     if rebuild is not None:
         pipeline = rebuild(out)
         plan = pipeline.compile()
-    ids = out.remaining(sources)
-    if big_first:
-        ids = largest_first(ids, sources, None if listed is None
-                            else {name: item.size for name, item in listed.items()})
+    pending = iter(stream)
+    try:  # the first source to run (an input changed under --resume fails here, before Ray)
+        first = next(pending, None)
+    except InputChanged as exc:
+        stream.close()
+        out.finish(False)
+        raise UsageError(str(exc)) from None
     tty = sys.stdout.isatty()
     clock = StartupClock(quiet=args.no_progress and not tty)
-    summary = JobSummary(job, total=len(sources), kept=len(out.kept))
+    summary = JobSummary(job, total=stream.listed if stream.done else None,
+                         kept=len(out.kept))
     complete = False
     run_id = None
     cluster: dict[str, float] = {}
@@ -443,22 +463,22 @@ def run_job(
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext(), \
             readable_store(args.store) as (store_url, store):
         try:
-            if ids:
+            if first is not None:
                 clock.starting_ray()
                 start_ray_for(plan, args.address)
                 cluster = ray_resources()
                 clock.starting_pools(plan)
                 progress = False if args.no_progress or not tty else None
-                # Each source keeps its input position as its lineage index (the ids of its
-                # outputs), whatever order it is dispatched in: `rayorch show RUN N` is id N.
+                # Each source keeps its listing position as its lineage index (the ids of
+                # its outputs), whatever order it is dispatched in: `rayorch show RUN N` is
+                # id N.
                 from rayorch.driver import new_run_id
 
                 sink = out.sink_for(new_run_id(plan), writer)
-                handle = pipeline.run(sources, store=store_url, ordered=False,
+                handle = pipeline.run(store=store_url, ordered=False,
                                       progress=progress, address=args.address,
-                                      admission_order=ids, sink=sink, reuse=args.reuse,
-                                      identities=None if listed is None
-                                      else [listed[s].identity for s in sources],
+                                      indexed=itertools.chain([first], pending),
+                                      sink=sink, reuse=args.reuse,
                                       no_reuse=args.no_reuse, ui=args.ui,
                                       metrics_port=args.metrics_port,
                                       metrics_host=args.metrics_host)
@@ -470,25 +490,32 @@ def run_job(
                                       every_s=args.progress_every)
                 with lines:
                     for index, value in handle:  # delivered: its part file and fact are written
-                        writer.delivered(summary, sources, index, value)
+                        writer.delivered(summary, stream.name(index), value)
+                        if writer.finished(value):  # a failed one's name is kept for its row
+                            stream.release(index)
+                        if stream.done:
+                            summary.total = stream.listed
                     clock.actors_up(handle.actors_up_at)
                     clock.done()
                     summary.run_ended = clock.t_end
                 pools = pools_summary(plan, handle.pool_sizer)
                 usage = model_usage(handle.stats)
                 if stages:  # why each dropped document was dropped, from the run's facts
-                    out.drops = drop_rows(store, run_id, sources)
+                    ids = {str(row.get("source")): i for i, row in out.delivered().items()}
+                    out.drops = drop_rows(store, run_id, out.source_name, ids)
                     summary.drops = dict(Counter(f"{d['stage']}: {d['reason']}"
                                                  for d in out.drops).most_common())
             else:
                 summary.run_started = clock.running()
             complete = True
         finally:
+            stream.close()
             if clock.t_end is None:
                 clock.done()
             out.finish(complete)
-    order = {source: i for i, source in enumerate(sources)}
-    summary.failures.sort(key=lambda failure: order.get(failure[0], len(order)))
+    if stream.done:
+        summary.total = stream.listed
+    summary.failures.sort()
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
               "engine": engine[1], "engine_option": engine[0], **pools}
     summary.run_ended = clock.t_end
@@ -510,7 +537,7 @@ __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "LINES_KEY", "MARKER", "PDF_JOB",
     "VIDEO_JOB", "JobLayout", "JobSummary", "JobWriter", "OutputDir", "ProgressLines",
     "StartupClock", "UsageError", "add_job_options", "add_job_parser", "check_store",
-    "format_seconds", "given_options", "largest_first", "plural", "pool_size_text",
+    "format_seconds", "given_options", "input_spec", "plural", "pool_size_text",
     "pools_summary", "pools_text", "ray_size_for", "replicas_type", "require_positive",
     "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
 ]

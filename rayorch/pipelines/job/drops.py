@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rayorch.core.errors import RayorchError
@@ -147,15 +147,16 @@ def readable_store(url: str) -> Iterator[tuple[str, Any]]:
         store.close()
 
 
-def drop_rows(store: Any, run_id: str, sources: list[str]) -> list[dict[str, Any]]:
-    """The ``dropped.jsonl`` rows of run ``run_id``'s drops, in id order."""
-    ids = {source: i for i, source in enumerate(sources)}
-    return [drop_row(drop, sources, ids) for drop in read_drops(store, run_id).values()]
+def drop_rows(store: Any, run_id: str, names: Callable[[int], str | None],
+              ids: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The ``dropped.jsonl`` rows of run ``run_id``'s drops, in id order; ``names(id)``: a
+    source's name, ``ids``: the id of each delivered source (a drop's ``kept_id``)."""
+    return [drop_row(drop, names, ids) for drop in read_drops(store, run_id).values()]
 
 
-def drop_row(drop: Drop, sources: list[str], ids: dict[str, int]) -> dict[str, Any]:
-    source = sources[drop.index] if 0 <= drop.index < len(sources) else None
-    row: dict[str, Any] = {"id": drop.index, "source": source, "stage": drop.stage,
+def drop_row(drop: Drop, names: Callable[[int], str | None], ids: Mapping[str, int]
+             ) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": drop.index, "source": names(drop.index), "stage": drop.stage,
                            "reason": drop.reason}
     details = drop.details()
     if "kept" in details:

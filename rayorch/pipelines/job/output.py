@@ -18,10 +18,9 @@ any run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +62,7 @@ class JobWriter:
     count: Callable[[JobSummary, Any], None]
     """``count(summary, value)``: add a finished source to the summary."""
 
-    def delivered(self, summary: JobSummary, sources: list[str], index: int, value: Any
-                  ) -> None:
+    def delivered(self, summary: JobSummary, source: str | None, value: Any) -> None:
         """Count one delivered result: finished, dropped (by a data-quality stage), or
         failed with its row's cause."""
         if self.finished(value):
@@ -72,7 +70,6 @@ class JobWriter:
         elif isinstance(value, FailedResult) and value.outcome is Outcome.DROPPED:
             summary.add_dropped()
         else:
-            source = sources[index] if 0 <= index < len(sources) else None
             summary.add_failed(str(source), failure_cause(value))
 
 
@@ -81,15 +78,11 @@ def failure_cause(value: Any) -> str:
     return getattr(value, "cause", None) or f"unexpected result {value!r:.80}"
 
 
-def _digest(sources: list[str]) -> str:
-    return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
-
-
 class OutputDir:
     """A job's output directory: the marker, the run's sink, and what each source wrote."""
 
     def __init__(self, storage: Storage, layout: JobLayout, marker: dict[str, Any],
-                 kept: dict[int, dict[str, Any]], sources: list[str]) -> None:
+                 kept: dict[int, dict[str, Any]]) -> None:
         self.storage = storage
         self.url = storage.url
         """Where the outputs are, as printed: a directory or ``s3://bucket/prefix``."""
@@ -97,7 +90,6 @@ class OutputDir:
         """The local directory (None on an object store)."""
         self.layout = layout
         self.marker = marker
-        self.sources = sources
         self.kept = kept
         """Rows of sources an earlier run finished and ``--resume`` keeps, by id."""
         self.files_written = 0
@@ -110,12 +102,34 @@ class OutputDir:
         """The ``dropped.jsonl`` rows of this run (None: the run has no quality stage)."""
         self.started = False
         """Whether a run began here (:meth:`note_run`)."""
+        self.stream: Any = None
+        """The run's :class:`~rayorch.pipelines.inputs.InputStream` (the source of each id
+        and its manifest columns), once the run has one."""
+
+    def source_name(self, index: int) -> str | None:
+        """The source of id ``index``: the stream's, else the kept row's."""
+        if self.stream is not None:
+            return self.stream.name(index)  # type: ignore[no-any-return]
+        row = self.kept.get(index)
+        return None if row is None else row.get("source")
 
     @classmethod
-    def prepare(cls, out: str | Path, *, job: JobLayout | str, sources: list[str],
+    def prepare(cls, out: str | Path, *, job: JobLayout | str,
+                input: dict[str, Any] | None = None, sources: Sequence[str] | None = None,
                 options: dict[str, Any], overwrite: bool = False, resume: bool = False
                 ) -> OutputDir:
-        """Check ``out`` against the rules above and make it ready for this run."""
+        """Check ``out`` against the rules above and make it ready for this run; ``input``
+        is the run's input spec (:meth:`~rayorch.pipelines.inputs.InputSpec.record`): a
+        ``--resume`` needs the same (the listing itself is checked as it is read again).
+        ``sources`` instead: a list of sources known up front (recorded by digest)."""
+        fixed = None
+        if sources is not None:
+            from rayorch.pipelines.inputs import FixedSources
+
+            fixed = FixedSources(list(sources))
+            input = fixed.record()
+        if input is None:
+            raise UsageError("OutputDir.prepare needs input= (a spec) or sources= (a list)")
         layout = job_layout(job)
         if overwrite and resume:
             raise UsageError("--overwrite and --resume exclude each other: choose one")
@@ -138,8 +152,8 @@ class OutputDir:
         except StorageError as exc:
             raise UsageError(f"--output {out}: {exc}") from None
         path_text = storage.url
-        marker = {"job": layout.job, "sources": len(sources), "digest": _digest(sources),
-                  "options": options, "status": "running", "runs": []}
+        marker = {"job": layout.job, "input": input, "options": options,
+                  "status": "running", "runs": []}
         kept: dict[int, dict[str, Any]] = {}
         if earlier is None and entries:
             raise UsageError(
@@ -152,15 +166,14 @@ class OutputDir:
                     f"--output {path_text} holds an earlier run ({status}); pass --overwrite to "
                     "replace it or --resume to continue it")
             if resume:
-                what = {"job": "the job", "digest": "the --input files",
-                        "options": "the options"}
+                what = {"job": "the job", "input": "the --input", "options": "the options"}
                 mismatch = [what[k] for k in what if earlier.get(k) != marker[k]]
                 if mismatch:
                     raise UsageError(
-                        f"--resume needs the same job, --input files and options as the "
+                        f"--resume needs the same job, --input and options as the "
                         f"earlier run in {path_text} ({' and '.join(mismatch)} changed); "
                         "use --overwrite to start afresh")
-                kept = _finished(storage, layout, len(sources))
+                kept = _finished(storage, layout)
                 marker["runs"] = list(earlier.get("runs", []))
                 if isinstance(earlier.get("dedup_scope"), str):  # the same dedup index
                     marker["dedup_scope"] = earlier["dedup_scope"]
@@ -168,15 +181,10 @@ class OutputDir:
                 remove_sink(storage.url)
             _remove_outputs(storage, layout, keep=_owned_files(layout, kept))
         _write_json(storage, MARKER, marker)
-        result = cls(storage, layout, marker, kept, sources)
+        result = cls(storage, layout, marker, kept)
+        result.stream = fixed
         result._write_views(kept)
         return result
-
-    def local_dir(self) -> Path:
-        """The output directory of a job that writes local files only (the video job)."""
-        if self.path is None:
-            raise UsageError(f"--output {self.url}: this job writes to a local directory only")
-        return self.path
 
     @property
     def dedup_scope(self) -> str:
@@ -188,10 +196,6 @@ class OutputDir:
             scope = self.marker["dedup_scope"] = new_scope()
             _write_json(self.storage, MARKER, self.marker)
         return scope
-
-    def remaining(self, sources: list[str]) -> list[int]:
-        """Ids of the sources this run must (re)do."""
-        return [i for i in range(len(sources)) if i not in self.kept]
 
     def sink_for(self, run_id: str, writer: JobWriter) -> FileSink:
         """The file sink run ``run_id`` delivers to here, ``writer`` writing each source's
@@ -215,9 +219,12 @@ class OutputDir:
         if self._writer is None or not self._writer.finished(value):
             return FailedResult(index, Outcome.FAILED, failure_cause(value))
         fields = self._writer.render(self, index, value)
-        source = self.sources[index] if 0 <= index < len(self.sources) else None
-        return {"id": index, "source": source, "status": "ok", "cause": None,
-                **self.layout.row_defaults, **fields}
+        row = {"id": index, "source": self.source_name(index), "status": "ok", "cause": None,
+               **self.layout.row_defaults, **fields}
+        metadata = None if self.stream is None else self.stream.metadata(index)
+        if metadata is not None:  # the manifest's other columns (--input-list)
+            row["metadata"] = metadata
+        return row
 
     def note_run(self, run_id: str) -> None:
         self.started = True
@@ -278,13 +285,16 @@ class OutputDir:
                 if isinstance(value, dict) and value.get("id") == index:
                     rows[index] = value
                 continue
-            source = self.sources[index] if 0 <= index < len(self.sources) else None
+            source = self.source_name(index)
             cause = record["cause"]
             status = "failed"
             if record["outcome"] == Outcome.DROPPED.value:
                 status, cause = "dropped", self._drop_causes().get(index, cause)
             rows[index] = {"id": index, "source": source, "status": status,
                            "cause": cause, **self.layout.row_defaults}
+            metadata = None if self.stream is None else self.stream.metadata(index)
+            if metadata is not None:
+                rows[index]["metadata"] = metadata
         return rows
 
     def _drop_causes(self) -> dict[int, str]:
@@ -329,14 +339,14 @@ def _own_file(layout: JobLayout, row: dict[str, Any]) -> bool:
     return layout.file_field is not None and isinstance(row.get(layout.file_field), str)
 
 
-def _finished(storage: Storage, layout: JobLayout, count: int) -> dict[int, dict[str, Any]]:
+def _finished(storage: Storage, layout: JobLayout) -> dict[int, dict[str, Any]]:
     """Rows of the sources the part files hold ok whose files are all still there; the part
     files keep only those records (everything else runs again)."""
     if not _exists(storage, SINK_MANIFEST):
         return {}
 
     def whole(record: SinkRecord) -> bool:
-        if record.value_json is None or not 0 <= record.index < count:
+        if record.value_json is None or record.index < 0:
             return False
         row = orjson.loads(record.value_json)
         if not (isinstance(row, dict) and row.get("id") == record.index

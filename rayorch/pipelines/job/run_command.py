@@ -60,6 +60,7 @@ from typing import Any
 from rayorch.pipelines.job.cli import (
     add_job_parser,
     given_options,
+    input_spec,
     native_limits,
     replicas_type,
     require_positive,
@@ -242,7 +243,7 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run_pdf(args: argparse.Namespace) -> int:
     """Run the PDF pipeline over ``--input``; write the documents to ``--output``."""
     from rayorch.pipelines.job.pdf_outputs import PDF_WRITER, outputs_text
-    from rayorch.pipelines.pdf import MODEL_ENGINES, REGION_ENGINES, list_pdfs
+    from rayorch.pipelines.pdf import MODEL_ENGINES, REGION_ENGINES
 
     same: dict[str, Any] = {"ocr": args.ocr, "tables": args.tables,
                             "page_markers": not args.no_page_markers}
@@ -257,12 +258,8 @@ def cmd_run_pdf(args: argparse.Namespace) -> int:
         if args.ocr in MODEL_ENGINES and getattr(args, name) is not None:
             same[name] = getattr(args, name)
     against = dedup_against(args)  # checked before --output is touched
-    listed = {item.name: item for item in list_pdfs(args.input)}
-    sources = sorted(listed)
-    if not sources:
-        raise UsageError(f"no PDF files under {args.input}")
-    return run_job(args, job=PDF_JOB, sources=sources, pipeline=pdf_pipeline(args),
-                   options=same, writer=PDF_WRITER,
-                   engine=("--ocr", args.ocr), outputs=outputs_text, big_first=True,
-                   listed=listed, rebuild=None if args.dedup is None
+    return run_job(args, job=PDF_JOB, spec=input_spec(args, (".pdf",), "PDF", archives=True),
+                   pipeline=pdf_pipeline(args), options=same, writer=PDF_WRITER,
+                   engine=("--ocr", args.ocr), outputs=outputs_text,
+                   rebuild=None if args.dedup is None
                    else lambda out: pdf_pipeline(args, out.dedup_scope, against))

@@ -99,7 +99,8 @@ class JobSummary:
     """
 
     job: JobLayout | str
-    total: int
+    total: int | None
+    """Sources of the input (None while the listing goes on)."""
     done: int = 0
     """Sources this run finished, ok or failed (``kept`` ones not included)."""
     succeeded: int = 0
@@ -168,7 +169,8 @@ class JobSummary:
         with self.lock:
             rate = self.rate()
             shown = format_rate(rate)
-            return (f"rayorch: {self.done + self.kept}/{self.total} {unit}s, "
+            total = "?" if self.total is None else self.total
+            return (f"rayorch: {self.done + self.kept}/{total} {unit}s, "
                     f"{plural(self.parts, part)}, {shown} {part}s/s after start-up, "
                     f"{plural(self.failed, 'failure')}")
 

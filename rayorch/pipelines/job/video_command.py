@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any
 
 from rayorch.pipelines.job.cli import (
     add_job_parser,
     given_options,
+    input_spec,
     native_limits,
     replicas_type,
     require_positive,
@@ -40,7 +40,6 @@ from rayorch.pipelines.job.cli import (
 )
 from rayorch.pipelines.job.layouts import VIDEO_JOB
 from rayorch.pipelines.job.output import UsageError
-from rayorch.storage import is_url
 
 
 def add_video_parser(jobs: Any) -> None:
@@ -77,18 +76,30 @@ def add_video_parser(jobs: Any) -> None:
     group.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
 
 
+def output_url(output: str) -> str:
+    """``--output`` as the clips' targets name it: an absolute local directory or a URL."""
+    from rayorch.storage import StorageError, open_storage
+
+    try:
+        storage = open_storage(output)
+    except StorageError as exc:
+        raise UsageError(f"--output {output}: {exc}") from None
+    local = storage.local_path("")
+    return str(local.resolve()) if local is not None else storage.url.rstrip("/")
+
+
 def video_pipeline(args: argparse.Namespace) -> Any:
     """The video pipeline the options describe (pools that size themselves unless a size
     is given: VideoPipeline's defaults)."""
     from rayorch.pipelines.video import VideoPipeline
 
     require_positive(args, "max_clip_s", "batch_size")  # (replicas_type checked the replicas)
-    clips_dir = Path(args.output).resolve() / str(VIDEO_JOB.folder)
+    clips_dir = f"{output_url(args.output)}/{VIDEO_JOB.folder}"
     options: dict[str, Any] = {
         "max_clip_s": args.max_clip_s, "min_clip_s": args.min_clip_s,
         "threshold": args.threshold, "keyframes": args.keyframes,
         "batch_size": args.batch_size,
-        "clips_dir": str(clips_dir) if args.write_clips else None,
+        "clips_dir": clips_dir if args.write_clips else None,
         **given_options(args, "replicas", "decode_replicas"),  # else the default: auto
         **native_limits(args),
     }
@@ -100,15 +111,9 @@ def video_pipeline(args: argparse.Namespace) -> Any:
 def cmd_run_video(args: argparse.Namespace) -> int:
     """Run the video pipeline over ``--input``; write clips and videos to ``--output``."""
     from rayorch.pipelines.job.video_outputs import VIDEO_WRITER, outputs_text
-    from rayorch.pipelines.video import find_videos
+    from rayorch.pipelines.video import VIDEO_SUFFIXES
 
-    if is_url(args.input) or is_url(args.output):
-        raise UsageError("rayorch run video reads and writes local paths only; the pdf job "
-                         "and rayorch driver take object store URLs")
-    sources = find_videos(args.input)
-    if not sources:
-        raise UsageError(f"no video files under {args.input} (looked for .mp4, .mkv, "
-                         ".webm, .mov, .avi, .ogv, ...)")
+    spec = input_spec(args, tuple(sorted(VIDEO_SUFFIXES)), "video")
     pipeline = video_pipeline(args)
     if args.annotate == "vllm" and not (args.address or os.environ.get("RAY_ADDRESS")):
         from rayorch.pipelines.video_annotate import require_vllm_runtime
@@ -117,6 +122,6 @@ def cmd_run_video(args: argparse.Namespace) -> int:
     same = {"annotate": args.annotate, "model": args.model, "max_clip_s": args.max_clip_s,
             "min_clip_s": args.min_clip_s, "threshold": args.threshold,
             "keyframes": args.keyframes, "write_clips": args.write_clips}
-    return run_job(args, job=VIDEO_JOB, sources=sources, pipeline=pipeline, options=same,
+    return run_job(args, job=VIDEO_JOB, spec=spec, pipeline=pipeline, options=same,
                    writer=VIDEO_WRITER, engine=("--annotate", args.annotate),
                    outputs=outputs_text)

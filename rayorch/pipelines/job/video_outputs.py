@@ -7,7 +7,6 @@ for videos.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rayorch.core.words import plural
@@ -22,12 +21,12 @@ def _finished(value: Any) -> bool:
 
 def _write_clips(out: OutputDir, index: int, value: dict[str, Any]) -> dict[str, Any]:
     """A video's row and its clip lines (a clip file under ``--output`` named relative to it)."""
-    root = out.local_dir().resolve()
+    root = f"{out.path.resolve()}/" if out.path is not None else f"{out.url.rstrip('/')}/"
     lines = []
     for clip in value["clips"]:
         line = {"video": value["path"], **{k: v for k, v in clip.items() if k != "video"}}
-        if "file" in line and Path(line["file"]).is_relative_to(root):
-            line["file"] = str(Path(line["file"]).relative_to(root))
+        if isinstance(line.get("file"), str) and line["file"].startswith(root):
+            line["file"] = line["file"][len(root):]
         lines.append(line)
     return {"source": value["path"], "clips": len(lines), "duration_s": value["duration_s"],
             "fps": value["fps"], "width": value["width"], "height": value["height"],
@@ -47,13 +46,13 @@ order; the clip files ``--write-clips`` copies are made by ``ProbeVideo``). Resu
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     """What a video run left in ``--output``, for the summary."""
     clips = out.lines_written
-    written = [f"{out.path}/videos.jsonl (one line per video)",
-               f"{out.path}/clips.jsonl " + (f"({plural(clips, 'line')}, one per clip)" if clips
+    written = [f"{out.url}/videos.jsonl (one line per video)",
+               f"{out.url}/clips.jsonl " + (f"({plural(clips, 'line')}, one per clip)" if clips
                                              else "(empty: no clip was made)")]
-    folder = out.local_dir() / str(VIDEO_JOB.folder)
-    if folder.is_dir():
-        files = sum(1 for p in folder.rglob("*") if p.is_file())
-        written.append(f"{folder}/ ({plural(files, 'clip file')})")
+    files = sum(len(page) for page in out.storage.walk(str(VIDEO_JOB.folder)))
+    if files:
+        written.append(f"{out.url.rstrip('/')}/{VIDEO_JOB.folder}/ "
+                       f"({plural(files, 'clip file')})")
     return ", ".join(written)
 
 
