@@ -564,8 +564,28 @@ class ShardDriver:
         self.stats.sources_done += count
 
     # == finishing ===============================================================================
+    def _seal(self, k: int, st: ShardState) -> None:
+        """A shard whose every source is complete but some wait in the sink's spool for a
+        part of their size: publish them as the writer's last part of the shard."""
+        spooled = getattr(self.sink, "spooled", None)
+        if spooled is None or st.ready or st.machine.kernel.in_flight \
+                or not (st.machine.run_completed or st.draining) or not spooled(k):
+            return
+        self._moved = True
+        with self._guard(k):
+            self._flush(st)  # fenced: a deposed driver writes no part
+            events = self.sink.seal(k, acked=self.shards.known_seq(k))  # type: ignore[union-attr]
+            self._perform(st, st.machine.handle(*events))
+            try:
+                self._flush(st)
+            except (LeaseLostError, FencedError):
+                self.sink.discard(self._unrecorded(k, events))  # type: ignore[union-attr]
+                raise
+            self._delivered(len(events))
+
     def _finish_shards(self) -> None:
         for k, st in list(self.shards.items()):
+            self._seal(k, st)
             if st.machine.holds_work or st.ready:
                 continue  # a Grain in flight, or an output not yet delivered, keeps its shard
             done = st.machine.run_completed

@@ -31,13 +31,18 @@ import orjson
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.pipelines.job.layouts import JobLayout, job_layout
+from rayorch.pipelines.job.shard_rows import slim_row
 from rayorch.pipelines.job.summary import JobSummary
 from rayorch.pipelines.sources import slug
+from rayorch.runtime.formats import RowSchema
+from rayorch.runtime.formats.index import INDEX_NAME, write_index
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 from rayorch.storage import Storage, StorageError, check_key, open_storage
 
 MARKER = ".rayorch-output.json"
+FILES = "files"
+"""The default ``--format``: a file per source (``.md``...) beside the run's part files."""
 DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
 """Names of the files a job writes per source: ``<index:05d>-<slug>.<ext>``."""
 LINES_KEY = "lines"
@@ -61,6 +66,10 @@ class JobWriter:
     """``render(out, id, value)``: write a finished source's files; its row fields."""
     count: Callable[[JobSummary, Any], None]
     """``count(summary, value)``: add a finished source to the summary."""
+    rows: Callable[[], RowSchema] | None = None
+    """The declared columns of the job's rows in a shard format (``--format parquet``...)."""
+    shard_row: Callable[[int, Any, str | None, str, str], dict[str, Any]] | None = None
+    """``shard_row(id, value, source, run_id, config)``: a finished source's typed row."""
 
     def delivered(self, summary: JobSummary, sources: list[str], index: int, value: Any
                   ) -> None:
@@ -109,6 +118,17 @@ class OutputDir:
         """The ``dropped.jsonl`` rows of this run (None: the run has no quality stage)."""
         self.started = False
         """Whether a run began here (:meth:`note_run`)."""
+        self.format: str = marker.get("options", {}).get("format", FILES)
+        """``files`` (a file per source beside the parts) or a shard format's name."""
+        self.shard_size: int | None = marker.get("options", {}).get("shard_size")
+        self.run_id = ""
+        self.config = hashlib.sha256(orjson.dumps(marker.get("options", {}),
+                                                  option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+        """The fingerprint of the job's options (each shard row's ``config``)."""
+
+    @property
+    def sharded(self) -> bool:
+        return self.format != FILES
 
     @classmethod
     def prepare(cls, out: str | Path, *, job: JobLayout | str, sources: list[str],
@@ -159,7 +179,8 @@ class OutputDir:
                         f"--resume needs the same job, --input files and options as the "
                         f"earlier run in {path_text} ({' and '.join(mismatch)} changed); "
                         "use --overwrite to start afresh")
-                kept = _finished(storage, layout, len(sources))
+                kept = _finished(storage, layout, len(sources),
+                                 options.get("format", FILES) != FILES)
                 marker["runs"] = list(earlier.get("runs", []))
                 if isinstance(earlier.get("dedup_scope"), str):  # the same dedup index
                     marker["dedup_scope"] = earlier["dedup_scope"]
@@ -197,8 +218,14 @@ class OutputDir:
         files beside its part; an earlier run's directory (``--resume``) is taken over
         (its kept parts stay)."""
         self._writer = writer
+        self.run_id = run_id
         take_over(self.url, run_id, self.patterns)
-        self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self)
+        if not self.sharded:
+            self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self)
+        else:
+            self.sink = FileSink(self.url, self.format, run_id=run_id, beside=self,
+                                 schema=writer.rows() if writer.rows else None,
+                                 shard_size=self.shard_size)
         return self.sink
 
     patterns: tuple[str, ...] = ("*",)
@@ -212,8 +239,10 @@ class OutputDir:
             return value
         if self._writer is None or not self._writer.finished(value):
             return FailedResult(index, Outcome.FAILED, failure_cause(value))
-        fields = self._writer.render(self, index, value)
         source = self.sources[index] if 0 <= index < len(self.sources) else None
+        if self.sharded and self._writer.shard_row is not None:
+            return self._writer.shard_row(index, value, source, self.run_id, self.config)
+        fields = self._writer.render(self, index, value)
         return {"id": index, "source": source, "status": "ok", "cause": None,
                 **self.layout.row_defaults, **fields}
 
@@ -259,6 +288,8 @@ class OutputDir:
             remove_sink(self.url)
             return
         self._write_views(self.delivered())
+        if self.sharded and _exists(self.storage, SINK_MANIFEST):
+            write_index(self.storage)
         if self.drops is not None:
             _write_lines(self.storage, DROPPED_NAME, self.drops)
         self.marker["status"] = "complete" if complete else "incomplete"
@@ -274,7 +305,7 @@ class OutputDir:
             index, value = record["index"], record.get("value")
             if record["outcome"] == Outcome.PRESENT.value:
                 if isinstance(value, dict) and value.get("id") == index:
-                    rows[index] = value
+                    rows[index] = slim_row(value) if self.sharded else value
                 continue
             source = self.sources[index] if 0 <= index < len(self.sources) else None
             cause = record["cause"]
@@ -327,9 +358,11 @@ def _own_file(layout: JobLayout, row: dict[str, Any]) -> bool:
     return layout.file_field is not None and isinstance(row.get(layout.file_field), str)
 
 
-def _finished(storage: Storage, layout: JobLayout, count: int) -> dict[int, dict[str, Any]]:
-    """Rows of the sources the part files hold ok whose files are all still there; the part
-    files keep only those records (everything else runs again)."""
+def _finished(storage: Storage, layout: JobLayout, count: int, sharded: bool = False
+              ) -> dict[int, dict[str, Any]]:
+    """Rows of the sources the part files hold ok whose files are all still there (a shard
+    format's rows hold their content); the part files keep only those records (everything
+    else runs again)."""
     if not _exists(storage, SINK_MANIFEST):
         return {}
 
@@ -340,6 +373,8 @@ def _finished(storage: Storage, layout: JobLayout, count: int) -> dict[int, dict
         if not (isinstance(row, dict) and row.get("id") == record.index
                 and row.get("status") == "ok"):
             return False
+        if sharded:
+            return True
         if layout.file_field is not None:
             name = row.get(layout.file_field)
             if not (isinstance(name, str) and DOCUMENT_NAME.match(name)
@@ -351,8 +386,12 @@ def _finished(storage: Storage, layout: JobLayout, count: int) -> dict[int, dict
                     if isinstance(line, dict) and "file" in line) \
             and all(_inside(storage, name) for name in _extra_files(layout, row))
 
-    return {record.index: orjson.loads(record.value_json or b"null")
-            for record in prune_parts(storage.url, whole)}
+    from rayorch.pipelines.job.shard_rows import job_rows
+
+    schema = job_rows(layout.job) if sharded else None
+    kept = {record.index: orjson.loads(record.value_json or b"null")
+            for record in prune_parts(storage.url, whole, schema)}
+    return {index: slim_row(row) if sharded else row for index, row in kept.items()}
 
 
 def _inside(storage: Storage, name: Any) -> bool:
@@ -398,7 +437,7 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
                     name.startswith(".") and name.endswith(".tmp"))
                 if ours and name not in keep:
                     storage.delete(name)
-        for shared in (layout.rows, layout.lines, DROPPED_NAME):
+        for shared in (layout.rows, layout.lines, DROPPED_NAME, INDEX_NAME):
             if shared:
                 storage.delete(shared)
     except StorageError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from rayorch.core.words import plural
 from rayorch.pipelines.job.cli import summary_dict
 from rayorch.pipelines.job.output import JobWriter, OutputDir
+from rayorch.pipelines.job.shard_rows import pdf_row, pdf_rows
 from rayorch.pipelines.job.summary import JobSummary
 
 
@@ -74,7 +75,7 @@ def _count_document(summary: JobSummary, value: dict[str, Any]) -> None:
     summary.warnings.extend(document_warnings(str(value["path"]), value))
 
 
-PDF_WRITER = JobWriter(_finished, _write_document, _count_document)
+PDF_WRITER = JobWriter(_finished, _write_document, _count_document, pdf_rows, pdf_row)
 """One ``.md`` per document (``NNNNN-<stem>.md``) and its row; with ``--ocr layout`` also
 ``NNNNN-<stem>.content_list.json`` and the figures under ``figures/``; the summary's pages,
 engines and warnings. Results are ``AssembleDocument`` (or ``AssembleRegionDocument``)
