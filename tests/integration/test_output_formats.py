@@ -179,7 +179,7 @@ def test_three_kills_and_a_resume_leave_every_source_once_and_audited(
 ) -> None:
     import pyarrow.dataset as ds
 
-    inputs = corpus(tmp_path, copies=3)
+    inputs = corpus(tmp_path, copies=8)
     total = len(list(inputs.iterdir()))
     out = tmp_path / "out"
     argv = ["run", "pdf", "--input", str(inputs), "--output", str(out), "--store", redis_url,
@@ -194,7 +194,7 @@ def test_three_kills_and_a_resume_leave_every_source_once_and_audited(
         try:
             while job.poll() is None and len(shards(out) if out.exists() else []) <= seen:
                 time.sleep(0.02)  # a shard appears while the run goes on: then kill it
-            assert job.poll() is None, "the run ended before a shard was published"
+            assert job.poll() is None, f"run {kill + 1} ended before a shard was published"
             os.killpg(job.pid, signal.SIGKILL)
         finally:
             if job.poll() is None:
