@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class ShardSpool:
         self.target = target
         self.dir = Path(directory) if directory is not None else Path(
             tempfile.mkdtemp(prefix="rayorch-spool-"))
+        # removed with the spool (or at exit); a killed writer's is in the temp directory
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
         self._raw: dict[int, int] = {}
         self._count: dict[int, int] = {}
         self.ratio = 1.0
@@ -102,7 +105,7 @@ class ShardSpool:
         self._path(shard).unlink(missing_ok=True)
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._cleanup()
 
 
 __all__ = ["FULL_ENOUGH", "SLACK", "ShardSpool"]
