@@ -497,17 +497,21 @@ class ShardDriver:
             with self._guard(k):
                 self._flush(st)  # fenced: a deposed driver writes no part
                 # (the part's name records what the store acknowledged: audit's rollback check)
-                events = self.sink.deliver(k, ready, acked=self.shards.known_seq(k))
-                self._perform(st, st.machine.handle(*events))
-                try:
-                    self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
-                except (LeaseLostError, FencedError):
-                    self.sink.discard(self._unrecorded(k, events))
-                    raise
-                self._delivered(len(events))
+                self._record(k, st, self.sink.deliver(k, ready, acked=self.shards.known_seq(k)))
                 delivered = ready
             for r in delivered:  # for a ReplicaHandle's caller: what this driver delivered
                 yield r.index, r.value
+
+    def _record(self, k: int, st: ShardState, events: Sequence[OutputDelivered]) -> None:
+        """Append the deliveries' facts, fenced: a deposed driver's never land (and the
+        parts they name are taken back)."""
+        self._perform(st, st.machine.handle(*events))
+        try:
+            self._flush(st)
+        except (LeaseLostError, FencedError):
+            self.sink.discard(self._unrecorded(k, events))  # type: ignore[union-attr]
+            raise
+        self._delivered(len(events))
 
     def _unrecorded(self, k: int, events: Sequence[OutputDelivered]) -> list[OutputDelivered]:
         """Of deliveries whose append was refused, those the store holds no record of.
@@ -574,14 +578,7 @@ class ShardDriver:
         self._moved = True
         with self._guard(k):
             self._flush(st)  # fenced: a deposed driver writes no part
-            events = self.sink.seal(k, acked=self.shards.known_seq(k))  # type: ignore[union-attr]
-            self._perform(st, st.machine.handle(*events))
-            try:
-                self._flush(st)
-            except (LeaseLostError, FencedError):
-                self.sink.discard(self._unrecorded(k, events))  # type: ignore[union-attr]
-                raise
-            self._delivered(len(events))
+            self._record(k, st, self.sink.seal(k, acked=self.shards.known_seq(k)))  # type: ignore[union-attr]
 
     def _finish_shards(self) -> None:
         for k, st in list(self.shards.items()):
