@@ -114,3 +114,25 @@ def test_a_rebuilt_shard_forgets_its_spool(tmp_path: Path) -> None:
     sink.reset(0)
     assert sink.spooled(0) == 0 and sink.seal(0) == []
     assert not list((tmp_path / "out").glob("part-*"))
+
+
+def test_a_video_row_holds_its_clips_and_their_mp4(tmp_path: Path) -> None:
+    from rayorch.pipelines.job.shard_rows import video_row, video_rows
+
+    clip_file = tmp_path / "0000.mp4"
+    clip_file.write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    value = {"path": "/in/v.mp4", "duration_s": 4, "fps": 25, "width": 64, "height": 48,
+             "cuts": [2], "clips": [
+                 {"video": "/in/v.mp4", "clip": 0, "start_s": 0, "end_s": 2.0, "frames": 50,
+                  "annotation": {"caption": "a cat", "model": "m"}, "file": str(clip_file)},
+                 {"video": "/in/v.mp4", "clip": 1, "start_s": 2.0, "end_s": 4, "frames": 50}]}
+    row = video_row(3, value, "/in/v.mp4", "r1", "c")
+    assert row["cuts"] == [2.0] and row["duration_s"] == 4.0
+    assert row["clips"][0]["data"] == clip_file.read_bytes()
+    assert row["clips"][0]["annotation"] == '{"caption":"a cat","model":"m"}'
+    assert row["clips"][1]["data"] is None and row["clips"][1]["file"] is None
+    given = [encode_record(3, row)]
+    for fmt in ("parquet", "jsonl.zst", "wds"):
+        data = part_format(fmt).encode(given, video_rows())
+        assert [r.digest for r in part_format(fmt).decode(data, "p")] == [given[0].digest]
+    assert b"000000003.0.mp4" in part_format("wds").encode(given, video_rows())

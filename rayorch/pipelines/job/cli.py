@@ -397,6 +397,12 @@ def output_format(args: argparse.Namespace) -> dict[str, Any]:
         size = parse_byte_size(args.shard_size)
     except ValueError as exc:
         raise UsageError(f"--shard-size: {exc}") from None
+    for module in ("pyarrow", *(("zstandard",) if fmt == "jsonl.zst" else ())):
+        try:
+            __import__(module)
+        except ImportError:
+            raise UsageError(f"--format {fmt} needs {module}: pip install 'rayorch[shards]'") \
+                from None
     return {"format": fmt, "shard_size": size}
 
 

@@ -84,6 +84,9 @@ dicts, else failed documents."""
 
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     """What a PDF run left in ``--output``, for the summary."""
+    if out.sharded:
+        return (f"{out.url}/documents.jsonl, {out.format} shards (part-*) and _index.parquet "
+                "(docs/output-formats.md)")
     files = out.files_written
     what = f"documents.jsonl and {plural(files, '.md file')}" if files else (
         "documents.jsonl (no .md written)")
