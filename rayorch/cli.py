@@ -8,8 +8,9 @@ It runs the shipped jobs and inspects, audits, resumes and serves the runs of a 
     rayorch audit RUN --store URL [--json]    verify a run's lineage and delivery evidence
     rayorch show  RUN ENTITY --store URL      the lineage tree of one source item
     rayorch timeline RUN --store URL -o run.png   per-Call windows and throughput
-    rayorch driver RUN --store URL [--out-dir D --format jsonl|parquet]   join a run
-    rayorch resume RUN --store URL [--out-dir D --format jsonl|parquet]   continue a run
+    rayorch driver RUN --store URL [--out-dir D --format FMT]   join a run
+    rayorch resume RUN --store URL [--out-dir D --format FMT]   continue a run
+    (FMT: jsonl, parquet, jsonl.zst, wds; docs/output-formats.md)
     rayorch status RUN --store URL [--json]   parents done / in progress, drivers, leases
     rayorch delete RUN --store URL            remove a run's keys and payload files
     rayorch archive RUN --store URL --archive URL   move a run's facts to an archive
@@ -306,8 +307,8 @@ def _add_replica_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust", action="append", metavar="MODULE",
                         help="only import the run's pipeline from this module or package "
                         "(repeatable; adds to $RAYORCH_TRUSTED_MODULES)")
-    parser.add_argument("--out-dir", help="where this driver writes the outputs (JSONL or "
-                        "Parquet part files, read with rayorch.runtime.sinks.read_outputs) "
+    parser.add_argument("--out-dir", help="where this driver writes the outputs (part files "
+                        "of --format, read with rayorch.runtime.sinks.read_outputs) "
                         "when the run records no output directory, as for a run started by "
                         "Pipeline.run")
     parser.add_argument("--format", choices=FORMATS, default=None, dest="out_format",

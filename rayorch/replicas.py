@@ -45,6 +45,7 @@ def create_run(
     run_id: str | None = None,
     out_dir: str | None = None,
     out_format: str = "jsonl",
+    shard_size: int | None = None,
     micro_batch: int = 16,
     shards: int = 4,
     max_active_sources: int | None = 256,
@@ -56,7 +57,9 @@ def create_run(
     ``pipeline`` is an importable ``ro.Pipeline`` class (or ``"pkg.module:Class"``) built
     with ``args``/``kwargs`` by every driver; ``inputs`` (one iterable per ``forward``
     argument) are recorded in full with the run; finished sources are written to
-    ``out_dir`` as ``out_format`` (``"jsonl"`` or ``"parquet"``) part files, read back with
+    ``out_dir`` as ``out_format`` (``"jsonl"``, ``"parquet"``, ``"jsonl.zst"``, ``"wds"``:
+    :mod:`rayorch.runtime.formats`; ``shard_size``: parts rolled by size, for every driver)
+    part files, read back with
     :func:`rayorch.runtime.sinks.read_outputs`; ``out_dir`` may be an object store URL
     (``s3://bucket/out``), reached with ``storage_options`` beyond the cloud's environment
     (this process's: never recorded). Returns the run id. Nothing runs until a driver joins.
@@ -86,7 +89,7 @@ def create_run(
     check_storable(rows, args, kwargs)
     run_id = run_id or new_run_id(plan)
     if out_dir is not None:  # refuse a foreign directory now, not in every driver later
-        out_dir = FileSink(out_dir, out_format, run_id=run_id).url
+        out_dir = FileSink(out_dir, out_format, run_id=run_id, shard_size=shard_size).url
     manifest = RunManifest(path, tuple(args), kwargs, tuple(rows),
                            None if out_dir is None else str(out_dir), max_active_sources, depth,
                            out_format)

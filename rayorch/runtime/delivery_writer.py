@@ -90,22 +90,25 @@ class DeliveryWriter:
         """Deliveries in flight or finished and not yet collected."""
         return len(self._running) + len(self._done)
 
-    def submit(self, shard: int, owner: Any, ready: list[OutputReady], acked: int) -> None:
-        """Deliver ``ready`` (outputs of ``shard``, held as ``owner``); :meth:`collect`
+    def submit(self, shard: int, owner: Any, ready: list[OutputReady], acked: int, *,
+               seal: bool = False) -> None:
+        """Deliver ``ready`` (outputs of ``shard``, held as ``owner``), or with ``seal``
+        publish what the sink's spool holds of ``shard`` (:meth:`Sink.seal`); :meth:`collect`
         gives the result."""
         if shard in self._running:
             raise RuntimeError(f"shard {shard} has a delivery in flight already")
-        job = (shard, owner, tuple(ready), acked)
+        job = (shard, owner, tuple(ready), acked, seal)
         if self._pool is None:
             self._done.append(self._deliver(*job))
         else:
             self._running[shard] = self._pool.submit(self._deliver, *job)
             self._flying[shard] = len(ready)
 
-    def _deliver(self, shard: int, owner: Any, ready: tuple[OutputReady, ...], acked: int
-                 ) -> Delivery:
+    def _deliver(self, shard: int, owner: Any, ready: tuple[OutputReady, ...], acked: int,
+                 seal: bool) -> Delivery:
         try:
-            events = self.sink.deliver(shard, ready, acked=acked)
+            events = (self.sink.seal(shard, acked=acked) if seal
+                      else self.sink.deliver(shard, ready, acked=acked))
         except BaseException as exc:  # surfaced on the driver's loop, cause and all
             return Delivery(shard, owner, ready, error=exc)
         return Delivery(shard, owner, ready, tuple(events))

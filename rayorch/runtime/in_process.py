@@ -119,6 +119,13 @@ class CollectSink:
     def discard(self, delivered: Sequence[OutputDelivered]) -> None:
         """The executor holds every shard for good: a refusal never happens."""
 
+    def spooled(self, shard: int) -> int:
+        """Nothing waits: each output is delivered when it is ready."""
+        return 0
+
+    def seal(self, shard: int, *, acked: int = 0) -> list[OutputDelivered]:
+        return []
+
 
 @dataclass
 class _Job:

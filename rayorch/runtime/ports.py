@@ -188,6 +188,15 @@ class Sink(Protocol):
         """Undo :meth:`deliver`: its facts were refused (this driver lost the shard)."""
         ...
 
+    def spooled(self, shard: int) -> int:
+        """How many of ``shard``'s outputs :meth:`deliver` took without delivering them yet
+        (they wait for a part of their size: ``FileSink(shard_size=...)``)."""
+        ...
+
+    def seal(self, shard: int, *, acked: int = 0) -> list[OutputDelivered]:
+        """Deliver what :meth:`spooled` counts (``shard`` has nothing more to deliver)."""
+        ...
+
 
 def actor_need(module: ModuleSpec) -> dict[str, float]:
     """What one actor of ``module`` holds: its CPUs, GPUs and custom resources."""

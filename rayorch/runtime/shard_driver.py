@@ -572,8 +572,22 @@ class ShardDriver:
         self.stats.sources_done += count
 
     # == finishing ===============================================================================
+    def _seal(self, k: int, st: ShardState) -> None:
+        """A shard whose every source is complete but some wait in the sink's spool for a
+        part of their size: the writer publishes them as its last part of the shard."""
+        writer = self.writer
+        if writer is None or st.ready or st.machine.kernel.in_flight or writer.busy(k) \
+                or not (st.machine.run_completed or st.draining) \
+                or not writer.sink.spooled(k):
+            return
+        self._moved = True
+        with self._guard(k):
+            self._flush(st)  # fenced: a deposed driver writes no part
+            writer.submit(k, st, [], self.shards.known_seq(k), seal=True)
+
     def _finish_shards(self) -> None:
         for k, st in list(self.shards.items()):
+            self._seal(k, st)
             if st.machine.holds_work or st.ready:
                 continue  # a Grain in flight, or an output not yet delivered, keeps its shard
             done = st.machine.run_completed

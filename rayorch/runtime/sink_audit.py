@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rayorch.core.facts import OutputEmitted
+from rayorch.runtime.formats import part_format
 from rayorch.runtime.sinks import FILELESS_SINKS, PartName, SinkError, read_part, sink_parts
 from rayorch.storage import StorageError, open_storage
 
@@ -52,7 +53,8 @@ def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted],
         fmt, _, name = sink.partition(":")
         part = PartName.parse(name)
         sources = ", ".join(map(str, sorted(digests)[:8])) + (", ..." if len(digests) > 8 else "")
-        if part is None or fmt != part.fmt or fmt != meta["format"]:
+        if part is None or fmt != meta["format"] or \
+                part.suffix != part_format(fmt).suffix:
             problems.append(f"sources {sources}: delivered to {sink!r}, which is not a "
                             f"{meta['format']} part of {directory}")
             continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rayorch.runtime.formats import RowSchema, part_format
 from rayorch.runtime.sinks import (
     CLAIM_PREFIX,
     HIDDEN_PREFIX,
@@ -37,12 +38,14 @@ def _leftovers(storage: Storage) -> list[str]:
             if LEFTOVER_RE.match(n) or n.startswith(CLAIM_PREFIX)]
 
 
-def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool]) -> list[SinkRecord]:
+def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool],
+                schema: RowSchema | None = None) -> list[SinkRecord]:
     """Keep only the records ``keep`` accepts; the kept records (never a source twice).
 
     A part keeping all its records stays as it is; one keeping some is published again
     with just those (byte for byte) and removed; one keeping none is removed. The
-    earlier run's temp files, claim markers and discarded parts go too.
+    earlier run's temp files, claim markers and discarded parts go too. ``schema``: the
+    declared columns of the sink's values (a job's rows), for a typed format.
     """
     storage, meta, names = sink_parts(out_dir)
     kept: list[SinkRecord] = []
@@ -57,8 +60,10 @@ def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool]) -> list
                 continue
             part = PartName.parse(name)
             if mine and part is not None:
-                write_part_file(storage, meta["format"],
-                                PartName.new(part.shard, mine, meta["format"]), mine)
+                fmt = meta["format"]
+                write_part_file(storage, fmt,
+                                PartName.new(part.shard, mine, part_format(fmt).suffix), mine,
+                                schema)
             storage.delete(name)
         live = set(names)
         for name in _leftovers(storage):  # a discarded part goes with its marker

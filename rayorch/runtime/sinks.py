@@ -3,7 +3,13 @@
 A sink directory holds a small manifest (``_rayorch_sink.json``: run id, format, record
 schema) and *part files* written whole and atomically, one per ``write_part`` call::
 
-    part-s<shard:5>-<first index:12>-<records>[-q<seq>]-<6 hex>.jsonl | .parquet
+    part-s<shard:5>-<first index:12>-<records>[-q<seq>]-<tag>.<suffix>
+
+``<suffix>`` is the format's (:mod:`rayorch.runtime.formats`: ``jsonl``, ``parquet``,
+``jsonl.zst``, ``tar`` for ``wds``); ``<tag>`` 6 random hex, or for a part rolled by size
+(``shard_size``) 16 hex of its content digest: parts then hold about ``shard_size`` bytes
+each (at most 1.1x, except a writer's last of a shard), spooled locally until full
+(:mod:`rayorch.runtime.formats.spool`) and published whole under that one name.
 
 ``q<seq>``: how many facts of the shard the lineage store had acknowledged to the writing
 driver when it wrote the part. A store that now holds fewer lost facts it acknowledged
@@ -15,9 +21,10 @@ Values are JSON by the one rule of :mod:`rayorch.core.json_values` (tuples and n
 arrays become lists, ``bytes`` ``{"$bytes": "<base64>"}``); anything else (a set, a 65-bit
 int, NaN, a dict with non-str keys) is a :class:`SinkError` naming the source, never a silent
 ``str()`` (on a durable store the actor already failed that record alone, by the same
-rule). Parquet parts have the columns ``index:int64, outcome, value_json, cause, output``
-(strings). A record's *digest* is the SHA-256 of its canonical bytes: the JSONL
-line (keys in the order above, no spaces), rebuilt from the columns for Parquet.
+rule). How a part stores its records is its format's (typed columns of a declared
+:class:`~rayorch.runtime.formats.RowSchema`, or the generic record layout). A record's
+*digest* is the SHA-256 of its canonical bytes: the JSONL line (keys in the order above,
+no spaces), rebuilt from what any format stores.
 
 The driver calls exactly this (docs/ARCHITECTURE.md, "File sinks")::
 
@@ -46,8 +53,8 @@ published. Its ``--resume`` is a new run taking the directory over
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
-import io
 import itertools
 import re
 import secrets
@@ -61,18 +68,14 @@ from typing import Any, Protocol
 import orjson
 
 from rayorch.core.machine import OutputDelivered, OutputReady
+from rayorch.runtime.formats import RowSchema, format_names, format_of_suffix, part_format
+from rayorch.runtime.formats.spool import ShardSpool
 from rayorch.storage import Storage, StorageError, open_storage, parse_location
-from rayorch.store.records.sink import (
-    PartName,
-    SinkError,
-    SinkRecord,
-    encode_record,
-    parse_part,
-)
+from rayorch.store.records.sink import PartName, SinkError, SinkRecord, encode_record
 
 SINK_MANIFEST = "_rayorch_sink.json"
 SINK_VERSION = 1
-FORMATS = ("jsonl", "parquet")
+FORMATS = format_names()
 HIDDEN_PREFIX = ".rayorch-"  # temp files and claim markers: ignored by readers
 # A local temp file (being written), or a claim file of rayorch before object storage:
 # "<prefix>tmp-<part>-<8 hex>" / "<prefix>claim-<part>-<8 hex>".
@@ -104,11 +107,14 @@ def read_part(storage: Storage, name: str) -> list[tuple[SinkRecord, str]]:
     it is gone, :class:`SinkError` when it cannot be read or parsed."""
     where = f"part file {storage.url}/{name}"
     part = PartName.parse(name)
+    fmt = format_of_suffix(part.suffix if part else name.partition(".")[2])
+    if fmt is None:
+        raise SinkError(f"{where} is in no known format")
     try:
         data = storage.read(name)
     except StorageError as exc:
         raise SinkError(f"{where} cannot be read: {exc}") from None
-    return parse_part(where, part.fmt if part else name.rpartition(".")[2], data)
+    return [(rec, rec.digest) for rec in part_format(fmt).decode(data, where)]
 
 
 def list_names(storage: Storage, prefix: str) -> list[str]:
@@ -181,35 +187,24 @@ def publish(storage: Storage, name: str, data: bytes, *, rename_on_clash: bool =
     raise SinkError(f"cannot find a free part name in {storage.url}")  # pragma: no cover
 
 
-def _parquet_table(records: Sequence[SinkRecord]) -> Any:
-    import pyarrow as pa
-
-    return pa.table({
-        "index": pa.array([r.index for r in records], pa.int64()),
-        "outcome": pa.array([r.outcome for r in records], pa.string()),
-        "value_json": pa.array([None if r.value_json is None else r.value_json.decode()
-                                for r in records], pa.string()),
-        "cause": pa.array([r.cause for r in records], pa.string()),
-        "output": pa.array([r.output for r in records], pa.string()),
-    })
-
-
-def part_bytes(fmt: str, records: Sequence[SinkRecord]) -> bytes:
-    """A part file's bytes: JSON lines, or one Parquet file."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        buffer = io.BytesIO()
-        pq.write_table(_parquet_table(records), buffer)
-        return buffer.getvalue()
-    return b"".join(r.line + b"\n" for r in records)
-
-
-def write_part_file(storage: Storage, fmt: str, name: str, records: Sequence[SinkRecord]) -> str:
-    return publish(storage, name, part_bytes(fmt, records))
+def write_part_file(storage: Storage, fmt: str, name: str, records: Sequence[SinkRecord],
+                    schema: RowSchema | None = None) -> str:
+    return publish(storage, name, part_format(fmt).encode(records, schema))
 
 
 # -- the sink -------------------------------------------------------------------------------
+def _check_libraries(fmt: str, extra: str | None) -> None:
+    """A :class:`SinkError` naming the extra to install when ``fmt``'s library is missing."""
+    module = {"parquet": "pyarrow.parquet", "jsonl.zst": "zstandard"}.get(fmt)
+    if module is None:
+        return
+    try:
+        __import__(module)
+    except ImportError:
+        raise SinkError(f"{fmt} output needs {module.partition('.')[0]}: pip install "
+                        f"'rayorch[{extra}]' (or use --format jsonl)") from None
+
+
 def load_manifest(storage: Storage) -> dict[str, Any] | None:
     try:
         blob = storage.read(SINK_MANIFEST)
@@ -222,7 +217,7 @@ def load_manifest(storage: Storage) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         meta = None
     if not (isinstance(meta, dict) and meta.get("rayorch_sink") == SINK_VERSION
-            and isinstance(meta.get("run"), str) and meta.get("format") in FORMATS):
+            and isinstance(meta.get("run"), str) and meta.get("format") in format_names()):
         raise SinkError(f"{storage.url}/{SINK_MANIFEST} is not a rayorch sink manifest "
                         f"(version {SINK_VERSION}); use another directory")
     return meta
@@ -245,7 +240,7 @@ def _foreign_files(storage: Storage, fmt: str | None, beside: Sequence[str] = ()
                 fnmatch.fnmatchcase(name, pattern) for pattern in beside):
             continue
         part = PartName.parse(name)
-        if part is None or (fmt is not None and part.fmt != fmt):
+        if part is None or (fmt is not None and part.suffix != part_format(fmt).suffix):
             odd.append(name)
     return sorted(odd)
 
@@ -255,21 +250,21 @@ def _listing(names: list[str]) -> str:
 
 
 class FileSink:
-    """A run's outputs as JSONL or Parquet part files at ``out_dir`` (a directory or an
-    object store URL); see the module doc."""
+    """A run's outputs as part files of a format (:mod:`rayorch.runtime.formats`) at
+    ``out_dir`` (a directory or an object store URL); see the module doc.
+
+    ``schema``: the declared columns of the values (a job's rows), else the generic record
+    layout; ``shard_size``: bytes per part (parts roll by size), else one part per delivery.
+    A sink that records a shard size keeps it for every driver that opens it.
+    """
 
     def __init__(self, out_dir: str | Path, fmt: str = "jsonl", *, run_id: str,
-                 beside: Beside | None = None, render_threads: int = 1) -> None:
-        if fmt not in FORMATS:
-            raise SinkError(f"unknown output format {fmt!r}: use one of {', '.join(FORMATS)}")
+                 beside: Beside | None = None, schema: RowSchema | None = None,
+                 shard_size: int | None = None, render_threads: int = 1) -> None:
+        self.part_format = part_format(fmt)
         if not run_id:
             raise SinkError("a file sink needs the run id")
-        if fmt == "parquet":
-            try:
-                import pyarrow.parquet  # noqa: F401
-            except ImportError:
-                raise SinkError("Parquet output needs pyarrow: pip install 'rayorch[parquet]' "
-                                "(or use --format jsonl)") from None
+        _check_libraries(fmt, self.part_format.needs)
         try:
             self.storage = open_storage(out_dir)
             self.storage.make_dir()
@@ -277,6 +272,7 @@ class FileSink:
             raise SinkError(f"cannot use the output location: {exc}") from None
         self.url = sink_url(out_dir)
         self.format = fmt
+        self.schema = schema
         # Per shard, which parts hold each source (read at its first delivery; see deliver).
         self._on_disk: dict[int, dict[int, set[str]]] = {}
         self.run_id = run_id
@@ -295,6 +291,10 @@ class FileSink:
                     f"part files ({_listing(odd)}); use an empty or new directory")
             meta = {"rayorch_sink": SINK_VERSION, "run": run_id, "format": fmt,
                     "record": _RECORD_SCHEMA}
+            if schema is not None:
+                meta["schema"] = schema.describe()
+            if shard_size is not None:
+                meta["shard_size"] = shard_size
             if patterns:
                 meta["beside"] = patterns
             try:
@@ -314,13 +314,18 @@ class FileSink:
             raise SinkError(f"the output directory {self.url} holds files that are not "
                             f"{fmt} part files of run {run_id} ({_listing(odd)}); move them "
                             "away")
+        size = meta.get("shard_size")
+        self.spool = ShardSpool(size) if isinstance(size, int) and size > 0 else None
 
     def sink_of(self, name: str) -> str:
         """The ``OutputEmitted.sink`` of a part of this sink."""
         return f"{self.format}:{name}"
 
+    def _encode(self, records: Sequence[SinkRecord]) -> bytes:
+        return self.part_format.encode(records, self.schema)
+
     def _write(self, name: str, records: Sequence[SinkRecord]) -> str:
-        return write_part_file(self.storage, self.format, name, records)
+        return publish(self.storage, name, self._encode(records))
 
     def _facts(self, name: str, records: Iterable[tuple[SinkRecord, str]]
                ) -> list[OutputDelivered]:
@@ -330,8 +335,11 @@ class FileSink:
 
     # -- the driver's sink port (rayorch/runtime/ports.py) ----------------------------------
     def reset(self, shard: int) -> None:
-        """``shard`` was (re)built from the store: read what its parts hold again."""
+        """``shard`` was (re)built from the store: read what its parts hold again (and
+        forget what is spooled: those sources are offered again)."""
         self._on_disk.pop(shard, None)
+        if self.spool is not None:
+            self.spool.drop(shard)
 
     def deliver(self, shard: int, ready: Sequence[OutputReady], *, acked: int = 0
                 ) -> list[OutputDelivered]:
@@ -370,8 +378,37 @@ class FileSink:
         encoded = [encode_record(index, value) for (index, _), value in zip(records, values)]
         if len({r.index for r in encoded}) != len(encoded):
             raise SinkError(f"write_part got a source twice: {[r.index for r in encoded]}")
-        name = self._write(PartName.new(shard, encoded, self.format, acked), encoded)
+        if self.spool is not None:
+            self.spool.add(shard, encoded)
+            return self._roll(shard, acked, final=False)
+        name = self._write(PartName.new(shard, encoded, self.part_format.suffix, acked),
+                           encoded)
         return self._facts(name, [(r, r.digest) for r in encoded])
+
+    def seal(self, shard: int, *, acked: int = 0) -> list[OutputDelivered]:
+        """Publish what ``shard``'s spool holds (the writer's last part of the shard: the
+        shard has nothing more to deliver here); its deliveries."""
+        return self._roll(shard, acked, final=True)
+
+    def spooled(self, shard: int) -> int:
+        """How many of ``shard``'s sources wait in the spool for their part."""
+        return 0 if self.spool is None else self.spool.pending(shard)
+
+    def _roll(self, shard: int, acked: int, *, final: bool) -> list[OutputDelivered]:
+        """Publish the spool's full parts (``final``: and the rest) under their content's
+        name; a name that exists holds these very records (a retried publish)."""
+        spool = self.spool
+        facts: list[OutputDelivered] = []
+        while spool is not None and spool.pending(shard) and (final or spool.full(shard)):
+            cut = spool.take(shard, self._encode, final=final)
+            if cut is None:
+                break
+            records, data = cut
+            name = PartName.new(shard, records, self.part_format.suffix, acked, by_content=True)
+            with contextlib.suppress(FileExistsError):
+                publish(self.storage, name, data, rename_on_clash=False)
+            facts.extend(self._facts(name, [(r, r.digest) for r in records]))
+        return facts
 
     def _claim(self, name: str, body: bytes) -> bytes:
         """Claim part ``name`` for ``body`` (ADOPT or DISCARD) by creating its marker; the
@@ -411,7 +448,7 @@ class FileSink:
         found: dict[int, set[str]] = {}
         for name in live_parts(self.storage, f"part-s{shard:05d}-"):
             part = PartName.parse(name)
-            if part is None or part.shard != shard or part.fmt != self.format:
+            if part is None or part.shard != shard or part.suffix != self.part_format.suffix:
                 continue
             try:
                 for rec, _ in read_part(self.storage, name):
@@ -441,7 +478,8 @@ class FileSink:
                        if among is None else among)
         for name in names:
             part = PartName.parse(name)
-            if not wanted or part is None or part.shard != shard or part.fmt != self.format:
+            if not wanted or part is None or part.shard != shard or \
+                    part.suffix != self.part_format.suffix:
                 continue
             try:
                 records = read_part(self.storage, name)
@@ -459,7 +497,8 @@ class FileSink:
                     found.extend(self._facts(name, hits))
                 else:
                     kept = [rec for rec, _ in hits]
-                    new = self._write(PartName.new(shard, kept, self.format, part.acked), kept)
+                    new = self._write(PartName.new(shard, kept, self.part_format.suffix,
+                                                   part.acked), kept)
                     found.extend(self._facts(new, hits))
                     self.storage.delete(name)
                     self.storage.delete(CLAIM_PREFIX + name)

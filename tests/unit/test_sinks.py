@@ -14,6 +14,7 @@ import pytest
 
 from rayorch.core.facts import OutputEmitted, pack_value
 from rayorch.core.outcome import FailedResult, Outcome
+from rayorch.runtime.formats import part_format
 from rayorch.runtime.sink_audit import check_delivery
 from rayorch.runtime.sinks import (
     SINK_MANIFEST,
@@ -26,7 +27,7 @@ from rayorch.runtime.sinks import (
 from rayorch.store.records import ManifestError, RunManifest
 
 REPO = Path(__file__).resolve().parents[2]
-FORMATS = ["jsonl", "parquet"]
+FORMATS = ["jsonl", "parquet", "jsonl.zst", "wds"]
 
 VALUES: list[tuple[int, Any]] = [
     (4, {"text": "héllo", "pages": (1, 2), "raw": b"\x00\xff", "n": None}),
@@ -58,7 +59,8 @@ def test_round_trip_facts_and_digests(tmp_path: Path, fmt: str) -> None:
     assert [f.outcome for f in facts] == ["present", "failed", "present", "suppressed",
                                           "present"]
     (name,) = {f.sink for f in facts}
-    assert name.startswith(f"{fmt}:part-s00003-000000000001-5-") and name.endswith(f".{fmt}")
+    assert name.startswith(f"{fmt}:part-s00003-000000000001-5-") and name.endswith(
+        "." + part_format(fmt).suffix)
     assert visible(tmp_path / "out") == sorted([SINK_MANIFEST, name.partition(":")[2]])
     records = list(read_outputs(tmp_path / "out"))
     assert {r["index"]: r for r in records} == EXPECTED

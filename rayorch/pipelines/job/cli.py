@@ -343,6 +343,13 @@ def add_job_options(parser: argparse.ArgumentParser, job: JobLayout, *, input_he
                        help="an object store setting for s3://, gs://, az:// --input and "
                        "--output, e.g. endpoint=http://host:9000 (repeatable; credentials "
                        "come from the cloud's standard environment)")
+    group.add_argument("--format", default="files", dest="out_format",
+                       choices=("files", "parquet", "jsonl.zst", "wds"),
+                       help=f"files (default): one file per {unit} and {job.rows}; parquet, "
+                       "jsonl.zst or wds: typed shards rolled by --shard-size, with "
+                       "_index.parquet (docs/output-formats.md)")
+    group.add_argument("--shard-size", default="512MB", metavar="SIZE",
+                       help="bytes per shard of a shard --format, e.g. 512MB (default), 64MiB")
     add_metrics_options(group)
     group.add_argument("--cpu-price", type=float, default=None, metavar="USD",
                        help="dollars per CPU core-hour: the summary (and --json) gives the "
@@ -388,6 +395,27 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, not {value}")
 
 
+def output_format(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"format", "shard_size"}`` of a shard ``--format`` (checked: a ``UsageError``), else
+    ``{}``: a ``files`` run's options stay as they were (its ``--resume`` compares them)."""
+    from rayorch.core.sizes import parse_byte_size
+
+    fmt = getattr(args, "out_format", "files") or "files"
+    if fmt == "files":
+        return {}
+    try:
+        size = parse_byte_size(args.shard_size)
+    except ValueError as exc:
+        raise UsageError(f"--shard-size: {exc}") from None
+    for module in ("pyarrow", *(("zstandard",) if fmt == "jsonl.zst" else ())):
+        try:
+            __import__(module)
+        except ImportError:
+            raise UsageError(f"--format {fmt} needs {module}: pip install 'rayorch[shards]'") \
+                from None
+    return {"format": fmt, "shard_size": size}
+
+
 def run_job(
     args: argparse.Namespace,
     *,
@@ -419,6 +447,7 @@ def run_job(
     plan = pipeline.compile()
     require_price(args)
     args.store = with_archive(args.store, args.archive)
+    options = {**options, **output_format(args)}
     check_store(args.store)
     check_dedup_store(args)
     if (args.reuse or args.no_reuse) and not is_shared_store(args.store):

@@ -18,6 +18,7 @@ any run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -30,14 +31,19 @@ import orjson
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.pipelines.job.layouts import JobLayout, job_layout
+from rayorch.pipelines.job.shard_rows import slim_row
 from rayorch.pipelines.job.summary import JobSummary
 from rayorch.pipelines.sources import slug
 from rayorch.runtime.delivery_writer import RENDER_THREADS
+from rayorch.runtime.formats import RowSchema
+from rayorch.runtime.formats.index import INDEX_NAME, write_index
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 from rayorch.storage import Storage, StorageError, check_key, open_storage
 
 MARKER = ".rayorch-output.json"
+FILES = "files"
+"""The default ``--format``: a file per source (``.md``...) beside the run's part files."""
 DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
 """Names of the files a job writes per source: ``<index:05d>-<slug>.<ext>``."""
 LINES_KEY = "lines"
@@ -61,6 +67,10 @@ class JobWriter:
     """``render(out, id, value)``: write a finished source's files; its row fields."""
     count: Callable[[JobSummary, Any], None]
     """``count(summary, value)``: add a finished source to the summary."""
+    rows: Callable[[], RowSchema] | None = None
+    """The declared columns of the job's rows in a shard format (``--format parquet``...)."""
+    shard_row: Callable[[int, Any, str | None, str, str], dict[str, Any]] | None = None
+    """``shard_row(id, value, source, run_id, config)``: a finished source's typed row."""
 
     def delivered(self, summary: JobSummary, source: str | None, value: Any) -> None:
         """Count one delivered result: finished, dropped (by a data-quality stage), or
@@ -105,6 +115,13 @@ class OutputDir:
         self.stream: Any = None
         """The run's :class:`~rayorch.pipelines.inputs.InputStream` (the source of each id
         and its manifest columns), once the run has one."""
+        self.format: str = marker.get("options", {}).get("format", FILES)
+        """``files`` (a file per source beside the parts) or a shard format's name."""
+        self.shard_size: int | None = marker.get("options", {}).get("shard_size")
+        self.run_id = ""
+        self.config = hashlib.sha256(orjson.dumps(marker.get("options", {}),
+                                                  option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+        """The fingerprint of the job's options (each shard row's ``config``)."""
 
     def source_name(self, index: int) -> str | None:
         """The source of id ``index``: the stream's, else the kept row's."""
@@ -112,6 +129,10 @@ class OutputDir:
             return self.stream.name(index)  # type: ignore[no-any-return]
         row = self.kept.get(index)
         return None if row is None else row.get("source")
+
+    @property
+    def sharded(self) -> bool:
+        return self.format != FILES
 
     @classmethod
     def prepare(cls, out: str | Path, *, job: JobLayout | str,
@@ -173,7 +194,7 @@ class OutputDir:
                         f"--resume needs the same job, --input and options as the "
                         f"earlier run in {path_text} ({' and '.join(mismatch)} changed); "
                         "use --overwrite to start afresh")
-                kept = _finished(storage, layout)
+                kept = _finished(storage, layout, options.get("format", FILES) != FILES)
                 marker["runs"] = list(earlier.get("runs", []))
                 if isinstance(earlier.get("dedup_scope"), str):  # the same dedup index
                     marker["dedup_scope"] = earlier["dedup_scope"]
@@ -202,9 +223,15 @@ class OutputDir:
         files beside its part; an earlier run's directory (``--resume``) is taken over
         (its kept parts stay)."""
         self._writer = writer
+        self.run_id = run_id
         take_over(self.url, run_id, self.patterns)
-        self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self,
-                             render_threads=RENDER_THREADS)
+        if not self.sharded:
+            self.sink = FileSink(self.url, "jsonl", run_id=run_id, beside=self,
+                                 render_threads=RENDER_THREADS)
+        else:
+            self.sink = FileSink(self.url, self.format, run_id=run_id, beside=self,
+                                 schema=writer.rows() if writer.rows else None,
+                                 shard_size=self.shard_size, render_threads=RENDER_THREADS)
         return self.sink
 
     patterns: tuple[str, ...] = ("*",)
@@ -218,8 +245,11 @@ class OutputDir:
             return value
         if self._writer is None or not self._writer.finished(value):
             return FailedResult(index, Outcome.FAILED, failure_cause(value))
+        source = self.source_name(index)
+        if self.sharded and self._writer.shard_row is not None:
+            return self._writer.shard_row(index, value, source, self.run_id, self.config)
         fields = self._writer.render(self, index, value)
-        row = {"id": index, "source": self.source_name(index), "status": "ok", "cause": None,
+        row = {"id": index, "source": source, "status": "ok", "cause": None,
                **self.layout.row_defaults, **fields}
         metadata = None if self.stream is None else self.stream.metadata(index)
         if metadata is not None:  # the manifest's other columns (--input-list)
@@ -268,6 +298,8 @@ class OutputDir:
             remove_sink(self.url)
             return
         self._write_views(self.delivered())
+        if self.sharded and _exists(self.storage, SINK_MANIFEST):
+            write_index(self.storage)
         if self.drops is not None:
             _write_lines(self.storage, DROPPED_NAME, self.drops)
         self.marker["status"] = "complete" if complete else "incomplete"
@@ -283,7 +315,7 @@ class OutputDir:
             index, value = record["index"], record.get("value")
             if record["outcome"] == Outcome.PRESENT.value:
                 if isinstance(value, dict) and value.get("id") == index:
-                    rows[index] = value
+                    rows[index] = slim_row(value) if self.sharded else value
                 continue
             source = self.source_name(index)
             cause = record["cause"]
@@ -339,9 +371,11 @@ def _own_file(layout: JobLayout, row: dict[str, Any]) -> bool:
     return layout.file_field is not None and isinstance(row.get(layout.file_field), str)
 
 
-def _finished(storage: Storage, layout: JobLayout) -> dict[int, dict[str, Any]]:
-    """Rows of the sources the part files hold ok whose files are all still there; the part
-    files keep only those records (everything else runs again)."""
+def _finished(storage: Storage, layout: JobLayout, sharded: bool = False
+              ) -> dict[int, dict[str, Any]]:
+    """Rows of the sources the part files hold ok whose files are all still there (a shard
+    format's rows hold their content); the part files keep only those records (everything
+    else runs again)."""
     if not _exists(storage, SINK_MANIFEST):
         return {}
 
@@ -352,6 +386,8 @@ def _finished(storage: Storage, layout: JobLayout) -> dict[int, dict[str, Any]]:
         if not (isinstance(row, dict) and row.get("id") == record.index
                 and row.get("status") == "ok"):
             return False
+        if sharded:
+            return True
         if layout.file_field is not None:
             name = row.get(layout.file_field)
             if not (isinstance(name, str) and DOCUMENT_NAME.match(name)
@@ -363,8 +399,12 @@ def _finished(storage: Storage, layout: JobLayout) -> dict[int, dict[str, Any]]:
                     if isinstance(line, dict) and "file" in line) \
             and all(_inside(storage, name) for name in _extra_files(layout, row))
 
-    return {record.index: orjson.loads(record.value_json or b"null")
-            for record in prune_parts(storage.url, whole)}
+    from rayorch.pipelines.job.shard_rows import job_rows
+
+    schema = job_rows(layout.job) if sharded else None
+    kept = {record.index: orjson.loads(record.value_json or b"null")
+            for record in prune_parts(storage.url, whole, schema)}
+    return {index: slim_row(row) if sharded else row for index, row in kept.items()}
 
 
 def _inside(storage: Storage, name: Any) -> bool:
@@ -410,7 +450,7 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
                     name.startswith(".") and name.endswith(".tmp"))
                 if ours and name not in keep:
                     storage.delete(name)
-        for shared in (layout.rows, layout.lines, DROPPED_NAME):
+        for shared in (layout.rows, layout.lines, DROPPED_NAME, INDEX_NAME):
             if shared:
                 storage.delete(shared)
     except StorageError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from rayorch.core.words import plural
 from rayorch.pipelines.job.cli import summary_dict
 from rayorch.pipelines.job.output import JobWriter, OutputDir
+from rayorch.pipelines.job.shard_rows import pdf_row, pdf_rows
 from rayorch.pipelines.job.summary import JobSummary
 
 
@@ -75,7 +76,7 @@ def _count_document(summary: JobSummary, value: dict[str, Any]) -> None:
     summary.warnings.extend(document_warnings(str(value["path"]), value))
 
 
-PDF_WRITER = JobWriter(_finished, _write_document, _count_document)
+PDF_WRITER = JobWriter(_finished, _write_document, _count_document, pdf_rows, pdf_row)
 """One ``.md`` per document (``NNNNN-<stem>.md``) and its row; with ``--ocr layout`` also
 ``NNNNN-<stem>.content_list.json`` and the figures under ``figures/``; the summary's pages,
 engines and warnings. Results are ``AssembleDocument`` (or ``AssembleRegionDocument``)
@@ -84,6 +85,9 @@ dicts, else failed documents."""
 
 def outputs_text(out: OutputDir, summary: JobSummary) -> str:
     """What a PDF run left in ``--output``, for the summary."""
+    if out.sharded:
+        return (f"{out.url}/documents.jsonl, {out.format} shards (part-*) and _index.parquet "
+                "(docs/output-formats.md)")
     files = out.files_written
     what = f"documents.jsonl and {plural(files, '.md file')}" if files else (
         "documents.jsonl (no .md written)")

@@ -12,6 +12,7 @@ from typing import Any
 from rayorch.core.words import plural
 from rayorch.pipelines.job.layouts import VIDEO_JOB
 from rayorch.pipelines.job.output import LINES_KEY, JobWriter, OutputDir
+from rayorch.pipelines.job.shard_rows import video_row, video_rows
 from rayorch.pipelines.job.summary import JobSummary
 
 
@@ -37,7 +38,7 @@ def _count_clips(summary: JobSummary, value: dict[str, Any]) -> None:
     summary.add_ok(len(value["clips"]))
 
 
-VIDEO_WRITER = JobWriter(_finished, _write_clips, _count_clips)
+VIDEO_WRITER = JobWriter(_finished, _write_clips, _count_clips, video_rows, video_row)
 """A video's ``videos.jsonl`` row and its ``clips.jsonl`` lines (one per clip, in time
 order; the clip files ``--write-clips`` copies are made by ``ProbeVideo``). Results are
 ``AssembleVideo`` dicts, else failed videos."""

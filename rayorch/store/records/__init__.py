@@ -6,7 +6,7 @@ archive reader (or any other reader of a run) decodes.
 * :mod:`.manifest` — the run manifest (``RunManifest``);
 * :mod:`.pool_log` — the pool log (``PoolChange``, ``pool_changes``);
 * :mod:`.sink` — a file sink's records and part names (``SinkRecord``, ``PartName``,
-  ``parse_part``).
+  ``record_of_line``).
 
 Each is msgpack or JSON with a version, never pickle; each decoder treats its bytes as
 untrusted and fails one record with a clear error.
@@ -15,8 +15,14 @@ untrusted and fails one record with a clear error.
 from rayorch.store.records.facts import decode_fact, encode_fact, fact_as_dict
 from rayorch.store.records.manifest import MANIFEST_VERSION, ManifestError, RunManifest
 from rayorch.store.records.pool_log import POOL_RECORD_VERSION, PoolChange, pool_changes
-from rayorch.store.records.sink import PartName, SinkError, SinkRecord, encode_record, parse_part
+from rayorch.store.records.sink import (
+           PartName,
+           SinkError,
+           SinkRecord,
+           encode_record,
+           record_of_line,
+)
 
 __all__ = ["MANIFEST_VERSION", "POOL_RECORD_VERSION", "ManifestError", "PartName", "PoolChange",
            "RunManifest", "SinkError", "SinkRecord", "decode_fact", "encode_fact", "encode_record",
-           "fact_as_dict", "parse_part", "pool_changes"]
+           "fact_as_dict", "record_of_line", "pool_changes"]

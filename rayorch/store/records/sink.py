@@ -18,8 +18,8 @@ from rayorch.core.errors import RayorchError
 from rayorch.core.json_values import json_bytes
 from rayorch.core.outcome import FailedResult, Outcome
 
-PART_RE = re.compile(
-    r"^part-s(\d{5,})-(\d{12,})-(\d+)-(?:q(\d+)-)?([0-9a-f]{6})\.(jsonl|parquet)$")
+PART_RE = re.compile(r"^part-s(\d{5,})-(\d{12,})-(\d+)-(?:q(\d+)-)?([0-9a-f]{6}|[0-9a-f]{16})"
+                     r"\.([a-z0-9]+(?:\.[a-z0-9]+)?)$")
 OUTCOMES = frozenset(o.value for o in Outcome)
 
 
@@ -72,13 +72,13 @@ def encode_record(index: int, value: Any) -> SinkRecord:
     return SinkRecord(index, Outcome.PRESENT.value, blob)
 
 
-def _check_shape(rec: SinkRecord, where: str) -> None:
+def check_record(rec: SinkRecord, where: str) -> None:
     if rec.index < 0 or rec.outcome not in OUTCOMES or (
             (rec.value_json is None) != (rec.outcome != Outcome.PRESENT.value)):
         raise SinkError(f"{where}: record of source {rec.index} is not a rayorch record")
 
 
-def _record_of_line(line: bytes, where: str) -> SinkRecord:
+def record_of_line(line: bytes, where: str) -> SinkRecord:
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -94,7 +94,7 @@ def _record_of_line(line: bytes, where: str) -> SinkRecord:
                          stored=line)
     else:
         raise SinkError(f"{where}: the record of source {obj['index']} has keys {sorted(obj)}")
-    _check_shape(rec, where)
+    check_record(rec, where)
     return rec
 
 
@@ -104,7 +104,7 @@ class PartName:
     shard: int
     first: int
     count: int
-    fmt: str
+    suffix: str  # the format's (rayorch.runtime.formats): jsonl, parquet, jsonl.zst, tar
     acked: int = 0  # the shard's facts the store had acknowledged to its writer (0: unknown)
 
     @classmethod
@@ -115,45 +115,17 @@ class PartName:
         return cls(int(m[1]), int(m[2]), int(m[3]), m[6], int(m[4] or 0))
 
     @staticmethod
-    def new(shard: int, records: Sequence[SinkRecord], fmt: str, acked: int = 0) -> str:
+    def new(shard: int, records: Sequence[SinkRecord], suffix: str, acked: int = 0, *,
+            by_content: bool = False) -> str:
+        """A new part's name: its tag random (6 hex), or ``by_content`` the first 16 hex of
+        the SHA-256 of its records' digests (a rolled shard: the same records, the same
+        name, so a retried publish finds its own part)."""
         first = min(r.index for r in records)
         seq = f"q{acked}-" if acked else ""
-        return (f"part-s{shard:05d}-{first:012d}-{len(records)}-{seq}{secrets.token_hex(3)}"
-                f".{fmt}")
+        tag = secrets.token_hex(3) if not by_content else hashlib.sha256(
+            "".join(r.digest for r in records).encode()).hexdigest()[:16]
+        return f"part-s{shard:05d}-{first:012d}-{len(records)}-{seq}{tag}.{suffix}"
 
 
-def parse_part(where: str, fmt: str, data: bytes) -> list[tuple[SinkRecord, str]]:
-    """The records of one part's bytes (``fmt``: jsonl or parquet) with their digests (of
-    the bytes as stored); ``where`` names the part in errors."""
-    if fmt == "jsonl":
-        recs = [_record_of_line(line, where) for line in data.splitlines() if line]
-    else:
-        recs = _read_parquet(data, where)
-    return [(rec, rec.digest) for rec in recs]
-
-
-def _read_parquet(data: bytes, where: str) -> list[SinkRecord]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-    except pa.ArrowException as exc:
-        raise SinkError(f"{where} is not a readable Parquet file ({exc})") from None
-    if table.column_names != ["index", "outcome", "value_json", "cause", "output"]:
-        raise SinkError(f"{where} has columns {table.column_names}, not a rayorch part's")
-    out = []
-    for row in table.to_pylist():
-        index, outcome, value_json = row["index"], row["outcome"], row["value_json"]
-        if not isinstance(index, int) or not isinstance(outcome, str):
-            raise SinkError(f"{where}: a row has no index or outcome")
-        if isinstance(value_json, str):
-            value_json = value_json.encode()
-        rec = SinkRecord(index, outcome, value_json, row["cause"], row["output"])
-        _check_shape(rec, where)
-        out.append(rec)
-    return out
-
-
-__all__ = ["OUTCOMES", "PART_RE", "PartName", "SinkError", "SinkRecord", "encode_record",
-           "parse_part"]
+__all__ = ["OUTCOMES", "PART_RE", "PartName", "SinkError", "SinkRecord", "check_record",
+           "encode_record", "record_of_line"]
