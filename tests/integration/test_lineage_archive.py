@@ -313,3 +313,48 @@ def test_a_rollback_after_the_archive_loses_nothing_and_new_facts_follow_the_arc
         report = audit_run(store, run_id)
     assert report.ok, report.violations
     assert main(["audit", run_id, "--store", url]) == EXIT_OK
+
+
+def test_a_trim_after_the_shard_changed_hands_is_refused_and_loses_nothing(
+        redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trim is fenced: another driver takes the shard's lease between the archive's read
+    of the facts and its trim (here, while the segment is written). The trim is refused with
+    its cause, nothing leaves Redis, every seq reads once (segment and stream overlap), audit
+    is OK; the new holder's own archive then trims them."""
+    from rayorch.store.archive import FactArchive
+
+    archive = tmp_path / "archive"
+    url = f"{redis_server.url}?archive={archive}&archive_every=1000000"  # none in the background
+    store = open_store(url)
+    write_scripted_run(store, "fence", shards=1)
+    with open_store(redis_server.url) as reader:
+        before = reader.read_run("fence")
+    live = live_facts(redis_server.url)
+    write = FactArchive.write
+    other = open_store(redis_server.url)
+
+    def write_then_lose_the_lease(self: FactArchive, run_id: str, shard: int, facts: Any
+                                  ) -> Any:
+        segs = write(self, run_id, shard, facts)
+        other.acquire_lease(run_id, shard, "driver-b", ttl_s=60)  # the shard changes hands
+        return segs
+
+    monkeypatch.setattr(FactArchive, "write", write_then_lose_the_lease)
+    with pytest.raises(ro.RayorchError, match="not trimmed from Redis: its lease was taken"):
+        store.archive_shard("fence", 0, done=True)
+    assert segments(archive, "fence")  # the segment was written ...
+    with open_store(redis_server.url) as reader:
+        after = reader.read_run("fence")
+        report = audit_run(reader, "fence")
+    assert live_facts(redis_server.url) >= live  # ... and nothing was trimmed
+    assert [s.seq for s in after[0]][:len(before[0])] == [s.seq for s in before[0]]
+    assert len({s.seq for s in after[0]}) == len(after[0])  # each seq once
+    assert report.ok, report.violations
+    monkeypatch.setattr(FactArchive, "write", write)
+    assert store.archive_shard("fence", 0, done=True) > 0  # the holder is stable now
+    assert live_facts(redis_server.url) == 0
+    with open_store(redis_server.url) as reader:
+        assert reader.read_run("fence") == after
+        assert audit_run(reader, "fence").ok
+    for opened in (store, other):
+        opened.close()
