@@ -13,6 +13,15 @@ the same pipeline without ``archive=`` is the baseline.
 
     python bench/lineage_archive.py --sources 2000 20000            # with and without archive
     python bench/lineage_archive.py --sources 20000 200000 --every 5000 --no-baseline
+
+``--shape regions --window W`` runs the region path instead (``render -> expand(pages) ->
+layout -> expand(regions) -> rec -> reduce -> page -> reduce -> assemble``, about the 19
+facts per page of a real ``--ocr layout`` run) with ``W`` micro-batches in flight at once,
+each a step further every tick, and reports Redis per *page in flight* (pages whose
+children are dispatched and whose source is not delivered yet) at the peak of pages in
+flight: what issue 37 bounds at 1 KB on the region path.
+
+    python bench/lineage_archive.py --shape regions --window 8 --sources 2000 --every 2000
 """
 
 from __future__ import annotations
@@ -69,6 +78,170 @@ def write_batch(store: Any, run_id: str, shard: int, epoch: int, part: list[int]
     store.commit(run_id, [GrainCommitted("assemble", s, 0, REPORT_PRESENT, ("doc",), ts=now())
                           for s in srcs])
     append([OutputEmitted(i, Outcome.PRESENT.value, ts=now()) for i in part])
+
+
+class RegionRun:
+    """The region path, one micro-batch at a time a step further (:meth:`advance`), so that
+    several batches are in flight at once, as they are in a driver."""
+
+    STEPS = 6
+
+    def __init__(self, store: Any, run_id: str, pages: int, regions: int) -> None:
+        self.store, self.run_id, self.pages, self.regions = store, run_id, pages, regions
+
+    def advance(self, shard: int, epoch: int, part: list[int], step: int) -> int:
+        """Write step ``step`` of the batch ``part``; the pages it puts in flight (> 0) or
+        takes out of flight (< 0)."""
+        store, run_id, now = self.store, self.run_id, time.time
+
+        def append(facts: list[Any]) -> None:
+            store.append(run_id, shard, epoch, facts, driver=DRIVER)
+
+        def commit(facts: list[Any]) -> None:
+            store.commit(run_id, facts)
+
+        srcs = [(i,) for i in part]
+        pages = [(i, o) for i in part for o in range(self.pages)]
+        regions = [(i, o, r) for i, o in pages for r in range(self.regions)]
+        if step == 0:
+            append([f for i in part for f in (SourceAdmitted(i, (f"doc{i}.pdf",), ts=now()),
+                                               GrainDispatched("render", (i,), 0, ts=now()))])
+        elif step == 1:
+            commit([GrainCommitted("render", s, 0, REPORT_PRESENT,
+                                   ([f"p{o}" for o in range(self.pages)],), ts=now())
+                    for s in srcs])
+            append([ExpansionClosed("root/0", s, EXPANSION_SUCCEEDED, self.pages, ts=now())
+                    for s in srcs] + [GrainDispatched("layout", p, 0, ts=now()) for p in pages])
+            return len(pages)
+        elif step == 2:
+            commit([GrainCommitted("layout", p, 0, REPORT_PRESENT,
+                                   ([f"g{r}" for r in range(self.regions)],), ts=now())
+                    for p in pages])
+            append([ExpansionClosed("root/0/0", p, EXPANSION_SUCCEEDED, self.regions, ts=now())
+                    for p in pages] + [GrainDispatched("rec", g, 0, ts=now()) for g in regions])
+        elif step == 3:
+            commit([GrainCommitted("rec", g, 0, REPORT_PRESENT, (f"t{g[2]}",), ts=now())
+                    for g in regions])
+            append([GrainDispatched("page", p, 0, ts=now()) for p in pages])
+        elif step == 4:
+            commit([GrainCommitted("page", p, 0, REPORT_PRESENT, ("md",), ts=now())
+                    for p in pages])
+            append([GrainDispatched("assemble", s, 0, ts=now()) for s in srcs])
+        else:
+            commit([GrainCommitted("assemble", s, 0, REPORT_PRESENT, ("doc",), ts=now())
+                    for s in srcs])
+            append([OutputEmitted(i, Outcome.PRESENT.value, ts=now()) for i in part])
+            return -len(pages)
+        return 0
+
+
+def region_plan() -> Any:
+    """The compiled plan of the region path's shape (calls render, layout, rec, page,
+    assemble; domains root, root/0 for pages, root/0/0 for regions)."""
+    from rayorch.core import functional as F
+    from rayorch.core.compiler import compile_pipeline
+    from rayorch.core.program import PipelineBase, RayModule
+
+    class Same:
+        def __call__(self, values: list[Any]) -> list[Any]:
+            return values
+
+    class RegionShaped(PipelineBase):
+        def __init__(self) -> None:
+            super().__init__()
+            self.render, self.layout, self.rec = RayModule(Same), RayModule(Same), RayModule(Same)
+            self.page, self.assemble = RayModule(Same), RayModule(Same)
+
+        def forward(self, pdfs: Any) -> Any:
+            regions = F.expand(self.layout(F.expand(self.render(pdfs))))
+            return self.assemble(F.reduce(self.page(F.reduce(self.rec(regions)))))
+
+    return compile_pipeline(RegionShaped())
+
+
+def measure_regions(sources: int, *, shards: int, micro_batch: int, every: int,
+                    archive: bool, window: int, pages: int, regions: int) -> dict[str, Any]:
+    """The region path with ``window`` micro-batches in flight: Redis per page in flight."""
+    with tempfile.TemporaryDirectory(prefix="lineage-regions-") as tmp:
+        work = Path(tmp)
+        (work / "redis").mkdir()
+        server = RedisServer(work / "redis")
+        server.start()
+        try:
+            client = redis.Redis.from_url(server.url)
+            url = server.url + (f"?archive={work / 'archive'}&archive_every={every}"
+                                if archive else "")
+            store = open_store(url)
+            run_id = "regions"
+            store.open_run(run_id, region_plan(), shards=shards, micro_batch=micro_batch)
+            base = int(client.info("memory")["used_memory"])
+            epochs = {k: store.acquire_lease(run_id, k, DRIVER, ttl_s=3600)
+                      for k in range(shards)}
+            fixed = shard_key_bytes(client, run_id, shards)
+            script = RegionRun(store, run_id, pages, regions)
+            batches = [list(range(f, min(f + micro_batch, sources)))
+                       for f in range(0, sources, micro_batch)]
+            flying: list[tuple[int, int]] = []  # (batch, next step)
+            admitted = in_flight = 0
+            best = (0, 0, 0)  # (pages in flight, shard key bytes, used_memory growth)
+            started = time.monotonic()
+            while admitted < len(batches) or flying:
+                while admitted < len(batches) and len(flying) < window:
+                    flying.append((admitted, 0))
+                    admitted += 1
+                moved = []
+                for b, step in flying:
+                    in_flight += script.advance(b % shards, epochs[b % shards], batches[b], step)
+                    if step + 1 < RegionRun.STEPS:
+                        moved.append((b, step + 1))
+                flying = moved
+                if in_flight >= best[0]:
+                    store.wait_archived(60) if archive else None
+                    best = max(best, (in_flight, shard_key_bytes(client, run_id, shards),
+                                      int(client.info("memory")["used_memory"]) - base))
+            for k in range(shards):
+                done = sum(1 for i in range(sources) if (i // micro_batch) % shards == k)
+                store.append(run_id, k, epochs[k], [RunCompleted(done, ts=time.time())],
+                             driver=DRIVER)
+                store.mark_shard_done(run_id, k)
+                store.release_lease(run_id, k, DRIVER, epochs[k])
+            if archive:
+                store.wait_archived(600)
+            elapsed = time.monotonic() - started
+            after = shard_key_bytes(client, run_id, shards)
+            archived = sum(p.stat().st_size for p in (work / "archive").rglob("*.facts")) \
+                if archive else 0
+            facts = sources * (3 + pages * 5 + pages * regions * 2 + 2) + shards
+            store.close()
+        finally:
+            server.stop()
+    flying_pages, keys, growth = best
+    grains = sources * (2 + pages * (2 + regions))
+    return {"shape": "regions", "sources": sources, "pages": sources * pages,
+            "regions": sources * pages * regions, "window": window, "archive": archive,
+            "archive_every": every if archive else None, "facts_about": facts,
+            "peak_pages_in_flight": flying_pages, "shard_keys_at_peak": keys,
+            "fixed_shard_keys": fixed, "used_memory_growth_at_peak": growth,
+            "shard_keys_per_page_in_flight": round(keys / max(1, flying_pages)),
+            "growth_per_page_in_flight": round(growth / max(1, flying_pages)),
+            "shard_keys_after": after,
+            "archive_bytes_per_grain": round(archived / grains, 1),
+            "elapsed_s": round(elapsed, 1)}
+
+
+def region_report(rows: list[dict[str, Any]]) -> str:
+    lines = ["sources  pages  window  archive  peak pages in flight  shard keys then  "
+             "per page in flight  used_memory growth per page  shard keys after  "
+             "archive/Grain"]
+    for r in rows:
+        lines.append(
+            f"{r['sources']:>7}  {r['pages']:>5}  {r['window']:>6}  "
+            f"{'yes' if r['archive'] else 'no':>7}  {r['peak_pages_in_flight']:>20}  "
+            f"{r['shard_keys_at_peak'] / 1e6:12.2f} MB  "
+            f"{r['shard_keys_per_page_in_flight']:>16} B  "
+            f"{r['growth_per_page_in_flight']:>25} B  "
+            f"{r['shard_keys_after'] / 1e3:13.1f} KB  {r['archive_bytes_per_grain']:>9} B")
+    return "\n".join(lines)
 
 
 def shard_key_bytes(client: redis.Redis, run_id: str, shards: int) -> int:
@@ -152,8 +325,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true",
                         help="only with archive= (no run without it)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--shape", choices=("pages", "regions"), default="pages",
+                        help="pages: 10 children per source; regions: the region path")
+    parser.add_argument("--window", type=int, default=8,
+                        help="--shape regions: micro-batches in flight at once")
+    parser.add_argument("--pages", type=int, default=10, help="--shape regions: per source")
+    parser.add_argument("--regions", type=int, default=8, help="--shape regions: per page")
     args = parser.parse_args(argv)
     rows = []
+    if args.shape == "regions":
+        for archive in ([True] if args.no_baseline else [False, True]):
+            for n in args.sources:
+                rows.append(measure_regions(
+                    n, shards=args.shards, micro_batch=args.micro_batch, every=args.every,
+                    archive=archive, window=args.window, pages=args.pages,
+                    regions=args.regions))
+        print(json.dumps(rows) if args.json else region_report(rows))
+        return 0
     for archive in ([True] if args.no_baseline else [False, True]):
         for n in args.sources:
             rows.append(measure(n, shards=args.shards, micro_batch=args.micro_batch,
