@@ -43,6 +43,7 @@ from rayorch.pipelines.document.assemble import (
 )
 from rayorch.pipelines.document.ocr import OcrEngineError, engine_needs_image
 from rayorch.pipelines.document.page_ocr import AsyncOcrPage, OcrPage
+from rayorch.pipelines.document.rasterize import RasterizePages
 from rayorch.pipelines.document.region_assemble import (
     AssemblePage,
     AssembleRegionDocument,
@@ -124,6 +125,11 @@ class PdfPipeline(ro.Pipeline):
     ``quality="default"`` (Gopher/C4/FineWeb rules); ``claims`` is the store URL of the
     dedup index and ``dedup_scope`` its name (give it to share the index across runs).
 
+    ``spread_pages`` renders page images in a pool of their own
+    (:class:`~rayorch.pipelines.document.rasterize.RasterizePages`, after the pages expand):
+    the pages of a document of thousands of pages spread over that pool, and no render
+    actor holds a document's images. It costs one more Grain per page that is imaged.
+
     >>> plan = PdfPipeline().compile()
     """
 
@@ -153,6 +159,7 @@ class PdfPipeline(ro.Pipeline):
         dedup_scope: str | None = None,
         near_threshold: float = DEFAULT_THRESHOLD,
         dedup_against: Sequence[str] = (),
+        spread_pages: bool = False,
     ) -> None:
         super().__init__()
         rss = max_rss_bytes(actor_max_rss)  # native-memory stages (pipelines/limits.py)
@@ -174,7 +181,9 @@ class PdfPipeline(ro.Pipeline):
                 layout_replicas=layout_replicas, region_batch_size=batch_size,
                 region_replicas=replicas, max_fallback_share=max_fallback_share,
                 page_markers=page_markers, engine_options=engine_options or {},
-                inflight=ocr_inflight or MINERU_INFLIGHT, max_rss=rss)
+                inflight=ocr_inflight or MINERU_INFLIGHT, max_rss=rss, spread=spread_pages)
+            self._rasterizer(spread_pages, dpi or LAYOUT_DPI, render_replicas, rss,
+                             grayscale=False)
             return
         ocr_inflight = ocr_inflight or 1
         ocr_gpus = ocr_num_gpus if ocr_num_gpus is not None else (
@@ -202,7 +211,10 @@ class PdfPipeline(ro.Pipeline):
             replicas=render_replicas,
             num_cpus=1.0,
             max_rss=rss,
+            **_deferred(spread_pages and engine != "text"),
         )
+        if engine != "text":  # the text engine reads no image
+            self._rasterizer(spread_pages, dpi or DEFAULT_DPI, render_replicas, rss)
         # The engine's options are constructor arguments (.pre_init), never execution
         # options: an engine's own timeout_s must not become the batch timeout.
         self.ocr = ro.RayModule(
@@ -215,12 +227,26 @@ class PdfPipeline(ro.Pipeline):
         self.assemble = ro.RayModule(AssembleDocument, page_markers=page_markers,
                                      batch_size=8, num_cpus=0.25)
 
+    def _rasterizer(self, spread: bool, dpi: int, replicas: Replicas, max_rss: int | None,
+                    *, grayscale: bool = True) -> None:
+        """``self.rasterize`` when ``spread``: the pool that renders the page images."""
+        if spread:
+            self.rasterize = ro.RayModule(
+                RasterizePages, dpi=dpi, grayscale=grayscale, batch_size=4,
+                replicas=replicas, num_cpus=1.0, max_rss=max_rss)
+
+    def _images(self, pages: Any) -> Any:
+        """``pages`` with their images: rendered by the rasterizers (``spread_pages``), or
+        already by the render actor."""
+        rasterize = getattr(self, "rasterize", None)
+        return pages if rasterize is None else rasterize(pages)
+
     def _region_modules(self, *, dpi: int, render_replicas: Replicas,
                         render_batch_size: int, layout_batch_size: int,
                         layout_replicas: Replicas, region_batch_size: int,
                         region_replicas: Replicas | None, max_fallback_share: float,
                         page_markers: bool, engine_options: dict[str, Any],
-                        inflight: int, max_rss: int | None) -> None:
+                        inflight: int, max_rss: int | None, spread: bool) -> None:
         """The region grain's modules: render, the model modules, keep, assemble_page,
         assemble. For ``layout`` ``engine_options`` may hold ``layout`` and ``recognise``
         (each a dict of its model's constructor options); for ``mineru`` they are
@@ -230,7 +256,7 @@ class PdfPipeline(ro.Pipeline):
         # the API too (the CLI sizes its Ray to the plan); the models' ONNX threads use
         # what is free.
         self.render = ro.RayModule(
-            RenderLayoutPages, dpi=dpi, num_outputs=3,
+            RenderLayoutPages, dpi=dpi, num_outputs=3, **_deferred(spread),
             batch_size=render_batch_size, replicas=render_replicas, num_cpus=0.5,
             max_rss=max_rss)
         if self.engine == "mineru":
@@ -285,7 +311,7 @@ class PdfPipeline(ro.Pipeline):
             return self.regions(pdfs, self.layout, self.recognise)
         pages, to_ocr, meta = self.render(pdfs)
         page, wanted = F.expand_aligned(pages, to_ocr)
-        texts = self.ocr(F.filter(page, wanted))
+        texts = self.ocr(self._images(F.filter(page, wanted)))
         return self.assemble(F.reduce(texts), meta)
 
 
@@ -297,11 +323,17 @@ class PdfPipeline(ro.Pipeline):
         pages. The running page furniture is Dropped before recognition."""
         pages, numbers, meta = self.render(pdfs)
         page, number = F.expand_aligned(pages, numbers)
-        regions, wanted = self.keep(layout(page))
+        regions, wanted = self.keep(layout(self._images(page)))
         region, kept = F.expand_aligned(regions, wanted)
         blocks = recognise(F.filter(region, kept))
         done = self.assemble_page(F.reduce(blocks), number, F.broadcast(meta, like=number))
         return self.assemble(F.reduce(done), meta)
+
+
+def _deferred(spread: bool) -> dict[str, Any]:
+    """The render module's ``defer_images`` when pages spread (only then: a render Call's
+    options are part of what ``--reuse`` compares)."""
+    return {"defer_images": True} if spread else {}
 
 
 def find_pdfs(source: str | Path) -> list[str]:

@@ -69,9 +69,11 @@ class RenderLayoutPages(RenderPdf):
     """
 
     def __init__(self, *, dpi: int = LAYOUT_DPI, max_page_pixels: int = DEFAULT_MAX_PAGE_PIXELS,
-                 max_pages: int | None = None, allow_damaged: bool = False) -> None:
+                 max_pages: int | None = None, allow_damaged: bool = False,
+                 defer_images: bool = False) -> None:
         super().__init__(needs_image=True, dpi=dpi, max_page_pixels=max_page_pixels,
-                         max_pages=max_pages, grayscale=False, allow_damaged=allow_damaged)
+                         max_pages=max_pages, grayscale=False, allow_damaged=allow_damaged,
+                         defer_images=defer_images)
 
     def __call__(self, paths: list[Any]) -> list[Any]:
         out: list[Any] = []
@@ -96,9 +98,11 @@ class RenderLayoutPages(RenderPdf):
             words = page_words(page)
             quality = text_layer_quality(" ".join(str(w[4]) for w in words))
             image = self._image_page(page, index, "")
-            items.append({"page": index + 1, "png": image["png"], "width_pt": width,
-                          "height_pt": height, "dpi": round(float(image["dpi"])),
-                          "words": words, "layer": "none" if quality == "empty" else quality})
+            item: PageItem = {"page": index + 1, "width_pt": width, "height_pt": height,
+                              "words": words, "layer": "none" if quality == "empty" else quality}
+            if "png" in image:  # else deferred: a RasterizePages actor adds png and dpi
+                item["png"], item["dpi"] = image["png"], round(float(image["dpi"]))
+            items.append(item)
         return items, [], None
 
 

@@ -156,6 +156,9 @@ class RenderPdf:
     ruled tables into pipe tables (:mod:`rayorch.pipelines.document.pdf_tables`).
     A document that MuPDF had to repair, or whose objects or streams it could not
     parse, is refused unless ``allow_damaged`` (MuPDF would silently return partial pages).
+    ``defer_images``: a page to OCR carries no PNG but its ``source`` and the document's
+    ``sha256``; a :class:`~rayorch.pipelines.document.rasterize.RasterizePages` actor renders
+    it (a document's pages spread over that pool instead of living in this actor).
     """
 
     def __init__(
@@ -169,6 +172,7 @@ class RenderPdf:
         max_pages: int | None = None,
         grayscale: bool = True,
         allow_damaged: bool = False,
+        defer_images: bool = False,
     ) -> None:
         # Any: PyMuPDF's own annotations are partial; this class checks its inputs itself.
         pymupdf: Any = import_pymupdf()
@@ -185,6 +189,7 @@ class RenderPdf:
         self.max_pages = max_pages
         self.colorspace = pymupdf.csGRAY if grayscale else pymupdf.csRGB
         self.allow_damaged = allow_damaged
+        self.defer_images = defer_images
 
     def __call__(self, paths: list[Any]) -> list[RenderedDocument | RecordFailure]:
         results: list[RenderedDocument | RecordFailure] = []
@@ -243,6 +248,9 @@ class RenderPdf:
             meta = {"path": path, "title": _document_title(doc, path, first_page),
                     "page_count": doc.page_count, "pages": records,
                     "sha256": content_sha256(file, data)}
+            if self.defer_images:  # where, and which bytes, a rasterizer renders them from
+                for page in pages:
+                    page["source"], page["sha256"] = path, meta["sha256"]
         return pages, meta
 
     @staticmethod
@@ -313,16 +321,25 @@ class RenderPdf:
     def _image_page(self, page: Any, index: int, text: str) -> Page:
         width, height = float(page.rect.width), float(page.rect.height)
         record: Page = {"page": index + 1, "width": width, "height": height, "text": text}
-        zoom = min(self.dpi / 72.0, math.sqrt(self.max_page_pixels / (width * height)))
-        # MuPDF rounds the pixel box outwards: shrink until the rounded box fits the cap.
-        while math.ceil(width * zoom) * math.ceil(height * zoom) > self.max_page_pixels:
-            zoom *= 0.995
-        pixmap = page.get_pixmap(
-            matrix=self._pymupdf.Matrix(zoom, zoom), colorspace=self.colorspace, alpha=False
-        )
-        record["png"] = pixmap.tobytes("png")
-        record["dpi"] = round(zoom * 72.0, 2)
+        if self.defer_images:  # a RasterizePages actor renders it (the page's source, later)
+            return record
+        record["png"], record["dpi"] = page_png(self._pymupdf, page, self.dpi,
+                                                self.max_page_pixels, self.colorspace)
         return record
+
+
+def page_png(pymupdf: Any, page: Any, dpi: int, max_page_pixels: int, colorspace: Any
+             ) -> tuple[bytes, float]:
+    """The page rendered at ``dpi`` (lowered so it has at most ``max_page_pixels``), as PNG,
+    and the dpi it was rendered at."""
+    width, height = float(page.rect.width), float(page.rect.height)
+    zoom = min(dpi / 72.0, math.sqrt(max_page_pixels / (width * height)))
+    # MuPDF rounds the pixel box outwards: shrink until the rounded box fits the cap.
+    while math.ceil(width * zoom) * math.ceil(height * zoom) > max_page_pixels:
+        zoom *= 0.995
+    pixmap = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), colorspace=colorspace,
+                             alpha=False)
+    return pixmap.tobytes("png"), round(zoom * 72.0, 2)
 
 
 def checked_page_size(page: Any, index: int, path: str) -> tuple[float, float]:

@@ -111,6 +111,10 @@ def add_pdf_parser(jobs: Any) -> None:
     # ^ tests only: constrain --ocr mineru's answers (a random test model writes no layout)
     group.add_argument("--tables", action="store_true",
                        help="also turn ruled tables into pipe tables")
+    group.add_argument("--spread-pages", action="store_true",
+                       help="render page images in a pool of their own, so the pages of a "
+                       "document of thousands of pages spread over several actors (one "
+                       "more Grain per imaged page)")
     group.add_argument("--replicas", type=replicas_type, default=None,
                        help="OCR actors (--ocr layout: recognition; mineru: engines): N, a "
                        "range MIN-MAX or auto (sized by backlog and free resources). "
@@ -148,6 +152,8 @@ def pdf_pipeline(args: argparse.Namespace, scope: str | None = None,
     # Pools size themselves unless a size is given (PdfPipeline's defaults: "auto", a
     # model engine's by its GPUs); only the options given are passed.
     options = given_options(args, "replicas", "render_replicas", "layout_replicas", "dpi")
+    if getattr(args, "spread_pages", False):
+        options["spread_pages"] = True
     options |= {"batch_size": args.batch_size, "tables": args.tables,
                 "page_markers": not args.no_page_markers,
                 "layout_batch_size": args.layout_batch_size,
