@@ -239,7 +239,7 @@ OUTLINE_LEAF = 16
 @dataclass(frozen=True, slots=True)
 class FreedValue:
     """A value whose payload was freed once nothing needed it: in an outline, and what a
-    reader of a freed payload gets in its place (docs/ARCHITECTURE.md, "Freeing values")."""
+    reader of a freed payload gets in its place (docs/topics/PAYLOADS.md, "Freeing values")."""
 
     def __repr__(self) -> str:
         return "<freed>"

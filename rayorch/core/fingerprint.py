@@ -2,7 +2,7 @@
 
 A Grain of a new run may take the outputs of a Grain committed in an earlier run when
 both have the same **reuse key**: ``blake2b(call fingerprint, input digest)``
-(docs/ARCHITECTURE.md, "Reuse"). What enters each, and nothing else:
+(docs/topics/REUSE.md, "Reuse"). What enters each, and nothing else:
 
 Call fingerprint (:func:`call_fingerprint`)
   * ``FINGERPRINT_VERSION`` (bumped when these rules change: nothing is reused across it);

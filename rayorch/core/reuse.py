@@ -1,4 +1,4 @@
-"""Reuse of an earlier run's Grains (docs/ARCHITECTURE.md, "Reuse"); pure.
+"""Reuse of an earlier run's Grains (docs/topics/REUSE.md, "Reuse"); pure.
 
 * :class:`ReuseIndex`: ``reuse key -> the Grain that sealed with it`` in one earlier run,
   built from that run's view (:mod:`rayorch.core.run_view`, ``GrainView.reusable``).
