@@ -1,4 +1,6 @@
-"""Fingerprints for reuse: what a Call is, and what a Grain's inputs are (pure).
+"""Fingerprints for reuse: what a Call is, and what a Grain's inputs are.
+
+No clock, no store; a Call's code digest reads its module's source (``inspect``).
 
 A Grain of a new run may take the outputs of a Grain committed in an earlier run when
 both have the same **reuse key**: ``blake2b(call fingerprint, input digest)``
