@@ -8,7 +8,7 @@ of ``PacedPipeline`` on the harness's redis-server and Ray) that is either
   resumed again; or
 * **deposed**: SIGSTOPped past its lease TTL, the run finished by ``rayorch resume``,
   then SIGCONTed: the woken caller must exit 3 with "lease lost" and hand its caller
-  nothing more (docs/ARCHITECTURE.md, "Leases, holder tokens and rollback").
+  nothing more (docs/topics/FAILOVER.md, "Leases, holder tokens and rollback").
 
 What the caller printed plus what the resumes wrote (``read_outputs``) must hold every
 source, each once, except at most one source per interrupted caller: the one it held

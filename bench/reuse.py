@@ -1,4 +1,4 @@
-"""Incremental re-runs: what a re-run costs next to the first run (docs/ARCHITECTURE.md, "Reuse").
+"""Incremental re-runs: what a re-run costs next to the first run (docs/topics/REUSE.md, "Reuse").
 
     python -m bench.reuse [--pdfs 40] [--corpus DIR] [--json FILE]
 

@@ -4,8 +4,8 @@
 no other hook was installed): an uncaught :class:`~rayorch.CompileError` prints its
 ``file:line``, problem and fix first, then one line naming where ``compile()`` was
 called; any other exception goes to the hook that was there before. Set
-``RAYORCH_TRACEBACK=1`` to see full tracebacks. See docs/ARCHITECTURE.md, "Compile
-errors at the top level".
+``RAYORCH_TRACEBACK=1`` to see full tracebacks. See docs/ARCHITECTURE.md, "Program,
+plan and facts".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared pool actors leave when no driver of their run is alive (docs/ARCHITECTURE.md).
+"""Shared pool actors leave when no driver of their run is alive (docs/topics/FAILOVER.md).
 
 A shared pool's actors are named and detached: they outlive the driver that started
 them, so that other drivers of the run keep using them. When every driver is gone

@@ -173,7 +173,7 @@ class ActorPool:
     # A pool is usable as soon as it is made: the driver goes on (admits sources, takes
     # leases) while the actors start, and reserve() hands batches only to actors that are
     # up, so the first batches go to whichever replica starts first and none waits behind
-    # a slow start (docs/ARCHITECTURE.md, "Runtime details": start-up).
+    # a slow start (docs/topics/ACTORS.md, "Runtime details": start-up).
     def _start_ping(self, handle: Any) -> Any:
         """A ref that resolves once ``handle``'s actor has built its module."""
         return handle.ping.remote()

@@ -2,8 +2,10 @@
 
 Facts are frozen dataclasses named in the past tense. A run's state is the fold
 of its facts (see :mod:`rayorch.core.state`). Only *primary* facts are needed to
-rebuild state; *announcements* (``ExpansionClosed``, ``OutputEmitted``,
-``RunCompleted``) are derived by the kernel and written for readers and auditors.
+rebuild state (``OutputEmitted`` among them: a delivery the sink reported, folded to
+release the source's output); *announcements* (``ExpansionClosed``, ``RunCompleted``)
+are derived by the kernel, written for readers and auditors, and only checked when
+folded.
 
 The codec is msgpack with an explicit version field (never pickle), so a run
 can be read back without importing user code. Tuples and numpy arrays survive a
@@ -239,7 +241,7 @@ OUTLINE_LEAF = 16
 @dataclass(frozen=True, slots=True)
 class FreedValue:
     """A value whose payload was freed once nothing needed it: in an outline, and what a
-    reader of a freed payload gets in its place (docs/ARCHITECTURE.md, "Freeing values")."""
+    reader of a freed payload gets in its place (docs/topics/PAYLOADS.md, "Freeing values")."""
 
     def __repr__(self) -> str:
         return "<freed>"

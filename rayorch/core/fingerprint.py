@@ -1,8 +1,10 @@
-"""Fingerprints for reuse: what a Call is, and what a Grain's inputs are (pure).
+"""Fingerprints for reuse: what a Call is, and what a Grain's inputs are.
+
+No clock, no store; a Call's code digest reads its module's source (``inspect``).
 
 A Grain of a new run may take the outputs of a Grain committed in an earlier run when
 both have the same **reuse key**: ``blake2b(call fingerprint, input digest)``
-(docs/ARCHITECTURE.md, "Reuse"). What enters each, and nothing else:
+(docs/topics/REUSE.md, "Reuse"). What enters each, and nothing else:
 
 Call fingerprint (:func:`call_fingerprint`)
   * ``FINGERPRINT_VERSION`` (bumped when these rules change: nothing is reused across it);

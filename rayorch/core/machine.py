@@ -1,4 +1,4 @@
-"""The driver's protocol as a pure state machine: events in, instructions out.
+"""The driver's protocol as a state machine: events in, instructions out.
 
 A :class:`ShardMachine` wraps the :class:`~rayorch.core.state.Kernel` of one shard
 and owns the protocol every caller used to re-encode by hand (take a batch, fold
@@ -16,7 +16,9 @@ state machine, :meth:`ShardMachine.handle` takes events and returns instructions
 * :class:`Resync` — the store knows something this machine does not (a report it
   rejected that the kernel expected): rebuild the shard from the store.
 
-No I/O, no clock: timestamps arrive inside events. The Ray driver
+No clock: timestamps arrive inside events. No I/O but one: a reused Grain whose
+outputs left its fact is read through the ``load`` its :class:`~rayorch.core.reuse.Reuse`
+was handed (docs/ARCHITECTURE.md, "Kernel"). The Ray driver
 (``rayorch.runtime.shard_driver``), the in-process executor (``runtime/in_process.py``)
 and the simulator (``bench/simulator``) perform the same instructions
 (docs/ARCHITECTURE.md, "One driver").

@@ -81,19 +81,19 @@ class ModuleOptions:
     """``rows``: a tuple of outputs per record; ``columns``: one list per output (upstream)."""
     max_inflight: int = 1
     """Batches one actor runs at once (an engine that batches concurrent requests wants
-    several: docs/ARCHITECTURE.md, "Several batches in flight per actor")."""
+    several: docs/topics/ACTORS.md, "Several batches in flight per actor")."""
     max_rss: int | None = None
     """Bytes of resident memory past which an actor is recycled: it finishes its batches,
-    then a fresh one replaces it (docs/ARCHITECTURE.md, "Actors that recycle themselves")."""
+    then a fresh one replaces it (docs/topics/ACTORS.md, "Actors that recycle themselves")."""
     max_batches: int | None = None
     """Batches an actor runs before it is recycled the same way (None: no limit)."""
     keep_values: bool = False
     """Its outputs are lineage (a drop's verdict): kept after their source is delivered,
-    never freed (docs/ARCHITECTURE.md, "Freeing values")."""
+    never freed (docs/topics/PAYLOADS.md, "Freeing values")."""
     max_replicas: int | None = None
     """None: ``replicas`` is fixed; else the pool sizes itself between ``replicas`` and this
     (``replicas=(min, max)``; ``"auto"`` is ``(1, AUTO_MAX_REPLICAS)``, bounded in practice
-    by the free resources: docs/ARCHITECTURE.md, "Pools that size themselves")."""
+    by the free resources: docs/topics/POOL-SIZING.md, "Pools that size themselves")."""
 
     @property
     def sizes_itself(self) -> bool:

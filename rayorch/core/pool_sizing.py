@@ -2,7 +2,7 @@
 
 The shell (:mod:`rayorch.runtime.pool_sizer`) measures each pool (:class:`StageLoad`),
 asks :func:`plan_sizes` every few seconds, and only starts or drains actors
-(docs/ARCHITECTURE.md, "Pools that size themselves"). No I/O, no clock: every time
+(docs/topics/POOL-SIZING.md, "Pools that size themselves"). No I/O, no clock: every time
 here is a number the shell measured.
 
 One quantity orders the stages: a stage's *drain time*, the work it holds (ready, in-flight

@@ -98,7 +98,7 @@ def _wrong_option(what: str, location: Any, fix: str) -> ce.ModuleDefinitionErro
 
 
 Replicas = int | tuple[int, int] | str
-"""``replicas=``: N actors, ``(min, max)`` or ``"auto"`` (docs/ARCHITECTURE.md, "Pools that
+"""``replicas=``: N actors, ``(min, max)`` or ``"auto"`` (docs/topics/POOL-SIZING.md, "Pools that
 size themselves")."""
 
 

@@ -1,4 +1,4 @@
-"""Reuse of an earlier run's Grains (docs/ARCHITECTURE.md, "Reuse"); pure.
+"""Reuse of an earlier run's Grains (docs/topics/REUSE.md, "Reuse").
 
 * :class:`ReuseIndex`: ``reuse key -> the Grain that sealed with it`` in one earlier run,
   built from that run's view (:mod:`rayorch.core.run_view`, ``GrainView.reusable``).
@@ -9,9 +9,11 @@
   instead of a dispatch. Everything downstream of a changed Grain has new inputs, so new
   keys: it runs again.
 
-No I/O: a source's part of its Grains' keys is the identity its listing gave
-(``SourceAdmitted.identity``: size with version, ETag or mtime), folded by the kernel; the
-driver passes ``load`` (payload reference -> outputs).
+No clock, and no I/O of its own: a source's part of its Grains' keys is the identity its
+listing gave (``SourceAdmitted.identity``: size with version, ETag or mtime), folded by the
+kernel; the driver passes ``load`` (payload reference -> outputs), which
+:meth:`Reuse.seal_ready` calls for a hit whose outputs left its fact. Building a
+:class:`Reuse` reads each module's source (:func:`~rayorch.core.fingerprint.plan_fingerprints`).
 """
 
 from __future__ import annotations

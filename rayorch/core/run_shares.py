@@ -1,7 +1,7 @@
 """One cluster, several runs, several drivers: each run's share, one load per shared pool.
 
 Pure (no clock, no I/O): the pool ledger (:mod:`rayorch.runtime.pool_ledger`) feeds it
-what the drivers reported and performs its answer (docs/ARCHITECTURE.md, "Pools that size
+what the drivers reported and performs its answer (docs/topics/POOL-SIZING.md, "Pools that size
 themselves").
 
 * :func:`fair_shares` divides the cluster among the runs that claim it, max-min fair per

@@ -385,7 +385,7 @@ def audit_with_delivery(store: LineageStore, run_id: str, out_dir: str | None = 
 
 
 def delivery_problems(store: LineageStore, run_id: str, out_dir: str | None) -> list[str]:
-    """File sink evidence of every ``OutputEmitted`` (docs/ARCHITECTURE.md, File sinks)."""
+    """File sink evidence of every ``OutputEmitted`` (docs/topics/FILE-SINKS.md)."""
     from rayorch.runtime.sink_audit import check_delivery
     from rayorch.store.records.manifest import ManifestError, RunManifest
 

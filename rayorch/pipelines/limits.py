@@ -1,6 +1,6 @@
 """The shipped jobs' limits on native memory: the resident size past which an actor of a
 stage that loads native libraries (PyMuPDF, ONNX Runtime, PyAV) is recycled (``max_rss``,
-docs/ARCHITECTURE.md "Actors that recycle themselves"). Model engines (vLLM) are not
+docs/topics/ACTORS.md "Actors that recycle themselves"). Model engines (vLLM) are not
 recycled by default: reloading one costs minutes."""
 
 from __future__ import annotations

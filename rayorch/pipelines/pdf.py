@@ -113,7 +113,7 @@ class PdfPipeline(ro.Pipeline):
     regions per batch, ``ocr_inflight`` (default 4) batches at once.
 
     Every stage's pool sizes itself by default (``replicas="auto"``: from one actor up to
-    what its backlog needs and the cluster has free; docs/ARCHITECTURE.md, "Pools that size
+    what its backlog needs and the cluster has free; docs/topics/POOL-SIZING.md, "Pools that size
     themselves"): render, OCR (``auto``, ``rapidocr``, ``text``), layout and recognition.
     A model engine (``vllm``, ``mineru``) is ``"auto"`` with GPUs (one engine per GPU) and
     one actor on vLLM's CPU build (:func:`~rayorch.pipelines.vllm_runtime.model_replicas`).

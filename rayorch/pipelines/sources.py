@@ -2,7 +2,7 @@
 
 Shared by the PDF and video jobs (and run inside their actors): a bad file becomes
 ``ro.RecordFailure("<kind>: <detail>")`` for that source only, and ``failure_kind``
-counts causes by kind (docs/ARCHITECTURE.md, "PDF pipeline" and "Video pipeline").
+counts causes by kind (docs/topics/PIPELINES.md, "PDF pipeline" and "Video pipeline").
 """
 
 from __future__ import annotations

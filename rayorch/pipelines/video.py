@@ -9,7 +9,7 @@ Four batched modules and the pipeline that wires them::
 
 Bad input (missing, empty, not a video, truncated, damaged, audio only, no frames,
 huge resolution) becomes ``ro.RecordFailure("<kind>: <detail>")`` for that video only.
-See docs/ARCHITECTURE.md, "Video pipeline".
+See docs/topics/PIPELINES.md, "Video pipeline".
 
 >>> from rayorch.pipelines.video import ProbeVideo, DecodeClip, AnnotateClip, AssembleVideo
 >>> [(clips, meta)] = ProbeVideo()(["examples/videos/scenes.mp4"])
@@ -225,7 +225,7 @@ class VideoPipeline(ro.Pipeline):
     result is the ``AssembleVideo`` dict of one video, or a failed result with its cause.
 
     The probe, decode and annotate pools size themselves by default (``"auto"``:
-    docs/ARCHITECTURE.md, "Pools that size themselves"); ``annotate="vllm"`` holds an engine
+    docs/topics/POOL-SIZING.md, "Pools that size themselves"); ``annotate="vllm"`` holds an engine
     per actor: ``"auto"`` with GPUs, one actor on vLLM's CPU build
     (:func:`~rayorch.pipelines.vllm_runtime.model_replicas`). A number is that many actors.
 

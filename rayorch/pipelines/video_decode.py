@@ -4,7 +4,7 @@
   job cannot use raises ``RecordFailure("<kind>: <detail>")`` (one line).
 * :func:`detect_cuts` decodes the whole video once, scaled down by swscale to at most
   ``width`` pixels, and feeds PySceneDetect's ``ContentDetector`` (HSV change, flash
-  filter); see docs/ARCHITECTURE.md, "Video pipeline", for why this pairing.
+  filter); see docs/topics/PIPELINES.md, "Video pipeline", for why this pairing.
 * :func:`plan_clips` turns cuts into clips no longer than ``max_clip_s`` (a long scene is
   split into equal parts).
 * :func:`read_clip` decodes one clip: keyframes, motion, brightness and sharpness.

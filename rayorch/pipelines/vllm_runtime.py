@@ -74,7 +74,7 @@ def model_replicas(num_gpus: float) -> int | str:
     and the sizer keeps such actors warm (``holds_model``, 300 s) since a fresh engine costs
     seconds to minutes. Without (vLLM's CPU build), ``1``: a second engine on the same
     CPUs gains little and can exhaust the memory, and its short idle limit would rebuild
-    it (docs/ARCHITECTURE.md, "Pools that size themselves")."""
+    it (docs/topics/POOL-SIZING.md, "Pools that size themselves")."""
     return "auto" if num_gpus > 0 else 1
 
 

@@ -1,4 +1,4 @@
-"""Deliveries to a file sink, off the driver's loop (docs/ARCHITECTURE.md, "File sinks").
+"""Deliveries to a file sink, off the driver's loop (docs/topics/FILE-SINKS.md, "File sinks").
 
 Writing a delivery (a source's own files, then its part file: :meth:`FileSink.deliver`) is
 object-store I/O; done on the driver's loop it bounds the run by the store's latency. A

@@ -9,7 +9,7 @@ waiting, a pool's first measured cost) it asks the pure policy
 (``resize``: start actors, or drain them; a draining actor takes no new batch and leaves
 once its batches are back). Each change is kept with its time and reason
 (:attr:`PoolSizer.history`) and said on the driver's log; the run's summary names the stage
-that bound it (docs/ARCHITECTURE.md, "Pools that size themselves").
+that bound it (docs/topics/POOL-SIZING.md, "Pools that size themselves").
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ class Pools(Protocol):
         last call."""
         ...
 
-    # -- sizing (docs/ARCHITECTURE.md, "Pools that size themselves") -----------------------
+    # -- sizing (docs/topics/POOL-SIZING.md, "Pools that size themselves") -----------------------
     def counts(self) -> dict[str, PoolCounts]:
         """Each pool's actors now, by module name."""
         ...

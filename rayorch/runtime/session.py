@@ -145,7 +145,7 @@ def with_quick_retries(url: str, retries: int = 3) -> str:
     """A Redis URL whose client gives up reconnecting after ``retries`` attempts.
 
     A driver's store outage then surfaces within about a second, is reported once, and
-    the driver backs off and rebuilds from the store (docs/ARCHITECTURE.md, "Driver
+    the driver backs off and rebuilds from the store (docs/topics/FAILOVER.md, "Driver
     replicas and failover").
     """
     if not scheme_of(url).startswith("redis") or "retries=" in url:  # the Redis stores' option

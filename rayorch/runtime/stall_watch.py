@@ -8,7 +8,7 @@ on every turn; a running batch is *stalled* once it has run longer than
 
 and one stderr line names the module, the batch and how long it has run; the same batch is
 said again each time that time doubles. Nothing is killed: ``timeout_s=S`` on the module
-replaces an actor whose batch runs past ``S`` (docs/ARCHITECTURE.md, "Runtime details").
+replaces an actor whose batch runs past ``S`` (docs/topics/ACTORS.md, "Runtime details").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a storage URL names: its scheme, the extra that serves it, a printable form.
 
-Every place rayorch reads or writes bytes takes one of these (docs/ARCHITECTURE.md, "Storage
+Every place rayorch reads or writes bytes takes one of these (docs/topics/STORAGE.md, "Storage
 is a URL"): ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix`` (also
 ``abfs://``, ``abfss://``, ``azure://``), ``file:///abs/path`` or a plain path. A scheme
 nothing serves is refused: it is never taken as a local path (``s3:/x`` would be).

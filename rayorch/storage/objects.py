@@ -4,7 +4,7 @@ obstore (Rust's ``object_store``) gives one API over the three clouds with what
 exactly-once delivery needs: a conditional create (``mode="create"``: S3 ``If-None-Match:
 *``, GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``), single-request PUTs (an
 object is whole or absent), paged listings and ranged reads, with retries of throttling
-and dropped connections (docs/ARCHITECTURE.md, "Storage is a URL").
+and dropped connections (docs/topics/STORAGE.md, "Storage is a URL").
 
 Credentials and endpoints come from each cloud's own environment (``AWS_*`` including
 ``AWS_ENDPOINT_URL`` and, with boto3 installed, ``AWS_PROFILE``; ``GOOGLE_*``;
@@ -56,7 +56,7 @@ class ObjectInfo:
     def identity(self) -> str:
         """This version of the object as the listing names it, without reading a byte: its
         size with its version, else its ETag, else its mtime (a local file). What reuse
-        keys a source by (docs/ARCHITECTURE.md, "Reuse")."""
+        keys a source by (docs/topics/REUSE.md, "Reuse")."""
         if self.version:
             tag = f"version={self.version}"
         elif self.etag:

@@ -8,7 +8,7 @@ listing is in order) and written by a conditional create: a segment is never ove
 nor seen in part. Segments of a shard are contiguous from seq 1; the archive's
 *watermark* is the last seq its segments hold. Two archivers of one range write the same
 facts (facts are immutable), so overlapping segments are harmless: a reader takes each
-seq once (docs/ARCHITECTURE.md, "Archived lineage").
+seq once (docs/topics/ARCHIVE.md, "Archived lineage").
 
 This module knows objects only; the Redis store decides what to archive, fences the trim
 and merges archive and stream into one fact source (:mod:`rayorch.store.redis_archive`).

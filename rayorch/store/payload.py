@@ -10,7 +10,7 @@ in part. A value's reference is its
 segment, offset and length (``<run>/<call>/<digest>.seg@<offset>+<length>``), read back by
 one ranged read; each value in a segment starts with the digest of its bytes, checked on
 load. The store deletes a segment only when the commit gate definitely rejected every
-value in it (docs/ARCHITECTURE.md, "Payload segments and uncertain commits"); ``rayorch
+value in it (docs/topics/PAYLOADS.md, "Payload segments and uncertain commits"); ``rayorch
 gc`` (:mod:`rayorch.store.retention`) removes objects no committed fact refers to (an
 actor that died between writing and committing, a commit whose reply was lost).
 References of older runs (one file per report, ``<path>.g<gen>.<digest>.msgpack``)
@@ -40,7 +40,7 @@ Sealing = TypeVar("Sealing", bound=GrainCommitted | GrainReused)  # may hold a p
 DEFAULT_THRESHOLD = 128
 """Outputs whose msgpack bytes are at most this stay inline in the fact: about the size of
 a segment reference (~70 bytes with the run id), so a fact never holds more than a
-reference would cost (docs/ARCHITECTURE.md, "Payload segments and uncertain commits")."""
+reference would cost (docs/topics/PAYLOADS.md, "Payload segments and uncertain commits")."""
 SUFFIX = ".msgpack"
 SEGMENT_SUFFIX = ".seg"
 SEGMENT_DIR = "seg"  # the folder of a segment with no report (never written)
@@ -104,7 +104,7 @@ def store_identity(url: str) -> str:
 
 class PayloadStore:
     """A directory or object store prefix of durable payload files, one per externalized
-    report (docs/ARCHITECTURE.md, "Storage is a URL").
+    report (docs/topics/STORAGE.md, "Storage is a URL").
 
     ``owner`` (:func:`store_identity` of the store's URL) is written into each run folder
     it creates, so retention touches only its own store's folders of a shared root.
@@ -233,7 +233,7 @@ class PayloadStore:
     def resolve(self, fact: Sealing) -> Sealing:
         """The fact with its outputs loaded back (``payload_ref`` kept). A value whose
         segment was freed (deleted once its source was delivered) reads as its outline:
-        :func:`is_freed` says so (docs/ARCHITECTURE.md, "Freeing values")."""
+        :func:`is_freed` says so (docs/topics/PAYLOADS.md, "Freeing values")."""
         if fact.payload_ref is None or fact.outputs is not None:
             return fact
         try:

@@ -1,4 +1,4 @@
-"""Freeing payload segments once nothing needs them (docs/ARCHITECTURE.md, "Freeing values").
+"""Freeing payload segments once nothing needs them (docs/topics/PAYLOADS.md, "Freeing values").
 
 A value in a segment is needed until its source is delivered: by then every Grain of the
 source's tree is sealed in the store (a source's ``OutputEmitted`` is written after its
@@ -12,7 +12,7 @@ append is on disk (WAITAOF).
 
 Kept, never counted: the values of the Calls a run delivers (``delivered_calls``: its
 outputs, which a resume after a store rollback may deliver again), and every value of a run
-recorded with ``keep=all`` (a run to be reused whole, docs/ARCHITECTURE.md "Reuse").
+recorded with ``keep=all`` (a run to be reused whole, docs/topics/REUSE.md "Reuse").
 A fact whose segment was freed reads as its ``outline``: the fold of the lineage needs
 only the structure of the values of delivered sources.
 """

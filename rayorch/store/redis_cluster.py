@@ -4,7 +4,7 @@
 Same keys, scripts and facts as :class:`~rayorch.store.redis_store.RedisStore`: every
 key of a shard carries the hash tag ``{run:k}`` and every run-level key ``{run}``, so
 each script call and each command touches one slot, and the shards of a run spread
-over the masters by the CRC16 of their tag (docs/ARCHITECTURE.md, "Redis Cluster").
+over the masters by the CRC16 of their tag (docs/topics/FAILOVER.md, "Redis Cluster").
 
 Replication is asynchronous, so a master that dies can take its last writes with it
 when a replica is promoted. Every write that must survive a failover (a lease

@@ -462,7 +462,7 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
         # anything below raises: the outcome is then unknown (a lost reply may hide a
         # commit), and a segment's name is shared with any earlier commit of the same
         # reports. `rayorch gc` collects the objects no fact refers to
-        # (docs/ARCHITECTURE.md, "Payload segments and uncertain commits").
+        # (docs/topics/PAYLOADS.md, "Payload segments and uncertain commits").
         for shard, items in groups.items():
             keys = ShardKeys(run_id, shard)
             streams: dict[DomainId, int] = {}

@@ -253,7 +253,7 @@ def test_caller_rides_out_a_redis_restart_longer_than_its_quick_retries(
 
     Found by the fault soak (bench/faults.py): the Pipeline.run driver re-raised the
     outage from its first re-take attempt and the caller stopped with "cannot reach the
-    lineage store" (docs/ARCHITECTURE.md, "Store outages")."""
+    lineage store" (docs/topics/FAILOVER.md, "Driver replicas and failover": store outages)."""
     url = redis_aof_server.url
     run_id = f"outage-{uuid.uuid4().hex[:6]}"
     caller = Caller(url, run_id, "--unordered", "--each-s", "0.25")

@@ -2,7 +2,7 @@
 redis-server and real Ray: the facts leave Redis, and every reader (audit, show, status, the
 timeline, the web view, ``read_outputs``, ``--reuse``, ``resume``, ``rayorch driver``) reads
 archive and stream as one source. Each case ends with every output once and audit OK
-(docs/ARCHITECTURE.md, "Archived lineage"). The object-store cases (an S3 archive, one
+(docs/topics/ARCHIVE.md, "Archived lineage"). The object-store cases (an S3 archive, one
 unreachable for 10 s) are tests/storage/test_s3_archive.py.
 """
 

@@ -1,7 +1,7 @@
 """Intermediate values are freed once their source is delivered (real Ray, real redis-server,
 payload segments on disk): what is left is the delivered outputs; a resumed run after a
 driver was killed, a reader of a finished run and a reuse of it still work, each output
-once and the audit clean (docs/ARCHITECTURE.md, "Freeing values").
+once and the audit clean (docs/topics/PAYLOADS.md, "Freeing values").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Pools that size themselves on real Ray (docs/ARCHITECTURE.md, "Pools that size themselves").
+"""Pools that size themselves on real Ray (docs/topics/POOL-SIZING.md, "Pools that size
+themselves").
 
 A stage with ``replicas=(1, 4)`` grows while a burst of children backs it up and shrinks
 while it waits on a slow upstream stage, within one run; every output is delivered once,

@@ -2,7 +2,7 @@
 
 A proxy between the store client and a real redis-server forwards the commit request
 and drops its reply (closes the connection). The commit happened; the client only
-sees a connection error (docs/ARCHITECTURE.md, "Payload segments and uncertain commits").
+sees a connection error (docs/topics/PAYLOADS.md, "Payload segments and uncertain commits").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A restore forgets every lease acquired after the snapshot, so the epoch counter goes
 back and two drivers can end up with the same epoch number. The fence must still let
-only the current holder write (docs/ARCHITECTURE.md, "Leases, holder tokens and rollback").
+only the current holder write (docs/topics/FAILOVER.md, "Leases, holder tokens and rollback").
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ def test_readme_mineru_topology_reduces_aligned_groups_in_page_order(store_url: 
     assert outputs[2]["pages"] == [] and outputs[3]["pages"] == [0]
 
 
-# -- where rayorch and upstream differ in meaning (docs/MIGRATING.md, "Semantics") -----------
+# -- where rayorch and upstream differ in meaning (docs/MIGRATING.md, "Concepts") -----------
 class Identity:
     def run(self, values):  # type: ignore[no-untyped-def]
         return list(values)

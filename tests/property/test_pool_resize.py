@@ -1,4 +1,4 @@
-"""Pools that change size during a run (docs/ARCHITECTURE.md, "Pools that size themselves").
+"""Pools that change size during a run (docs/topics/POOL-SIZING.md, "Pools that size themselves").
 
 A resize only changes which actor runs a batch: every schedule with pools growing and
 draining mid-run still gives the reference's result, each output delivered once; and the

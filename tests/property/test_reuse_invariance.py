@@ -1,4 +1,4 @@
-"""Reuse keeps schedule invariance (docs/ARCHITECTURE.md, "Reuse").
+"""Reuse keeps schedule invariance (docs/topics/REUSE.md, "Reuse").
 
 A random nested program (the generators of the invariance tests) runs on random sources;
 then a random edit: a source changed, added or removed, and maybe one Call's config

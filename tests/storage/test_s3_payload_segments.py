@@ -1,7 +1,7 @@
 """Payload segments in a bucket of a real S3-API server on loopback (conftest.py): a commit
 call's large values are one object, read back by ranged reads; a commit whose reply is lost
 and is retried leaves that one object, every value resolves once and the audit finds no
-unresolved reference (docs/ARCHITECTURE.md, "Payload segments and uncertain commits"); once
+unresolved reference (docs/topics/PAYLOADS.md, "Payload segments and uncertain commits"); once
 their source is delivered the segment leaves the bucket and its facts read as outlines
 ("Freeing values").
 """

@@ -1,5 +1,5 @@
 """A committed fact's outline: the structure a fold of a delivered source needs once its
-payload is freed (docs/ARCHITECTURE.md, "Freeing values")."""
+payload is freed (docs/topics/PAYLOADS.md, "Freeing values")."""
 
 from __future__ import annotations
 

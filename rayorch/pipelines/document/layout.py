@@ -6,9 +6,9 @@ PNG, maps its labels to :data:`REGION_KINDS`, merges boxes that cover the same c
 orders the regions (columns first, :func:`reading_order`), cuts each region's crop from the
 full-resolution page image and attaches the text-layer words inside its box. A page where
 the model finds nothing becomes one ``text`` region covering the page, so nothing is lost.
-Why this model: docs/ARCHITECTURE.md, "Layout models".
+Why this model: docs/topics/PIPELINES.md, "Layout models".
 
-Page items in, region items out (plain dicts: the region contract, docs/ARCHITECTURE.md).
+Page items in, region items out (plain dicts: the region contract, docs/topics/PIPELINES.md).
 Besides the contract's keys a region carries its page's ``width_pt`` and ``height_pt``, so
 recognition can place the words (PDF points) inside the crop (pixels).
 

@@ -332,7 +332,7 @@ class ContinuousChat:
     event loop calls the engine's ``step()`` while any request is unfinished, so requests
     of other batches join between steps and the engine never waits for a batch boundary.
     Everything that touches the engine runs on that one loop (the module's own, see
-    ``max_inflight`` in docs/ARCHITECTURE.md), so the engine is never used from two
+    ``max_inflight`` in docs/topics/ACTORS.md), so the engine is never used from two
     threads. :meth:`timed_outputs` says when each request entered and left the engine
     (the busy-fraction benchmark, bench/engine_real.py, reads them).
     """

@@ -16,7 +16,7 @@ One pass over each page's blocks, lines and spans gives:
 * optionally, ruled tables as pipe tables (:mod:`rayorch.pipelines.document.pdf_tables`).
 
 Everything else keeps PyMuPDF's text and line breaks, so the words are the ones
-``page.get_text()`` gives. Why no library: docs/ARCHITECTURE.md, "PDF to Markdown".
+``page.get_text()`` gives. Why no library: docs/topics/PIPELINES.md, "PDF to Markdown".
 
 >>> normalise_ligatures("e\ufb03cient \ufb01les")
 'efficient files'
@@ -186,7 +186,7 @@ def textpage_lines(textpage: Any) -> list[Line] | None:
 
     MuPDF's JSON gives blocks, line boxes and texts, but only each line's first font; its
     HTML gives every span's size and weight, read only for lines with more than one span.
-    Why not the dict: building it is 40% of a text page's time (docs/ARCHITECTURE.md,
+    Why not the dict: building it is 40% of a text page's time (docs/topics/PIPELINES.md,
     "PDF text path speed").
     """
     global _mupdf

@@ -14,7 +14,7 @@ order) and says which of them it consumes:
   block, lines on one baseline joined (a comment beside its code), indentation kept from
   the x position, and bare listing line numbers beside the code dropped.
 
-Why these rules: docs/ARCHITECTURE.md, "PDF to Markdown".
+Why these rules: docs/topics/PIPELINES.md, "PDF to Markdown".
 """
 
 from __future__ import annotations

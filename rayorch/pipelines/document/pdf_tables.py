@@ -7,7 +7,7 @@ or (a table ruled only across, as LaTeX's ``booktabs``) at the gaps no word cros
 row; rows are split at the horizontal rules, and a band between two rules whose cells
 hold several lines in two or more columns is one row per baseline (a table that rules
 only its sections). The words come from the page's TextPage (``extractWORDS``). A "table"
-of one column or one row is not one. Why not ``page.find_tables()``: docs/ARCHITECTURE.md,
+of one column or one row is not one. Why not ``page.find_tables()``: docs/topics/PIPELINES.md,
 "PDF to Markdown".
 """
 

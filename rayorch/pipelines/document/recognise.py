@@ -19,7 +19,7 @@
   anyway is an empty text block.
 
 A region that cannot be read is a ``RecordFailure`` for that region only, with the cause.
-Blocks are plain dicts (the region contract, docs/ARCHITECTURE.md): ``page``, ``order``,
+Blocks are plain dicts (the region contract, docs/topics/PIPELINES.md): ``page``, ``order``,
 ``kind``, ``bbox``, ``engine``, ``fallback`` and one of ``text``, ``table``, ``latex``,
 ``image``.
 """

@@ -1,6 +1,6 @@
 """Render a PDF for the region grain (``--ocr layout``): every page as a page item.
 
-A page item is the input of the layout step (the region contract, docs/ARCHITECTURE.md "The
+A page item is the input of the layout step (the region contract, docs/topics/PIPELINES.md "The
 region grain"): the page image (PNG, in colour so figures keep theirs), its size in PDF
 points, the dpi it was rendered at and its text-layer words (PDF points, top-left origin;
 none on a scanned page)::

@@ -10,7 +10,8 @@ fallbacks that keep one bad page or region from failing its siblings.
   block read by OCR of its crop (``fallback`` ``"ocr-crop"``), its cause kept in the block.
 
 The models are plain classes passed in (``layout=``, ``recogniser=``), built once per
-actor; values are the plain dicts of the region contract (docs/ARCHITECTURE.md, "The region grain").
+actor; values are the plain dicts of the region contract (docs/topics/PIPELINES.md, "The region
+grain").
 
 >>> KeepRegions()([[{"kind": "header"}, {"kind": "title"}]])
 [([{'kind': 'header'}, {'kind': 'title'}], [False, True])]

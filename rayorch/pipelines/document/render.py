@@ -85,7 +85,7 @@ def _cycle_collector_paused() -> Iterator[None]:
     ``get_text("dict")`` builds thousands of dicts and lists per page; they hold no
     cycles and reference counting frees them, but each page triggers several
     collections that re-walk them (and, in an actor, every object Ray imported):
-    ~10% of a text page's time (docs/ARCHITECTURE.md, "PDF text path speed").
+    ~10% of a text page's time (docs/topics/PIPELINES.md, "PDF text path speed").
     """
     was_enabled = gc.isenabled()
     gc.disable()

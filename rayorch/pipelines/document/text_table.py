@@ -26,7 +26,7 @@ points) carry their own positions, which say more than a model's reading of the 
 :func:`rayorch.pipelines.document.table_structure.table_content` writes, or raises
 :class:`~rayorch.pipelines.document.table_structure.TableStructureError` for words that do not
 form a table (one column, one row): the caller then reads the region another way. Why not
-PyMuPDF's ``find_tables``: docs/ARCHITECTURE.md, "Tables".
+PyMuPDF's ``find_tables``: docs/topics/PIPELINES.md, "Tables".
 
 >>> words = [[0, 0, 20, 10, "Name"], [60, 0, 80, 10, "Qty"],
 ...          [0, 14, 20, 24, "pen"], [60, 14, 70, 24, "4"],

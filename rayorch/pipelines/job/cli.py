@@ -13,7 +13,7 @@ which prepares ``--output`` (:class:`OutputDir`: refused, ``--overwrite`` or
 as it is delivered (piped: :class:`ProgressLines`), prints the summary (failed files
 named) and returns the exit code.
 
-Rules (docs/ARCHITECTURE.md, "The job commands"): a non-empty ``--output`` from an
+Rules (docs/topics/JOBS.md, "The job commands"): a non-empty ``--output`` from an
 earlier run is refused unless ``--overwrite`` (its outputs are removed first) or
 ``--resume`` (its finished sources are kept, the rest run again); no stale file
 survives any run. Exit 0 only when every source succeeded, 1 when some failed (0 with

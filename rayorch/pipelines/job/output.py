@@ -1,7 +1,7 @@
 """A job's ``--output`` directory: the marker, the run's file sink, the files beside it.
 
 A job delivers through the same sink as ``rayorch driver`` (:mod:`rayorch.runtime.sinks`,
-docs/ARCHITECTURE.md "The job commands"): for each finished source, :meth:`OutputDir.render`
+docs/topics/JOBS.md "The job commands"): for each finished source, :meth:`OutputDir.render`
 writes its human-facing files (``NNNNN-slug.md``) and gives its row, which the sink writes
 to a part file; the driver then records the fenced ``OutputEmitted``. The part files and
 their manifest are the record of delivery: exactly once, adopted after a crash,

@@ -4,7 +4,7 @@ Each rule measures one number of a document and names the bound it must keep; a 
 names the first rule a document breaks, its score and the bound. The rules are the
 published ones; their bounds are the published ones where extracted PDF text keeps them,
 relaxed where PDFs differ from web pages, so that each rule alone passes at least 95% of
-the real documents of the texlive corpus that are not lorem ipsum (docs/ARCHITECTURE.md,
+the real documents of the texlive corpus that are not lorem ipsum (docs/topics/QUALITY.md,
 "Data-quality stages"): no upper word count (a book is long), line rules over paragraphs
 (a PDF's lines are wrapped), duplicate n-grams and lines up to what a manual that shows
 each example's source and its output repeats.
