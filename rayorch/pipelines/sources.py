@@ -10,16 +10,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
 from rayorch.storage import (
-    Location,
     ObjectInfo,
-    Storage,
     StorageError,
     open_storage,
     parse_location,
@@ -53,111 +50,6 @@ def failure_kind(cause: str | None) -> str:
     while _PROPAGATED.match(cause):
         cause = _PROPAGATED.sub("", cause, count=1)
     return cause.split(":", 1)[0].strip()[:60]
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """One input, checked: a local file (``path``) or an object (``url``), its first bytes.
-
-    ``name`` is what messages print (the path or the URL). :meth:`read` gives all its
-    bytes; a worker reads its own input from the object store (no shared disk).
-    """
-
-    name: str
-    head: bytes
-    size: int
-    path: Path | None = None
-    url: str | None = None
-    data: bytes | None = None  # an object read whole at the check (``whole=True``)
-
-    def read(self) -> bytes:
-        if self.data is not None:
-            return self.data
-        if self.path is not None:
-            return self.path.read_bytes()
-        storage, key = self._object()
-        try:
-            return storage.read(key)
-        except FileNotFoundError:
-            raise refuse("missing", f"{self.name} does not exist") from None
-        except StorageError as exc:
-            raise refuse("unreadable", f"{self.name}: {exc}") from None
-
-    def tail(self, count: int) -> bytes:
-        """Its last ``count`` bytes (one ranged read on an object store)."""
-        start = max(0, self.size - count)
-        if self.data is not None:
-            return self.data[start:]
-        if self.path is not None:
-            with self.path.open("rb") as fh:
-                fh.seek(start)
-                return fh.read()
-        storage, key = self._object()
-        return storage.read_range(key, start, self.size)
-
-    def _object(self) -> tuple[Storage, str]:
-        """The storage holding this object, and its key there."""
-        location = parse_location(str(self.url))
-        return open_storage(location.parent()), location.name()
-
-
-def check_file(source: Any, what: str, head_bytes: int, *, whole: bool = False) -> InputFile:
-    """``source`` (a path or an object store URL) as a non-empty file and its first
-    ``head_bytes``; ``whole``: an object is read whole at once (one GET, no HEAD: for a
-    caller that reads all of it anyway).
-
-    Raises ``RecordFailure`` (kinds: bad input, missing, not a file, empty, unreadable);
-    ``what`` names the expected file in the message (``"PDF"``, ``"video"``).
-    """
-    if not isinstance(source, (str, Path)):
-        raise refuse("bad input", f"expected a {what} path (str), got {type(source).__name__}")
-    if isinstance(source, str) and "#" in source and not Path(source).exists():
-        from rayorch.pipelines.archives import read_member, split_member
-
-        if split_member(source) is not None:  # ARCHIVE#MEMBER: read by this actor
-            data = read_member(source)
-            if not data:
-                raise refuse("empty", f"{source} is an empty member (0 bytes)")
-            return InputFile(source, data[:head_bytes], len(data), data=data)
-    try:
-        location = parse_location(source)
-    except StorageError as exc:
-        raise refuse("bad input", str(exc)) from None
-    if not location.is_local:
-        return _check_object(location, head_bytes, whole)
-    path = Path(source)
-    if not path.exists():
-        raise refuse("missing", f"{path} does not exist")
-    if not path.is_file():
-        raise refuse("not a file", f"{path} is a directory or special file")
-    with path.open("rb") as fh:
-        head = fh.read(head_bytes)
-    if not head:
-        raise refuse("empty", f"{path} is an empty file (0 bytes)")
-    return InputFile(str(path), head, path.stat().st_size, path=path)
-
-
-def _check_object(location: Location, head_bytes: int, whole: bool) -> InputFile:
-    name = location.url
-    try:
-        storage = open_storage(location.parent())
-        if whole:
-            try:
-                data = storage.read(location.name())
-            except FileNotFoundError:
-                raise refuse("missing", f"{name} does not exist") from None
-            if not data:
-                raise refuse("empty", f"{name} is an empty object (0 bytes)")
-            return InputFile(name, data[:head_bytes], len(data), url=name, data=data)
-        info = storage.head(location.name())
-        if info is None:
-            raise refuse("missing", f"{name} does not exist")
-        if info.size == 0:
-            raise refuse("empty", f"{name} is an empty object (0 bytes)")
-        head = storage.read_range(location.name(), 0, min(head_bytes, info.size))
-    except StorageError as exc:
-        raise refuse("unreadable", f"{name}: {exc}") from None
-    return InputFile(name, head, info.size, url=name)
 
 
 class Listed(NamedTuple):
@@ -251,5 +143,4 @@ def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list
                   for name, _, _ in page)
 
 
-__all__ = ["PAGE", "InputFile", "Listed", "check_file", "failure_kind", "find_files",
-           "list_inputs", "refuse", "slug"]
+__all__ = ["PAGE", "Listed", "failure_kind", "find_files", "list_inputs", "refuse", "slug"]

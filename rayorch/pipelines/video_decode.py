@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from rayorch.core.errors import RayorchError
-from rayorch.pipelines.sources import check_file, refuse
+from rayorch.pipelines.input_files import check_file
+from rayorch.pipelines.sources import refuse
 from rayorch.storage import open_storage, parse_location
 
 MAX_FRAME_PIXELS = 36_000_000

@@ -203,7 +203,7 @@ def render_page(source: str, page: int) -> bytes:
         pymupdf = import_pymupdf()
     except Exception:
         raise LookupError("rendering pages needs PyMuPDF: pip install 'rayorch[pdf]'") from None
-    from rayorch.pipelines.sources import check_file
+    from rayorch.pipelines.input_files import check_file
 
     if not source:
         raise LookupError("the source is not a file path or URL: no page image")

@@ -37,7 +37,7 @@ from rayorch.pipelines.document.render import (
     content_sha256,
     page_png,
 )
-from rayorch.pipelines.sources import check_file
+from rayorch.pipelines.input_files import check_file
 from rayorch.pipelines.sources import refuse as _refuse
 
 OPEN_DOCUMENTS = 2

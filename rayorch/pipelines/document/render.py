@@ -44,7 +44,7 @@ from rayorch.pipelines.document.pdf_markdown import (
 )
 from rayorch.pipelines.document.pdf_structure import byline_lines, title_lines
 from rayorch.pipelines.document.pdf_tables import Table, page_tables
-from rayorch.pipelines.sources import InputFile, check_file
+from rayorch.pipelines.input_files import InputFile, check_file
 from rayorch.pipelines.sources import refuse as _refuse
 
 DEFAULT_DPI = 110

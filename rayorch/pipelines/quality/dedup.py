@@ -127,7 +127,7 @@ class ExactDedup(ClaimingStage):
 
     def keys(self, doc: Any) -> tuple[list[str], dict[str, Any]]:
         if self.of == "bytes":
-            from rayorch.pipelines.sources import check_file
+            from rayorch.pipelines.input_files import check_file
 
             source = check_file(doc, "input", 1, whole=True)
             if source.path is not None:  # a local file is hashed as it is read, not held
