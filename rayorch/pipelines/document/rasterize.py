@@ -9,7 +9,7 @@ actors, none of which holds it whole, and no render actor holds a document's ima
 
 Each rasterizer keeps the last few documents it opened (:data:`OPEN_DOCUMENTS`): a batch of
 pages of one document opens it once. A document is read as the render actor read it
-(:func:`~rayorch.pipelines.sources.check_file`: a local file mapped, an object read whole)
+(:func:`~rayorch.pipelines.input_files.check_file`: a local file mapped, an object read whole)
 and must have the bytes the render actor saw (``sha256``): a source rewritten in between
 fails its pages alone, with that cause, never renders another document's page.
 
