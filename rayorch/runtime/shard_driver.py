@@ -88,7 +88,7 @@ class ShardDriver:
         self.store, self.run_id, self.info, self.plan = store, run_id, info, plan
         self.driver_id = driver_id
         self.pools = pools
-        self.feed, self.sink, self.config = feed, sink, config
+        self.feed, self.config = feed, config
         self._log = config.log
         self._now = config.clock  # fact timestamps
         self._on_close = on_close
