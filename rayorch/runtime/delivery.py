@@ -239,9 +239,5 @@ class CallerSink:
         for index in [i for i, (k, _) in self._waiting.items() if k == shard]:
             del self._waiting[index]
 
-    @property
-    def buffered(self) -> int:
-        return len(self._waiting)
-
 
 __all__ = ["CallerSink", "Feed", "IteratorFeed", "ManifestFeed", "Row"]

@@ -15,6 +15,9 @@ this loop with other ports (docs/ARCHITECTURE.md, "One driver"):
 
 Each held shard is a :class:`~rayorch.core.machine.ShardMachine`. One turn of the loop:
 leases → admit → dispatch → deliver → finish shards → collect batches → write facts.
+Delivery, to the caller or through the delivery writer to a file sink, is
+:class:`~rayorch.runtime.shard_delivery.ShardDelivery`'s; the leases are
+:class:`~rayorch.runtime.shard_leases.ShardLeases`'.
 Recovery has one shape: when the store and a machine disagree (a sealed Grain, a
 rejected report, a store outage, a restart), the shard is rebuilt from the store.
 """
@@ -24,13 +27,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from rayorch.core.errors import RayorchError
 from rayorch.core.facts import GrainCommitted, GrainRetried, OutputEmitted
 from rayorch.core.ids import CallId, Path
-from rayorch.core.index_set import IndexSet
 from rayorch.core.machine import (
     BatchCommitted,
     BatchFailed,
@@ -38,7 +39,6 @@ from rayorch.core.machine import (
     InputClosed,
     Instruction,
     MachineLoad,
-    OutputDelivered,
     OutputReady,
     Resync,
     SendBatch,
@@ -54,11 +54,11 @@ from rayorch.core.reuse import Reuse
 from rayorch.core.vocabulary import FAILOVER_CAUSE, REPORT_PRESENT, CommitVerdict
 from rayorch.progress import RunStats
 from rayorch.runtime.delivery import CallerSink, Feed
-from rayorch.runtime.delivery_writer import PART_RECORDS, DeliveryWriter
 from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, Pools, Sink
 from rayorch.runtime.replica_state import HeldShards, ReplicaStats, ShardState
 from rayorch.runtime.run_watch import RunWatch
+from rayorch.runtime.shard_delivery import ShardDelivery
 from rayorch.runtime.shard_leases import (
     DriverConfig,
     LeaseLostStop,
@@ -68,12 +68,7 @@ from rayorch.runtime.shard_leases import (
     log_to_stderr,
 )
 from rayorch.store.base import LineageStore, RunInfo
-from rayorch.store.errors import (
-    FencedError,
-    GrainSealedError,
-    LeaseLostError,
-    StoreUnavailableError,
-)
+from rayorch.store.errors import GrainSealedError, StoreUnavailableError
 
 IDLE_SLEEP_S = 0.05
 
@@ -93,7 +88,7 @@ class ShardDriver:
         self.store, self.run_id, self.info, self.plan = store, run_id, info, plan
         self.driver_id = driver_id
         self.pools = pools
-        self.feed, self.sink, self.config = feed, sink, config
+        self.feed, self.config = feed, config
         self._log = config.log
         self._now = config.clock  # fact timestamps
         self._on_close = on_close
@@ -115,11 +110,6 @@ class ShardDriver:
         # its machine's (a take-over re-dispatches what none of these carries).
         self._batches: dict[int, tuple[CallId, tuple[tuple[Path, int], ...], bool]] = {}
         self._done: deque[Completion] = deque()  # collected from the pools, not yet settled
-        self._held: tuple[int, OutputReady] | None = None  # handed to the caller, not acked
-        # Outputs the caller has whose OutputEmitted is not known to be written (a store
-        # outage hit the write): a shard rebuilt meanwhile records them, never re-delivers.
-        self._acked: dict[int, OutputDelivered] = {}
-        self._handed = IndexSet()  # every source handed to the caller (a rollback may forget)
         self.leases = ShardLeases(self, store=store, run_id=run_id, info=info,
                                   driver_id=driver_id, config=config, counters=self.counters)
         self._guard = self.leases.guard  # a write to one shard: losing it drops the shard
@@ -135,8 +125,10 @@ class ShardDriver:
         self._rr = 0
         self._closed = False
         self._moved = False
-        self.writer = None if isinstance(sink, CallerSink) else DeliveryWriter(
-            sink, config.delivery_lanes)
+        self.delivery = ShardDelivery(sink, lanes=config.delivery_lanes, shards=self.shards,
+                                      leases=self.leases, store=store, run_id=run_id,
+                                      clock=self._now, counters=self.counters, stats=self.stats,
+                                      perform=self._perform, flush=self._flush)
 
     @property
     def disagreements(self) -> int:
@@ -152,22 +144,22 @@ class ShardDriver:
                 self.leases.take_all()
             while not self.leases.run_done:
                 try:
-                    self._moved = False
+                    self._moved = self.delivery.moved = False
                     self.leases.tick()
                     if self.leases.run_done:
                         break
                     self._admit()
                     self._dispatch()
-                    yield from self._deliver()
+                    yield from self.delivery.deliver()
                     self._finish_shards()
                     if self._done or self.pools.busy():
                         self._collect()
-                    elif self.writer and self.writer.pending():  # the loop waits on writes
-                        yield from self._record(self.writer, IDLE_SLEEP_S)
+                    elif self.delivery.pending():  # the loop waits on writes
+                        yield from self.delivery.record(IDLE_SLEEP_S)
                     elif self.config.mode is LeaseMode.SHARE:
                         self.config.sleep(IDLE_SLEEP_S if self.shards
                                           else self.config.lease_ttl_s / 8)
-                    elif not self._moved:
+                    elif not (self._moved or self.delivery.moved):
                         self._flush_all()
                         self.shards.stuck(self.run_id)  # a stuck run is a bug, said so
                     if self.sizer is not None:
@@ -184,9 +176,8 @@ class ShardDriver:
 
     def acknowledge_held(self) -> None:
         """The caller closed the iterator normally: the output it holds is delivered."""
-        if self._held is not None and not self._closed:
-            with contextlib.suppress(RayorchError, StoreUnavailableError):
-                self._acknowledge()
+        if not self._closed:
+            self.delivery.acknowledge_held()
 
     def close(self) -> None:
         """Leave the run: write what is queued, release the leases, stop or leave the pools."""
@@ -194,8 +185,7 @@ class ShardDriver:
             return
         self._closed = True
         self.watch.close()
-        if self.writer is not None:
-            self.writer.close()
+        self.delivery.close()
         if self.sizer is not None and self.sizer.decisions:
             self._log(f"rayorch: {self.sizer.summary()}")
         for k, st in list(self.shards.items()):
@@ -209,8 +199,7 @@ class ShardDriver:
 
     # == the host side of the leases (runtime/shard_leases.py ShardHost) ====================
     def forget_outputs(self, k: int) -> None:
-        if isinstance(self.sink, CallerSink):
-            self.sink.drop_shard(k)
+        self.delivery.forget(k)
 
     # == take-over and rebuild ================================================================
     def take(self, k: int, epoch: int, failed: Sequence[BatchFailed] = ()) -> None:
@@ -231,8 +220,7 @@ class ShardDriver:
         self.leases.seen(k, last_seq)
         st = ShardState(k, epoch, machine, read_seq=last_seq)
         self.shards[k] = st
-        if self.writer is not None:  # parts of a dead holder or a rolled-back store: read again
-            self.writer.reset(k)
+        self.delivery.reset(k)  # parts of a dead holder or a rolled-back store: read again
         self._perform(st, machine.handle(FactsStored(facts)))
         self.feed.reset(k, machine.kernel.admitted_sources())
         self._close_input(st)
@@ -301,8 +289,7 @@ class ShardDriver:
         emitted = [fact.index for fact in facts if isinstance(fact, OutputEmitted)]
         if emitted:
             self.feed.delivered(st.shard, emitted)
-            for index in emitted:
-                self._acked.pop(index, None)
+            self.delivery.recorded(emitted)
 
     def _flush_all(self) -> None:
         for k, st in list(self.shards.items()):
@@ -324,8 +311,8 @@ class ShardDriver:
             progress = False
             for k in sorted(self.shards):
                 st = self.shards[k]
-                if st.draining or st.machine.input_closed or (
-                        self.writer and self.writer.behind(k, len(st.ready))):
+                if st.draining or st.machine.input_closed or \
+                        self.delivery.behind(k, len(st.ready)):
                     continue  # outputs waiting for the writer hold admission back
                 rows = self.feed.take(k, st.wanted) if st.wanted else []
                 if rows:
@@ -488,106 +475,10 @@ class ShardDriver:
             stats.retried += len(shard_tags)
             stats.uncharged += uncharged
 
-    # == delivery ================================================================================
-    def _deliver(self) -> Iterator[tuple[int, Any]]:
-        if isinstance(self.sink, CallerSink):
-            yield from self._deliver_to_caller(self.sink)
-            return
-        writer = self.writer
-        assert writer is not None  # a file sink's
-        for k, st in list(self.shards.items()):
-            if not st.ready or writer.busy(k) or not writer.room() \
-                    or not self.leases.still_held(k):  # a paused driver learns it lost k
-                continue  # one delivery per shard at a time; at most ``lanes`` in all
-            ready, st.ready = st.ready[:PART_RECORDS], st.ready[PART_RECORDS:]
-            self._moved = True
-            with self._guard(k):
-                self._flush(st)  # fenced: a deposed driver writes no part
-                # (the part's name records what the store acknowledged: audit's rollback check)
-                writer.submit(k, st, ready, self.shards.known_seq(k))
-        yield from self._record(writer)
-
-    def _record(self, writer: DeliveryWriter, wait_s: float = 0.0
-                ) -> Iterator[tuple[int, Any]]:
-        """Append the ``OutputEmitted`` of the deliveries the writer finished (fenced)."""
-        for done in writer.collect(wait_s):
-            if done.error is not None:
-                raise done.error
-            k, st = done.shard, self.shards.get(done.shard)
-            if st is not done.owner:
-                continue  # the shard was lost: its next holder adopts the part
-            self._moved = True
-            recorded: Sequence[OutputReady] = ()  # what the store took: a refusal yields none
-            with self._guard(k):
-                self._perform(st, st.machine.handle(*done.events))
-                try:
-                    self._flush(st)  # fenced: a deposed driver's OutputEmitted never lands
-                except (LeaseLostError, FencedError):
-                    writer.refused(self.store, self.run_id, k, done.events)
-                    raise
-                self._delivered(len(done.events))
-                recorded = done.ready
-            for r in recorded:  # for a ReplicaHandle's caller: what this driver delivered
-                yield r.index, r.value
-
-    def _deliver_to_caller(self, sink: CallerSink) -> Iterator[tuple[int, Any]]:
-        for k, st in self.shards.items():
-            for ready in st.ready:
-                acked = self._acked.get(ready.index)
-                if acked is None and ready.index in self._handed:  # its fact was forgotten
-                    acked = OutputDelivered(ready.index, ready.outcome, "caller", "", self._now())
-                if acked is None:
-                    sink.offer(k, ready)
-                else:  # the caller has it already: only its fact is missing
-                    self._perform(st, st.machine.handle(acked))
-                    self._delivered(1)
-            st.ready = []
-        for k, ready in sink.take():
-            if k not in self.shards:
-                continue
-            self._moved = True
-            self.leases.ensure_fresh(k)  # a driver asleep past its TTL never emits
-            self._held = (k, ready)
-            self._handed.add(ready.index)
-            yield ready.index, ready.value
-            self._acknowledge()  # the caller asked for the next item: it has this one
-
-    def _acknowledge(self) -> None:
-        held, self._held = self._held, None
-        if held is None:
-            return
-        k, ready = held
-        st = self.shards.get(k)
-        if st is None:
-            return
-        event = OutputDelivered(ready.index, ready.outcome, "caller", "", self._now())
-        self._acked[ready.index] = event  # until its fact is written
-        with self._guard(k):
-            self._perform(st, st.machine.handle(event))
-            self._flush(st)  # at most the one held output is delivered twice after a crash
-            self._delivered(1)
-
-    def _delivered(self, count: int) -> None:
-        self.counters.outputs_emitted += count
-        self.stats.sources_done += count
-
     # == finishing ===============================================================================
-    def _seal(self, k: int, st: ShardState) -> None:
-        """A shard whose every source is complete but some wait in the sink's spool for a
-        part of their size: the writer publishes them as its last part of the shard."""
-        writer = self.writer
-        if writer is None or st.ready or st.machine.kernel.in_flight or writer.busy(k) \
-                or not (st.machine.run_completed or st.draining) \
-                or not writer.sink.spooled(k):
-            return
-        self._moved = True
-        with self._guard(k):
-            self._flush(st)  # fenced: a deposed driver writes no part
-            writer.submit(k, st, [], self.shards.known_seq(k), seal=True)
-
     def _finish_shards(self) -> None:
         for k, st in list(self.shards.items()):
-            self._seal(k, st)
+            self.delivery.seal(k, st)
             if st.machine.holds_work or st.ready:
                 continue  # a Grain in flight, or an output not yet delivered, keeps its shard
             done = st.machine.run_completed

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from rayorch.core.facts import OutputEmitted
 from rayorch.runtime.formats import part_format
-from rayorch.runtime.sinks import FILELESS_SINKS, PartName, SinkError, read_part, sink_parts
+from rayorch.runtime.sink_layout import read_part, sink_parts
+from rayorch.runtime.sinks import FILELESS_SINKS
 from rayorch.storage import StorageError, open_storage
+from rayorch.store.records.sink import PartName, SinkError
 
 
 def check_delivery(out_dir: str | Path | None, emitted: Iterable[OutputEmitted], *,

@@ -5,7 +5,7 @@ run's failed sources run again: :func:`prune_parts` keeps the records the job ac
 :func:`take_over` makes the new run the directory's owner with those parts listed as
 ``kept`` (delivered by an earlier run: ``rayorch audit`` of the new run counts them), and
 :func:`remove_sink` clears it for ``--overwrite``. Formats and names are
-:mod:`rayorch.runtime.sinks`'.
+:mod:`rayorch.runtime.sinks`' (read and written through :mod:`rayorch.runtime.sink_layout`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rayorch.runtime.formats import RowSchema, part_format
-from rayorch.runtime.sinks import (
+from rayorch.runtime.sink_layout import (
     CLAIM_PREFIX,
     HIDDEN_PREFIX,
     LEFTOVER_RE,
     SINK_MANIFEST,
-    PartName,
-    SinkError,
-    SinkRecord,
     list_names,
     load_manifest,
     manifest_bytes,
@@ -31,6 +28,7 @@ from rayorch.runtime.sinks import (
     write_part_file,
 )
 from rayorch.storage import Storage, StorageError, open_storage
+from rayorch.store.records.sink import PartName, SinkError, SinkRecord
 
 
 def _leftovers(storage: Storage) -> list[str]:

@@ -9,7 +9,9 @@ schema) and *part files* written whole and atomically, one per ``write_part`` ca
 ``jsonl.zst``, ``tar`` for ``wds``); ``<tag>`` 6 random hex, or for a part rolled by size
 (``shard_size``) 16 hex of its content digest: parts then hold about ``shard_size`` bytes
 each (at most 1.1x, except a writer's last of a shard), spooled locally until full
-(:mod:`rayorch.runtime.formats.spool`) and published whole under that one name.
+(:mod:`rayorch.runtime.formats.spool`) and published whole under that one name. Reading
+and writing this layout (manifest, publish, read and list parts, claim markers) is
+:mod:`rayorch.runtime.sink_layout`'s; this module re-exports its public names.
 
 ``q<seq>``: how many facts of the shard the lineage store had acknowledged to the writing
 driver when it wrote the part. A store that now holds fewer lost facts it acknowledged
@@ -54,35 +56,41 @@ published. Its ``--resume`` is a new run taking the directory over
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import itertools
-import re
 import secrets
 import time
-from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-import orjson
-
 from rayorch.core.machine import OutputDelivered, OutputReady
-from rayorch.runtime.formats import RowSchema, format_names, format_of_suffix, part_format
+from rayorch.runtime.formats import RowSchema, format_names, part_format
 from rayorch.runtime.formats.spool import ShardSpool
-from rayorch.storage import Storage, StorageError, open_storage, parse_location
+from rayorch.runtime.sink_layout import (
+    ADOPT,
+    CLAIM_PREFIX,
+    DISCARD,
+    HIDDEN_PREFIX,
+    LEFTOVER_RE,
+    SINK_MANIFEST,
+    SINK_VERSION,
+    foreign_files,
+    list_names,
+    live_parts,
+    load_manifest,
+    manifest_bytes,
+    part_claims,
+    publish,
+    read_part,
+    read_parts,
+    sink_parts,
+    sink_url,
+    write_part_file,
+)
+from rayorch.storage import StorageError, open_storage
 from rayorch.store.records.sink import PartName, SinkError, SinkRecord, encode_record
 
-SINK_MANIFEST = "_rayorch_sink.json"
-SINK_VERSION = 1
 FORMATS = format_names()
-HIDDEN_PREFIX = ".rayorch-"  # temp files and claim markers: ignored by readers
-# A local temp file (being written), or a claim file of rayorch before object storage:
-# "<prefix>tmp-<part>-<8 hex>" / "<prefix>claim-<part>-<8 hex>".
-LEFTOVER_RE = re.compile(rf"^{re.escape(HIDDEN_PREFIX)}(?:tmp|claim)-(?P<part>.+)-[0-9a-f]{{8}}$")
-# A part's claim marker: "<prefix>claim-<part>", holding ADOPT or DISCARD (see FileSink.adopt).
-CLAIM_PREFIX = f"{HIDDEN_PREFIX}claim-"
-ADOPT, DISCARD = b"adopt", b"discard"
 # Sinks whose OutputEmitted facts need no file: the Pipeline.run caller, older writers.
 FILELESS_SINKS = ("", "caller")
 _RECORD_SCHEMA = {
@@ -95,59 +103,6 @@ _RECORD_SCHEMA = {
 }
 
 
-def sink_url(out_dir: str | Path) -> str:
-    """The canonical form of a sink location, as recorded with a run: an absolute path, or
-    the URL (``s3://bucket/prefix``)."""
-    location = parse_location(out_dir)
-    return str(Path(location.root).resolve()) if location.is_local else location.url
-
-
-def read_part(storage: Storage, name: str) -> list[tuple[SinkRecord, str]]:
-    """The records of part ``name`` with their digests; :class:`FileNotFoundError` when
-    it is gone, :class:`SinkError` when it cannot be read or parsed."""
-    where = f"part file {storage.url}/{name}"
-    part = PartName.parse(name)
-    fmt = format_of_suffix(part.suffix if part else name.partition(".")[2])
-    if fmt is None:
-        raise SinkError(f"{where} is in no known format")
-    try:
-        data = storage.read(name)
-    except StorageError as exc:
-        raise SinkError(f"{where} cannot be read: {exc}") from None
-    return [(rec, rec.digest) for rec in part_format(fmt).decode(data, where)]
-
-
-def list_names(storage: Storage, prefix: str) -> list[str]:
-    """Every name directly in the sink starting with ``prefix`` (sorted)."""
-    try:
-        return [name for page in storage.names(prefix) for name in page]
-    except StorageError as exc:
-        raise SinkError(f"cannot list {storage.url}: {exc}") from None
-
-
-def _claims(storage: Storage, part_prefix: str) -> dict[str, bytes]:
-    """The claim markers of parts named ``part_prefix...``: part name -> ADOPT | DISCARD."""
-    out: dict[str, bytes] = {}
-    for marker in list_names(storage, CLAIM_PREFIX + part_prefix):
-        part = marker[len(CLAIM_PREFIX):]
-        if PartName.parse(part) is None:
-            continue
-        try:
-            out[part] = storage.read(marker).strip()
-        except FileNotFoundError:
-            continue
-        except StorageError as exc:
-            raise SinkError(f"cannot read {storage.url}/{marker}: {exc}") from None
-    return out
-
-
-def live_parts(storage: Storage, part_prefix: str = "part-") -> list[str]:
-    """The part names (sorted) starting with ``part_prefix`` that are not discarded."""
-    discarded = {p for p, body in _claims(storage, part_prefix).items() if body == DISCARD}
-    return [n for n in list_names(storage, part_prefix)
-            if PartName.parse(n) is not None and n not in discarded]
-
-
 class Beside(Protocol):
     """The files a job writes beside the part files (``patterns``: their names, fnmatch)."""
 
@@ -155,41 +110,6 @@ class Beside(Protocol):
 
     def render(self, index: int, value: Any) -> Any:
         """Write source ``index``'s files; the value its record holds (or a ``FailedResult``)."""
-
-
-def _new_suffix(name: str) -> str:
-    """``name`` with another random 6-hex suffix (a part name clashed)."""
-    stem, _, ext = name.rpartition("-")
-    return f"{stem}-{secrets.token_hex(3)}.{ext.partition('.')[2]}"
-
-
-def publish(storage: Storage, name: str, data: bytes, *, rename_on_clash: bool = True,
-            replace: bool = False) -> str:
-    """Write ``name`` whole or not at all, never over an existing object (a conditional
-    create: ``link`` on a local disk, ``If-None-Match: *`` on S3, ...); the name used.
-
-    A clash picks another random suffix; without ``rename_on_clash`` it raises
-    :class:`FileExistsError`. ``replace`` replaces an existing object instead, in one
-    atomic write (the manifest of a run taking a sink over).
-    """
-    try:
-        if replace:
-            storage.put(name, data)
-            return name
-        for _ in range(8):
-            if storage.create(name, data):
-                return name
-            if not rename_on_clash:
-                raise FileExistsError(name)
-            name = _new_suffix(name)
-    except StorageError as exc:
-        raise SinkError(f"cannot write part file {name}: {exc}") from None
-    raise SinkError(f"cannot find a free part name in {storage.url}")  # pragma: no cover
-
-
-def write_part_file(storage: Storage, fmt: str, name: str, records: Sequence[SinkRecord],
-                    schema: RowSchema | None = None) -> str:
-    return publish(storage, name, part_format(fmt).encode(records, schema))
 
 
 # -- the sink -------------------------------------------------------------------------------
@@ -203,46 +123,6 @@ def _check_libraries(fmt: str, extra: str | None) -> None:
     except ImportError:
         raise SinkError(f"{fmt} output needs {module.partition('.')[0]}: pip install "
                         f"'rayorch[{extra}]' (or use --format jsonl)") from None
-
-
-def load_manifest(storage: Storage) -> dict[str, Any] | None:
-    try:
-        blob = storage.read(SINK_MANIFEST)
-    except FileNotFoundError:
-        return None
-    except StorageError as exc:
-        raise SinkError(f"{storage.url}/{SINK_MANIFEST} cannot be read: {exc}") from None
-    try:
-        meta = orjson.loads(blob)
-    except orjson.JSONDecodeError:
-        meta = None
-    if not (isinstance(meta, dict) and meta.get("rayorch_sink") == SINK_VERSION
-            and isinstance(meta.get("run"), str) and meta.get("format") in format_names()):
-        raise SinkError(f"{storage.url}/{SINK_MANIFEST} is not a rayorch sink manifest "
-                        f"(version {SINK_VERSION}); use another directory")
-    return meta
-
-
-def manifest_bytes(meta: dict[str, Any]) -> bytes:
-    return orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
-
-
-def _foreign_files(storage: Storage, fmt: str | None, beside: Sequence[str] = ()) -> list[str]:
-    """Names in the sink's first listing page (up to 1,000: the check costs one request)
-    that are neither its parts, its manifest, hidden, nor allowed ``beside`` them."""
-    odd = []
-    try:
-        first: list[str] = next(iter(storage.names("")), [])
-    except StorageError as exc:
-        raise SinkError(f"cannot list {storage.url}: {exc}") from None
-    for name in first:
-        if name == SINK_MANIFEST or name.startswith(HIDDEN_PREFIX) or any(
-                fnmatch.fnmatchcase(name, pattern) for pattern in beside):
-            continue
-        part = PartName.parse(name)
-        if part is None or (fmt is not None and part.suffix != part_format(fmt).suffix):
-            odd.append(name)
-    return sorted(odd)
 
 
 def _listing(names: list[str]) -> str:
@@ -284,7 +164,7 @@ class FileSink:
         patterns = list(beside.patterns) if beside is not None else []
         meta = load_manifest(self.storage)
         if meta is None:
-            odd = _foreign_files(self.storage, None, patterns)
+            odd = foreign_files(self.storage, None, patterns)
             if odd:
                 raise SinkError(
                     f"the output directory {self.url} holds files that are not rayorch "
@@ -309,7 +189,7 @@ class FileSink:
             raise SinkError(f"the output directory {self.url} is the {meta['format']} "
                             f"sink of run {run_id}; pass --format {meta['format']} (or another "
                             "directory)")
-        odd = _foreign_files(self.storage, fmt, [*meta.get("beside", ()), *patterns])
+        odd = foreign_files(self.storage, fmt, [*meta.get("beside", ()), *patterns])
         if odd:
             raise SinkError(f"the output directory {self.url} holds files that are not "
                             f"{fmt} part files of run {run_id} ({_listing(odd)}); move them "
@@ -519,7 +399,7 @@ class FileSink:
                 part = PartName.parse(leftover["part"]) if leftover else None
                 if part is not None and part.shard == shard:
                     self.storage.delete(name)
-            for name, body in _claims(self.storage, prefix).items():
+            for name, body in part_claims(self.storage, prefix).items():
                 if body == DISCARD:
                     self.storage.delete(name)
                     self.storage.delete(CLAIM_PREFIX + name)
@@ -550,44 +430,6 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
 
 
 # -- readers -----------------------------------------------------------------------------------
-def sink_parts(out_dir: str | Path | Storage) -> tuple[Storage, dict[str, Any], list[str]]:
-    """A sink's storage, manifest and live part names (sorted)."""
-    try:
-        storage = out_dir if not isinstance(out_dir, str | Path) else open_storage(out_dir)
-        exists = storage.exists_dir()
-    except StorageError as exc:
-        raise SinkError(str(exc)) from None
-    if not exists:
-        raise SinkError(f"{storage.url} is not a directory")
-    meta = load_manifest(storage)
-    if meta is None:
-        raise SinkError(f"{storage.url} is not a rayorch output directory (no {SINK_MANIFEST})")
-    odd = _foreign_files(storage, meta["format"], meta.get("beside", ()))
-    if odd:
-        raise SinkError(f"{storage.url} holds files that are not {meta['format']} part files "
-                        f"({', '.join(odd[:3])})")
-    return storage, meta, live_parts(storage)
-
-
-def read_parts(storage: Storage, names: Sequence[str], *, threads: int = 8, ahead: int = 32
-               ) -> Iterator[tuple[str, list[tuple[SinkRecord, str]]]]:
-    """``(name, read_part(name))`` in the order of ``names``, up to ``ahead`` parts read
-    ahead on ``threads`` threads (an object store answers each read in milliseconds: one
-    at a time, a sink of many small parts takes seconds to read back)."""
-    if not names:
-        return
-    with ThreadPoolExecutor(min(threads, len(names)), thread_name_prefix="rayorch-read") \
-            as pool:
-        pending = iter(names)
-        window = deque((n, pool.submit(read_part, storage, n))
-                       for n in itertools.islice(pending, ahead))
-        while window:
-            name, future = window.popleft()
-            if (following := next(pending, None)) is not None:
-                window.append((following, pool.submit(read_part, storage, following)))
-            yield name, future.result()
-
-
 def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     """Every record of a sink (a directory or an object store URL), part by part;
     :class:`SinkError` on a source twice.

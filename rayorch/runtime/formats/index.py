@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from rayorch.runtime.sinks import read_part, sink_parts
+from rayorch.runtime.sink_layout import read_part, sink_parts
 from rayorch.storage import Storage, StorageError
 from rayorch.store.records.sink import SinkError
 
