@@ -54,7 +54,7 @@ class DriverSession:
     def __init__(self, store_url: str, *, address: str | None, check: bool = True,
                  ray_init_kwargs: Mapping[str, Any] | None = None,
                  metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> None:
-        self.store_url, self.address = store_url, address
+        self.address = address
         self._ray_init_kwargs = ray_init_kwargs
         self.metrics_port, self.metrics_host = metrics_port, metrics_host
         self.store: LineageStore = (open_store_checked(store_url) if check
