@@ -19,22 +19,19 @@ import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import FailedResult
 from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING, SizingSettings
+from rayorch.driver_inputs import DriverError, check_indexed, checked_order, zip_inputs
 from rayorch.runtime.delivery import CallerSink, IteratorFeed, Row
-from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.session import (
     LEASE_TTL_S,
+    DriverSession,
     build_pools,
     commits_in_actor,
-    ensure_ray,
     new_driver_id,
     redact_url,
-    start_driver,
-    with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver
 from rayorch.runtime.sinks import FileSink
@@ -42,9 +39,6 @@ from rayorch.storage import set_storage_options
 from rayorch.store.registry import is_shared_store
 
 __all__ = ["DriverError", "Executor", "RunHandle", "new_run_id", "run_pipeline"]
-
-class DriverError(RayorchError):
-    """The driver was given inputs or options it cannot run."""
 
 
 class RunHandle:
@@ -216,61 +210,6 @@ class RunHandle:
             self._abort()
 
 
-def _zip_inputs(
-    plan: Plan, inputs: Sequence[Iterable[Any]]
-) -> tuple[Iterator[tuple[Any, ...]], int | None]:
-    expected = len(plan.input_ports)
-    if len(inputs) != expected:
-        raise DriverError(
-            f"{plan.name}.forward takes {expected} input(s) but run() got {len(inputs)}; pass "
-            "one iterable per forward argument, e.g. run(pdf_paths) for forward(self, pdfs)"
-        )
-    sizes = [len(x) for x in inputs if hasattr(x, "__len__")]  # type: ignore[arg-type]
-    if len(sizes) == len(inputs) and len(set(sizes)) > 1:
-        raise DriverError(
-            f"the inputs of run() have different lengths {sizes}; every forward argument "
-            "needs one value per source item"
-        )
-    total = sizes[0] if sizes and len(sizes) == len(inputs) else None
-
-    def rows() -> Iterator[tuple[Any, ...]]:
-        try:
-            yield from zip(*inputs, strict=True)
-        except ValueError as exc:
-            raise DriverError(
-                f"the inputs of run() ran out at different lengths ({exc}); every forward "
-                "argument needs one value per source item"
-            ) from None
-
-    return rows(), total
-
-
-
-def _checked_order(order: Sequence[int] | None, total: int | None) -> list[int] | None:
-    """``admission_order`` as a list of distinct input positions (a ``DriverError`` if not)."""
-    if order is None:
-        return None
-    if total is None:
-        raise DriverError("admission_order needs inputs of known length (lists, not "
-                          "generators)")
-    positions = [int(i) for i in order]
-    if len(set(positions)) != len(positions) or not all(0 <= i < total for i in positions):
-        raise DriverError(f"admission_order must list distinct input positions in 0..{total - 1}")
-    return positions
-
-
-def _check_indexed(inputs: Sequence[Any], order: Sequence[int] | None, ordered: bool,
-                   identities: Sequence[str | None] | None) -> None:
-    """``indexed`` replaces the inputs, their order and identities; results come as they
-    finish."""
-    if inputs or order is not None or identities is not None:
-        raise DriverError("run(indexed=...) gives the sources with their ids and identities: "
-                          "pass no other inputs, no admission_order and no identities")
-    if ordered:
-        raise DriverError("run(indexed=...) needs ordered=False: the ids of a streamed input "
-                          "are not known up front")
-
-
 def new_run_id(plan: Plan) -> str:
     """A fresh run id: ``<pipeline>-<date>-<time>-<6 hex>``."""
     return f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -311,7 +250,9 @@ def run_pipeline(
     * ``store``: ``"memory://"`` (in-process, the default) or ``"redis://host:port/db"``.
     * ``ordered``: yield in source order (otherwise as parents complete).
     * ``progress``: live table; ``None`` = on when stdout is a terminal.
-    * ``address``: a Ray cluster to join; without it a local Ray is started if needed.
+    * ``address``: a Ray cluster to join; without it, unless Ray runs already, a private
+      local Ray sized for the pipeline's pools on this machine's cores and GPUs, as the
+      jobs' (``rayorch.runtime.ray_cluster.start_ray_for``).
     * ``run_id``: name of the run in the store (default: a fresh id, printed to stderr).
     * ``micro_batch``: sources admitted together (and the shard granule);
       ``shards``: lineage-store shards; ``max_active_sources``: admitted but unfinished
@@ -363,7 +304,7 @@ def run_pipeline(
     unfinished at once: ``max_active_sources = input_batch_size * max_active_input_batches``,
     default 1 as upstream; without ``input_batch_size`` upstream admits the whole input as
     one batch, so the number of active sources is not bounded). ``ray_init_kwargs`` go to
-    ``ray.init`` when this call starts Ray (as upstream's).
+    ``ray.init`` when this call starts Ray (as upstream's; then nothing is sized).
     """
     if storage_options is not None:
         set_storage_options(storage_options)
@@ -434,7 +375,6 @@ class Executor:
                 _one_shot: bool = False) -> RunHandle:
         """Start one run and return its :class:`RunHandle` to iterate (as ``Pipeline.run``)."""
         from rayorch.runtime.reuse_setup import open_reuse, reuse_config
-        from rayorch.store.registry import open_store
 
         if self._closed:
             raise DriverError("this Executor is closed: make a new one")
@@ -447,13 +387,13 @@ class Executor:
             raise DriverError("micro_batch and shards must be >= 1")
         plan, store = self.plan, self.store_url
         if indexed is None:
-            rows, total = _zip_inputs(plan, inputs)
-            order = _checked_order(admission_order, total)
+            rows, total = zip_inputs(plan, inputs)
+            order = checked_order(admission_order, total)
             if identities is not None and len(identities) != total:
                 raise DriverError(f"identities has {len(identities)} entries for {total} "
                                   "inputs: give one per input position")
         else:
-            _check_indexed(inputs, admission_order, ordered, identities)
+            check_indexed(inputs, admission_order, ordered, identities)
             rows, total, order = iter(()), None, None
         if sink is not None and run_id is None:
             run_id = sink.run_id
@@ -461,12 +401,12 @@ class Executor:
             raise DriverError(f"the sink belongs to run {sink.run_id}, not {run_id}")
         fresh = run_id is None
         run_id = run_id or new_run_id(plan)
-        lineage = open_store(with_quick_retries(store))
-        try:  # the store first: a wrong URL fails before Ray starts
-            lineage.check()
-            if self._ray_init_kwargs:
-                _init_ray(self._address, self._ray_init_kwargs)
-            ensure_ray(self._address)
+        session = DriverSession(store, address=self._address,
+                                ray_init_kwargs=self._ray_init_kwargs,
+                                metrics_port=metrics_port, metrics_host=metrics_host)
+        with session:
+            lineage = session.store
+            session.start_ray(plan)
             created = fresh
             if not fresh:
                 _refuse_finished_run(lineage, run_id, store)
@@ -487,12 +427,8 @@ class Executor:
                                  max_active_sources=max_active_sources, identities=identities)
             # The actors start while the driver takes the leases and admits sources.
             pools = self._warm_pools()
-        except BaseException:
-            lineage.close()
-            raise
 
         def release(run_done: bool) -> None:
-            lineage.close()
             if _one_shot:
                 self.close()
             else:
@@ -501,15 +437,13 @@ class Executor:
 
         config = DriverConfig(LeaseMode.HOLD_ALL, lease_ttl_s, micro_batch, max_active_sources,
                               progress=progress, new_run=created, sizing=pool_sizing,
-                              pool_budget=pool_budget, metrics_port=metrics_port,
-                              metrics_host=metrics_host, delivery_lanes=DELIVERY_LANES)
-        driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
-                              driver_id=new_driver_id(), pools=pools,
-                              call_module=self._call_module,
-                              feed=IteratorFeed(rows, info, total, order, identities)
-                              if indexed is None else IteratorFeed.indexed(indexed, info),
-                              sink=sink if sink is not None else CallerSink(ordered, order),
-                              config=config, on_close=release, reuse=reuser)
+                              pool_budget=pool_budget)
+        driver = session.start(run_id=run_id, info=info, plan=plan, driver_id=new_driver_id(),
+                               pools=pools, call_module=self._call_module,
+                               feed=IteratorFeed(rows, info, total, order, identities)
+                               if indexed is None else IteratorFeed.indexed(indexed, info),
+                               sink=sink if sink is not None else CallerSink(ordered, order),
+                               config=config, release=release, reuse=reuser)
         if not quiet:
             if commits_in_actor(store):
                 hint = f"audit with: rayorch audit {run_id} --store {redact_url(store)}"
@@ -562,16 +496,6 @@ def _pin_memory_store(url: str, name: str) -> Any:
     return open_store(url if url != "memory://" else f"memory://{name}")
 
 
-def _init_ray(address: str | None, kwargs: dict[str, Any]) -> None:
-    """Start Ray with the caller's ``ray.init`` arguments (unless it runs already)."""
-    import ray
-
-    if not ray.is_initialized():
-        # A local Ray of its own unless an address is given (never a stranger's cluster).
-        options = {"include_dashboard": False, "address": address or "local", **kwargs}
-        ray.init(**options)
-
-
 def _upstream_admission(
     micro_batch: int, max_active_sources: int | None, input_batch_size: int | None,
     max_active_input_batches: int | None,
@@ -621,7 +545,4 @@ def _record_manifest(lineage: Any, run_id: str, pipeline: Any, inputs: Sequence[
         print(f"rayorch: run {run_id} will not be resumable: {reason}", file=sys.stderr)
         return
     record_manifest(lineage, run_id, manifest)
-
-
-# -- driver replicas ------------------------------------------------------------------------
 

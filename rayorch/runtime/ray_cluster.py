@@ -7,6 +7,9 @@
   cluster runs on this machine, listening on 127.0.0.1 only, dashboard off — unless the
   caller passes its own ``ray.init`` options, which win.
 
+A run starts it with :func:`start_ray_for`: a local Ray sized for its plan's pools
+(:func:`ray_size_for`), the same for ``Pipeline.run``, the jobs and the driver replicas.
+
 See docs/ARCHITECTURE.md, "Ray address rules and a loopback-only local Ray".
 
 >>> from rayorch.runtime.ray_cluster import attach_target
@@ -21,13 +24,17 @@ True
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import ray
+if TYPE_CHECKING:  # ray is imported where Ray starts: gpu_count and ray_size_for stay light
+    from rayorch.core.plan import Plan
 
 LOOPBACK = "127.0.0.1"
 
@@ -115,6 +122,8 @@ def ensure_ray(
     ``ray.init`` of a local Ray and override its defaults (loopback, no dashboard).
     ``note`` receives the one-line "attaching to ..." message (``None``: silent).
     """
+    import ray
+
     if ray.is_initialized():
         return "initialised"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -144,4 +153,52 @@ def ensure_ray(
     return "local"
 
 
-__all__ = ["LOOPBACK", "attach_target", "ensure_ray"]
+def gpu_count() -> int:
+    """CUDA devices visible to this process (via torch when present, else device files)."""
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        return int(torch.cuda.device_count())
+    return len(list(Path("/dev").glob("nvidia[0-9]*")))
+
+
+def ray_size_for(plan: Plan, *, cpus: int, gpus: Callable[[], int]) -> tuple[int, int | None]:
+    """``(num_cpus, num_gpus)`` of a private local Ray for ``plan``'s pools on a machine with
+    ``cpus`` cores (``gpus()``: its GPUs, asked only when a GPU pool sizes itself).
+
+    A pool's ``replicas`` is its size at the start (a range's min, 1 for ``"auto"``), so the
+    pools must fit at that size; a pool that sizes itself grows later into what is free, so
+    the local Ray declares the machine's cores, and its GPUs when a GPU pool sizes itself
+    (declaring only the start's GPUs would cap such a pool at its min).
+    """
+    need_cpus = sum(m.options.replicas * m.options.num_cpus for m in plan.modules)
+    need_gpus = sum(m.options.replicas * m.options.num_gpus for m in plan.modules)
+    num_gpus = math.ceil(need_gpus) if need_gpus else None
+    if any(m.options.sizes_itself and m.options.num_gpus > 0 for m in plan.modules):
+        num_gpus = max(num_gpus or 0, gpus()) or None
+    return max(cpus, math.ceil(need_cpus)), num_gpus
+
+
+def start_ray_for(plan: Plan, address: str | None, *, log_to_driver: bool = True,
+                  ray_init_kwargs: Mapping[str, Any] | None = None) -> str:
+    """Attach (:func:`ensure_ray`) or start a private local Ray sized for ``plan``'s pools
+    (:func:`ray_size_for` on this machine's cores and GPUs), unless Ray runs already.
+
+    ``ray_init_kwargs`` (upstream RayOrch's ``run(ray_init_kwargs=)``): the caller's own
+    ``ray.init``, as upstream calls it (``address`` or a local Ray of its own, dashboard off),
+    and nothing sized. Returns what :func:`ensure_ray` returns.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return "initialised"
+    if ray_init_kwargs:
+        ray.init(**{"include_dashboard": False, "address": address or "local",
+                    **ray_init_kwargs})
+        return "local" if attach_target(address or "local") is None else "attached"
+    num_cpus, num_gpus = ray_size_for(plan, cpus=os.cpu_count() or 1, gpus=gpu_count)
+    return ensure_ray(address, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=log_to_driver)
+
+
+__all__ = ["LOOPBACK", "attach_target", "ensure_ray", "gpu_count", "ray_size_for",
+           "start_ray_for"]

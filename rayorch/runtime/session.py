@@ -1,12 +1,15 @@
-"""What a driver sets up before its loop starts: Ray, the store URL, the actor pools."""
+"""What a driver sets up before its loop starts: the store, Ray, the actor pools, and what it
+releases when it ends; :class:`DriverSession` builds it, the same for ``Pipeline.run`` (the
+jobs run theirs) and for a run's driver replicas (``join_run``)."""
 
 from __future__ import annotations
 
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import TracebackType
 from typing import Any
 
 import ray
@@ -18,18 +21,103 @@ from rayorch.core.ids import CallId
 from rayorch.core.plan import ModuleSpec, Plan
 from rayorch.core.reuse import Reuse
 from rayorch.runtime.delivery import CallerSink, Feed
+from rayorch.runtime.delivery_writer import DELIVERY_LANES
 from rayorch.runtime.pool_ledger import RayLedger
 from rayorch.runtime.ports import Sink
-from rayorch.runtime.ray_cluster import ensure_ray
+from rayorch.runtime.ray_cluster import start_ray_for
 from rayorch.runtime.ray_pools import RayPools
 from rayorch.runtime.shard_driver import DriverConfig, ShardDriver
 from rayorch.store.base import LineageStore, RunInfo
-from rayorch.store.registry import redact_url, scheme_of
+from rayorch.store.errors import StoreUnavailableError
+from rayorch.store.registry import open_store, redact_url, scheme_of
 
 LEASE_TTL_S = 30.0  # Pipeline.run
 REPLICA_LEASE_TTL_S = 10.0  # rayorch driver / resume / join_run
 
 
+class DriverSession:
+    """One driver's set-up on Ray and its release, in this order:
+
+    1. the run's store, with quick retries (:func:`with_quick_retries`), checked first
+       unless ``check=False`` (:func:`open_store_checked`): a wrong URL fails before Ray;
+    2. the caller's steps on ``session.store`` (open or read the run, build the pipeline);
+    3. :meth:`start_ray`: Ray sized for the plan (``ray_cluster.start_ray_for``; the
+       caller's ``ray_init_kwargs`` instead, as upstream RayOrch's);
+    4. the caller's actor pools (:func:`build_pools`: private, or shared with a ledger);
+    5. :meth:`start`: the driver, with this session's metrics endpoint and delivery lanes.
+
+    A step of 2-4 that raises inside ``with session:`` closes the store. Closing the driver
+    leaves the pool ledger, calls the caller's ``release(run_done)`` (settle, stop or kill
+    its pools) and then closes the store, even when ``release`` raises.
+    """
+
+    def __init__(self, store_url: str, *, address: str | None, check: bool = True,
+                 ray_init_kwargs: Mapping[str, Any] | None = None,
+                 metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> None:
+        self.address = address
+        self._ray_init_kwargs = ray_init_kwargs
+        self.metrics_port, self.metrics_host = metrics_port, metrics_host
+        self.store: LineageStore = (open_store_checked(store_url) if check
+                                    else open_store(with_quick_retries(store_url)))
+
+    def __enter__(self) -> DriverSession:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:  # the set-up failed: nothing of it stays open
+            self.store.close()
+
+    def start_ray(self, plan: Plan) -> None:
+        start_ray_for(plan, self.address, ray_init_kwargs=self._ray_init_kwargs)
+
+    def start(self, *, run_id: str, info: RunInfo, plan: Plan, driver_id: str,
+              pools: dict[str, ActorPool], call_module: dict[CallId, str], feed: Feed,
+              sink: Sink | CallerSink, config: DriverConfig, release: Callable[[bool], None],
+              reuse: Reuse | None, ledger: RayLedger | None = None) -> ShardDriver:
+        """The one driver on Ray: its pools port, and when a pool sizes itself, the pool
+        ledger where the run claims its share of the cluster (one budget for all of the
+        run's drivers; runtime/pool_ledger.py). ``ledger``: one made already (a replica asks
+        it for the shared pools' live sets before building them)."""
+        config = replace(config, metrics_port=self.metrics_port, metrics_host=self.metrics_host,
+                         delivery_lanes=DELIVERY_LANES)
+        ray_pools = RayPools(pools, call_module, run_id=run_id, log=config.log)
+        if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
+            ledger = ledger or RayLedger(run_id, driver_id, log=config.log)
+            if any(pool.shared for pool in pools.values()):
+                ledger.attach(ray_pools)
+                ray_pools.ledger = ledger
+            config = replace(config, ledger=ledger)
+        else:
+            ledger = None
+
+        def close(run_done: bool) -> None:
+            if ledger is not None:
+                ledger.leave()
+            try:
+                release(run_done)
+            finally:
+                self.store.close()
+
+        return ShardDriver(store=self.store, run_id=run_id, info=info, plan=plan,
+                           driver_id=driver_id, pools=ray_pools, feed=feed, sink=sink,
+                           config=config, on_close=close, reuse=reuse)
+
+
+def open_store_checked(url: str, *, retries: int = 3) -> LineageStore:
+    """The store at ``url`` (quick retries), checked before anything else of a run starts
+    (Ray, actors, a job's ``--output``): a wrong URL fails at once with its cause, named as
+    given (no ``retries=`` added)."""
+    store = open_store(with_quick_retries(url, retries))
+    try:
+        store.check()
+    except StoreUnavailableError as exc:
+        store.close()
+        raise StoreUnavailableError(redact_url(url), exc.detail) from None
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def check_resources(modules: list[ModuleSpec]) -> None:
@@ -111,36 +199,6 @@ def build_pools(
     return pools, call_module
 
 
-def start_driver(*, store: LineageStore, run_id: str, info: RunInfo, plan: Plan,
-                 driver_id: str, pools: dict[str, ActorPool], call_module: dict[CallId, str],
-                 feed: Feed, sink: Sink | CallerSink, config: DriverConfig,
-                 on_close: Callable[[bool], None], reuse: Reuse | None,
-                 ledger: RayLedger | None = None) -> ShardDriver:
-    """The one driver on Ray, built the same way for ``Pipeline.run`` and for a run's
-    driver replicas: its pools port, and when a pool sizes itself, the pool ledger where
-    the run claims its share of the cluster (one budget for all of the run's drivers;
-    runtime/pool_ledger.py). ``ledger``: one made already (a replica asks it for the
-    shared pools' live sets before building them)."""
-    ray_pools = RayPools(pools, call_module, run_id=run_id, log=config.log)
-    if config.sizing is not None and any(m.options.sizes_itself for m in plan.modules):
-        ledger = ledger or RayLedger(run_id, driver_id, log=config.log)
-        if any(pool.shared for pool in pools.values()):
-            ledger.attach(ray_pools)
-            ray_pools.ledger = ledger
-        config = replace(config, ledger=ledger)
-    else:
-        ledger = None
-
-    def close(run_done: bool) -> None:
-        if ledger is not None:
-            ledger.leave()
-        on_close(run_done)
-
-    return ShardDriver(store=store, run_id=run_id, info=info, plan=plan, driver_id=driver_id,
-                       pools=ray_pools, feed=feed, sink=sink, config=config, on_close=close,
-                       reuse=reuse)
-
-
 def with_quick_retries(url: str, retries: int = 3) -> str:
     """A Redis URL whose client gives up reconnecting after ``retries`` attempts.
 
@@ -154,6 +212,6 @@ def with_quick_retries(url: str, retries: int = 3) -> str:
 
 
 __all__: list[Any] = [
-    "LEASE_TTL_S", "REPLICA_LEASE_TTL_S", "build_pools", "commits_in_actor", "ensure_ray",
-    "new_driver_id", "redact_url", "start_driver", "with_quick_retries",
+    "LEASE_TTL_S", "REPLICA_LEASE_TTL_S", "DriverSession", "build_pools", "commits_in_actor",
+    "new_driver_id", "open_store_checked", "redact_url", "with_quick_retries",
 ]

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import itertools
 import math
-import os
 import sys
 import threading
 import time
@@ -63,7 +62,10 @@ from rayorch.pipelines.job.summary import (
     summary_text,
 )
 from rayorch.pipelines.sources import slug
+from rayorch.runtime import ray_cluster
 from rayorch.runtime.metrics import add_metrics_options
+from rayorch.runtime.ray_cluster import ray_size_for
+from rayorch.runtime.session import open_store_checked
 from rayorch.store.registry import add_archive_option, is_shared_store, with_archive
 
 
@@ -91,46 +93,11 @@ def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
 
 
 # -- store, Ray start-up and progress ----------------------------------------------------
-def check_store(url: str) -> None:
-    """Fail now, before ``--output`` is touched or Ray starts, unless the store is usable."""
-    from rayorch.runtime.session import with_quick_retries
-    from rayorch.store import open_store
-    from rayorch.store.errors import StoreUnavailableError
-    from rayorch.store.registry import redact_url
-
-    store = open_store(with_quick_retries(url, retries=1))
-    try:
-        store.check()
-    except StoreUnavailableError as exc:  # named by the URL as given (no retries= added)
-        raise StoreUnavailableError(redact_url(url), exc.detail) from None
-    finally:
-        store.close()
-
-
-def ray_size_for(plan: Any, *, cpus: int, gpus: Callable[[], int]) -> tuple[int, int | None]:
-    """``(num_cpus, num_gpus)`` of a private local Ray for ``plan``'s pools on a machine with
-    ``cpus`` cores (``gpus()``: its GPUs, asked only when a GPU pool sizes itself).
-
-    A pool's ``replicas`` is its size at the start (a range's min, 1 for ``"auto"``), so the
-    pools must fit at that size; a pool that sizes itself grows later into what is free, so
-    the local Ray declares the machine's cores, and its GPUs when a GPU pool sizes itself
-    (declaring only the start's GPUs would cap such a pool at its min).
-    """
-    need_cpus = sum(m.options.replicas * m.options.num_cpus for m in plan.modules)
-    need_gpus = sum(m.options.replicas * m.options.num_gpus for m in plan.modules)
-    num_gpus = math.ceil(need_gpus) if need_gpus else None
-    if any(m.options.sizes_itself and m.options.num_gpus > 0 for m in plan.modules):
-        num_gpus = max(num_gpus or 0, gpus()) or None
-    return max(cpus, math.ceil(need_cpus)), num_gpus
-
-
 def start_ray_for(plan: Any, address: str | None) -> str:
-    """Attach or start a private local Ray sized for ``plan``'s pools (see ``ray_cluster``)."""
-    from rayorch.pipelines.vllm_runtime import gpu_count
-    from rayorch.runtime.ray_cluster import ensure_ray
-
-    num_cpus, num_gpus = ray_size_for(plan, cpus=os.cpu_count() or 1, gpus=gpu_count)
-    return ensure_ray(address, num_cpus=num_cpus, num_gpus=num_gpus, log_to_driver=False)
+    """The job's Ray: attached, or a private local one sized for ``plan``'s pools, as
+    ``Pipeline.run``'s (:func:`rayorch.runtime.ray_cluster.start_ray_for`), its workers'
+    output not relayed (the job prints its own lines)."""
+    return ray_cluster.start_ray_for(plan, address, log_to_driver=False)
 
 
 def ray_resources() -> dict[str, float]:
@@ -448,7 +415,7 @@ def run_job(
     require_price(args)
     args.store = with_archive(args.store, args.archive)
     options = {**options, **output_format(args)}
-    check_store(args.store)
+    open_store_checked(args.store, retries=1).close()  # before --output is touched or Ray starts
     check_dedup_store(args)
     if (args.reuse or args.no_reuse) and not is_shared_store(args.store):
         raise UsageError("--reuse needs the store of the earlier run: pass --store redis://... "
@@ -565,7 +532,7 @@ def run_job(
 __all__ = [
     "DOCUMENT_NAME", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "LINES_KEY", "MARKER", "PDF_JOB",
     "VIDEO_JOB", "JobLayout", "JobSummary", "JobWriter", "OutputDir", "ProgressLines",
-    "StartupClock", "UsageError", "add_job_options", "add_job_parser", "check_store",
+    "StartupClock", "UsageError", "add_job_options", "add_job_parser",
     "format_seconds", "given_options", "input_spec", "plural", "pool_size_text",
     "pools_summary", "pools_text", "ray_size_for", "replicas_type", "require_positive",
     "run_job", "slug", "start_ray_for", "summary_dict", "summary_text",
