@@ -164,17 +164,18 @@ def gpu_count() -> int:
 
 def ray_size_for(plan: Plan, *, cpus: int, gpus: Callable[[], int]) -> tuple[int, int | None]:
     """``(num_cpus, num_gpus)`` of a private local Ray for ``plan``'s pools on a machine with
-    ``cpus`` cores (``gpus()``: its GPUs, asked only when a GPU pool sizes itself).
+    ``cpus`` cores (``gpus()``: its GPUs, asked only when a pool wants a GPU).
 
     A pool's ``replicas`` is its size at the start (a range's min, 1 for ``"auto"``), so the
     pools must fit at that size; a pool that sizes itself grows later into what is free, so
-    the local Ray declares the machine's cores, and its GPUs when a GPU pool sizes itself
-    (declaring only the start's GPUs would cap such a pool at its min).
+    the local Ray declares the machine's cores, and its GPUs when any pool wants one
+    (declaring only the start's GPUs would cap a pool that sizes itself at its min, and a
+    later ``Pipeline.run`` in the same process, on the same Ray, to this run's GPUs).
     """
     need_cpus = sum(m.options.replicas * m.options.num_cpus for m in plan.modules)
     need_gpus = sum(m.options.replicas * m.options.num_gpus for m in plan.modules)
     num_gpus = math.ceil(need_gpus) if need_gpus else None
-    if any(m.options.sizes_itself and m.options.num_gpus > 0 for m in plan.modules):
+    if any(m.options.num_gpus > 0 for m in plan.modules):
         num_gpus = max(num_gpus or 0, gpus()) or None
     return max(cpus, math.ceil(need_cpus)), num_gpus
 

@@ -174,8 +174,11 @@ def test_a_local_ray_fits_the_pools_at_their_start_and_declares_the_gpus_to_grow
 
     auto = Two(1, "auto").compile()  # second: num_gpus=1, sizes itself
     assert ray_size_for(auto, cpus=2, gpus=gpus) == (2, 4)
-    assert ray_size_for(Two((3, 6), 2).compile(), cpus=2, gpus=gpus) == (5, 2)  # mins
-    assert ray_size_for(Two(1, 2).compile(), cpus=8, gpus=lambda: 1 / 0) == (8, 2)
+    assert ray_size_for(Two((3, 6), 2).compile(), cpus=2, gpus=gpus) == (5, 4)  # mins; all GPUs
+    assert ray_size_for(Two(1, 2).compile(), cpus=8, gpus=lambda: 0) == (8, 2)  # logical GPUs
+    cpu_only = Two(1, 2)
+    cpu_only.second = ro.RayModule(ident, replicas=2)
+    assert ray_size_for(cpu_only.compile(), cpus=8, gpus=lambda: 1 / 0) == (8, None)  # not asked
     assert ray_size_for(Two(1, "auto").compile(), cpus=2, gpus=lambda: 0) == (2, 1)
 
 
