@@ -43,6 +43,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             yield server.url.rstrip("/"), handle.run_id
     finally:
         store.close()
+        import ray
+
+        ray.shutdown()  # each module starts the Ray it needs (the next one wants 8 CPUs)
 
 
 def test_a_page_shows_its_regions_on_its_image_and_a_click_leads_to_lineage(

@@ -119,6 +119,9 @@ def run(browser: Any) -> Iterator[dict[str, Any]]:
     finally:
         consumer.join(timeout=120)
         kept.close()
+        import ray
+
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
