@@ -159,6 +159,23 @@ def test_webdataset_tars_read_by_webdataset_and_datasets(runs: dict[str, Path],
     assert {Path(r["json"]["source"]).name: text(r["md"]) for r in hf} == expected
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl.zst", "wds"])
+def test_the_output_folder_loads_with_its_declared_types(runs: dict[str, Path], fmt: str,
+                                                         tmp_path: Path) -> None:
+    """The dataset card (``README.md``) names the shards and their types: ``load_dataset``
+    on the folder reads every format, one row per source, _index.parquet left out."""
+    from datasets import load_dataset
+
+    expected = markdown_by_source(runs["files"])
+    hf = load_dataset(str(runs[fmt]), split="train", cache_dir=str(tmp_path / "hf"))
+    assert hf.num_rows == len(expected)
+    if fmt == "wds":
+        got = {Path(r["json"]["source"]).name: text(r["md"]) for r in hf}
+    else:
+        got = {Path(r["source"]).name: r["markdown"] for r in hf}
+    assert got == expected
+
+
 def test_jsonl_zst_lines_read_by_zstandard_and_datasets(runs: dict[str, Path],
                                                         tmp_path: Path) -> None:
     import zstandard

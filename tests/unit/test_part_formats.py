@@ -13,6 +13,7 @@ import pytest
 from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.pipelines.job.shard_rows import pdf_row, pdf_rows
 from rayorch.runtime.formats import format_names, part_format
+from rayorch.runtime.formats.wds import sample_members
 from rayorch.runtime.sinks import FileSink, read_outputs, read_part
 from rayorch.storage import open_storage
 from rayorch.store.records.sink import PartName, encode_record
@@ -21,7 +22,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("zstandard")
 
 
-def document(i: int, *, text: str = "Body text. ") -> dict[str, Any]:
+def document(i: int, *, text: str = "Body text. ", figures: int = 1) -> dict[str, Any]:
     return {"path": f"/in/{i}.pdf", "title": f"Doc {i}", "pages": 2,
             "markdown": f"<!-- page 1 engine=text -->\n{text * 3}\n<!-- page 2 engine=ocr -->\nB",
             "page_engines": ["text", "ocr"], "empty_pages": [], "garbage_pages": [2],
@@ -29,7 +30,8 @@ def document(i: int, *, text: str = "Body text. ") -> dict[str, Any]:
                               "page_idx": 0},
                              {"type": "table", "table_body": "<table/>", "bbox": [1, 2, 3, 4],
                               "page_idx": 1}],
-            "figures": {"figures/x.png": b"\x89PNG\x00\xff"},
+            "figures": {f"figures/x{k or ''}.png": b"\x89PNG\x00" + bytes([255 - k])
+                        for k in range(figures)},
             "metadata": {"lang": "en", "year": 2020}}
 
 
@@ -135,4 +137,21 @@ def test_a_video_row_holds_its_clips_and_their_mp4(tmp_path: Path) -> None:
     for fmt in ("parquet", "jsonl.zst", "wds"):
         data = part_format(fmt).encode(given, video_rows())
         assert [r.digest for r in part_format(fmt).decode(data, "p")] == [given[0].digest]
-    assert b"000000003.0.mp4" in part_format("wds").encode(given, video_rows())
+    # WebDataset: one sample per clip (its json and, when written, its mp4)
+    names = [n for n, _ in sample_members(given[0], video_rows())]
+    assert names == ["000000003_00000.json", "000000003_00000.mp4", "000000003_00001.json"]
+    two = [encode_record(3, row), encode_record(4, {**row, "id": 4, "clips": []})]
+    tar = part_format("wds").encode(two, video_rows())
+    assert [r.digest for r in part_format("wds").decode(tar, "p")] == [r.digest for r in two]
+
+
+def test_every_pdf_sample_has_the_same_members_however_many_figures() -> None:
+    """Hugging Face's webdataset loader needs one member set per tar: figures travel in one
+    msgpack member, text in one md member, whatever the document holds."""
+    rows = [pdf_row(i, document(i, figures=i % 3), f"/{i}", "r1", "c") for i in range(4)]
+    records = [encode_record(i, r) for i, r in enumerate(rows)]
+    sets = {tuple(n.partition(".")[2] for n, _ in sample_members(r, pdf_rows()))
+            for r in records}
+    assert sets == {("json", "md", "figures.mp")}
+    tar = part_format("wds").encode(records, pdf_rows())
+    assert [r.digest for r in part_format("wds").decode(tar, "p")] == [r.digest for r in records]

@@ -36,6 +36,7 @@ from rayorch.pipelines.job.summary import JobSummary
 from rayorch.pipelines.sources import slug
 from rayorch.runtime.delivery_writer import RENDER_THREADS
 from rayorch.runtime.formats import RowSchema
+from rayorch.runtime.formats.card import CARD_NAME, write_card
 from rayorch.runtime.formats.index import INDEX_NAME, write_index
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
@@ -300,6 +301,8 @@ class OutputDir:
         self._write_views(self.delivered())
         if self.sharded and _exists(self.storage, SINK_MANIFEST):
             write_index(self.storage)
+            if self._writer is not None and self._writer.rows is not None:  # for `datasets`
+                write_card(self.storage, self._writer.rows(), self.format)
         if self.drops is not None:
             _write_lines(self.storage, DROPPED_NAME, self.drops)
         self.marker["status"] = "complete" if complete else "incomplete"
@@ -450,7 +453,7 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
                     name.startswith(".") and name.endswith(".tmp"))
                 if ours and name not in keep:
                     storage.delete(name)
-        for shared in (layout.rows, layout.lines, DROPPED_NAME, INDEX_NAME):
+        for shared in (layout.rows, layout.lines, DROPPED_NAME, INDEX_NAME, CARD_NAME):
             if shared:
                 storage.delete(shared)
     except StorageError as exc:

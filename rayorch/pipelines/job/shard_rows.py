@@ -47,7 +47,7 @@ def _schemas() -> tuple[RowSchema, RowSchema]:
         *common, pa.field("duration_s", pa.float64()), pa.field("fps", pa.float64()),
         pa.field("width", pa.int64()), pa.field("height", pa.int64()),
         pa.field("cuts", pa.list_(pa.float64())), pa.field("clips", pa.list_(clip)),
-        *provenance), binary=("clips", "mp4"))
+        *provenance), binary=("clips", "mp4"), explode="clips")
     return pdf, video
 
 

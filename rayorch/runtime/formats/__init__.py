@@ -64,6 +64,8 @@ class RowSchema:
     fields: tuple[Any, ...]
     text: str | None = None
     binary: tuple[str, str] | None = None  # (column, extension) e.g. ("figures", "png")
+    explode: str | None = None
+    """The binary column whose entries are one WebDataset sample each (a video's clips)."""
     notes: dict[str, str] = field(default_factory=dict)
 
     @property
