@@ -200,7 +200,7 @@ def memory_child(store: str, docs: int, first: int) -> dict[str, Any]:
     snaps: list[Any] = []
     tracemalloc.start()
     for count, (index, value) in enumerate(handle, 1):
-        PDF_WRITER.delivered(summary, sources, index, value)
+        PDF_WRITER.delivered(summary, sources[index], value)
         del value
         if count in (first, last):
             gc.collect()
