@@ -274,3 +274,43 @@ def test_real_debian_videos_cut_and_decode_every_clip() -> None:
             assert isinstance(decoded, dict), decoded
             expected = (clip["end_s"] - clip["start_s"]) * meta["fps"]
             assert abs(decoded["frames"] - expected) <= 1.5, (name, clip, decoded["frames"])
+
+
+def test_wds_shards_hold_a_sample_per_clip_read_by_webdataset_and_datasets(
+    ray_local: None, input_dir: tuple[Path, dict[str, list[float]]], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], quick_pool_sizing: None,
+) -> None:
+    """``--format wds``: each clip is one WebDataset sample (its json and its mp4), every
+    video's clips in order; the folder loads with ``datasets`` (its card), one row per
+    sample; rayorch reads one record per video back (docs/output-formats.md)."""
+    webdataset = pytest.importorskip("webdataset")
+    datasets = pytest.importorskip("datasets")
+    root, _ = input_dir
+    out = tmp_path / "wds"
+    code, stdout, _ = run_cli(["--input", str(root / "good"), "--output", str(out),
+                               "--no-progress", "--json", "--max-clip-s", str(MAX_CLIP_S),
+                               "--write-clips", "--format", "wds", "--shard-size", "200KB"],
+                              capsys)
+    assert code == EXIT_OK, stdout
+    tars = sorted(str(p) for p in out.glob("part-*.tar"))
+    samples = list(webdataset.WebDataset(tars, shardshuffle=False))
+    keys = [s["__key__"] for s in samples]
+    assert all("_" in k for k in keys)  # every good video has clips: a sample per clip
+    # the clip itself, in its source's container (GOOD holds .mp4, .mkv and .webm videos)
+    for s in samples:
+        [(ext, data)] = [(k, v) for k, v in s.items() if k in ("mp4", "mkv", "webm")]
+        assert data[4:8] == b"ftyp" if ext == "mp4" else data[:4] == b"\x1aE\xdf\xa3"
+        assert json.loads(s["json"])["clips"][0]["file"].endswith("." + ext)
+    per_video: dict[str, list[int]] = {}
+    for key in keys:
+        video, _, clip = key.partition("_")
+        per_video.setdefault(video, []).append(int(clip))
+    assert len(per_video) == len(GOOD)
+    assert all(clips == list(range(len(clips))) for clips in per_video.values())
+    hf = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    assert hf.num_rows == len(samples)
+    assert sorted(r["json"]["$entry"]["index"] for r in hf) == sorted(
+        int(k.partition("_")[2]) for k in keys)
+    records = list(read_outputs(out))
+    assert len(records) == len(GOOD)
+    assert sum(len(r["value"]["clips"]) for r in records) == len(samples)

@@ -77,8 +77,13 @@ def card_features(schema: RowSchema, fmt: str) -> list[dict[str, Any]]:
         members.append({"name": "md", "dtype": "binary"})
     if schema.binary is not None:
         column, ext = schema.binary
-        members.append({"name": ext, "dtype": "binary"} if schema.explode == column
-                       else {"name": f"{column}.mp", "list": "binary"})
+        if schema.explode == column:  # a clip in its own container: one of these each
+            from rayorch.runtime.formats.wds import CONTAINERS
+
+            members.extend({"name": name, "dtype": "binary"}
+                           for name in dict.fromkeys((ext, *CONTAINERS)))
+        else:
+            members.append({"name": f"{column}.mp", "list": "binary"})
     return [*members, {"name": "__key__", "dtype": "string"},
             {"name": "__url__", "dtype": "string"}]
 

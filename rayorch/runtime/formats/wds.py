@@ -15,8 +15,8 @@ A sample's key is the source id (``%09d``). Without a schema its one member is
 A schema whose binary column is *exploded* (``RowSchema.explode``: the video job's
 ``clips``) writes one sample per entry instead: key ``<key>_<entry %05d>``, members
 ``.json`` (the row with that one entry, and ``"$entry": {"column", "index"}``) and
-``.<ext>`` (the entry's data: each clip's ``.mp4``); a source without entries is one sample
-``<key>`` with its json.
+``.<ext>`` (the entry's data: each clip in its container, ``.mp4``, ``.webm``, ``.mkv``...:
+:data:`CONTAINERS`); a source without entries is one sample ``<key>`` with its json.
 
 Members are written in that order with fixed metadata (mtime 0, owner 0): the same records
 give the same bytes. Layout 1's ``{"$member": ext}`` markers (one member per figure) are
@@ -40,6 +40,9 @@ from rayorch.store.records.sink import SinkError, SinkRecord, record_of_line
 
 KEY_DIGITS = 9
 ENTRY_DIGITS = 5
+CONTAINERS = ("mp4", "webm", "mkv", "mov", "m4v", "avi")
+"""Member extensions an exploded entry's data may take from its ``file`` name (a clip is
+written in its source's container): what the bytes are, so readers decode them right."""
 MARK = "$member:"
 ENTRY = "$entry"
 MEMBER = "$member"  # layout 1's marker dicts
@@ -70,11 +73,12 @@ def samples_of(record: SinkRecord, schema: RowSchema | None
         samples = []
         for i, entry in enumerate(entries):
             data = entry.get("data") if isinstance(entry, dict) else None
-            one = {**row, column: [_marked(entry, ext if isinstance(data, bytes) else None)],
+            own = entry_extension(entry, ext)
+            one = {**row, column: [_marked(entry, own if isinstance(data, bytes) else None)],
                    ENTRY: {"column": column, "index": i}}
             samples.append((f"{key}_{i:0{ENTRY_DIGITS}d}",
                             [("json", orjson.dumps(one)), *members,
-                             *([(ext, data)] if isinstance(data, bytes) else [])]))
+                             *([(own, data)] if isinstance(data, bytes) else [])]))
         return samples
     mp = f"{column}.mp"
     datas = [e.get("data") if isinstance(e, dict) and isinstance(e.get("data"), bytes)
@@ -82,6 +86,14 @@ def samples_of(record: SinkRecord, schema: RowSchema | None
     row[column] = [_marked(e, mp if d is not None else None) for e, d in zip(entries, datas)]
     members.append((mp, msgpack.packb(datas, use_bin_type=True)))
     return [(key, [("json", orjson.dumps(row)), *members])]
+
+
+def entry_extension(entry: Any, default: str) -> str:
+    """The member extension of an exploded entry's data: its ``file``'s container
+    (:data:`CONTAINERS`), else ``default``."""
+    name = entry.get("file") if isinstance(entry, dict) else None
+    suffix = name.rpartition(".")[2].lower() if isinstance(name, str) and "." in name else ""
+    return suffix if suffix in CONTAINERS else default
 
 
 def _marked(entry: Any, ext: str | None) -> Any:
@@ -237,4 +249,4 @@ class WebDataset:
 
 WDS = WebDataset()
 
-__all__ = ["WDS", "sample_members", "samples_of"]
+__all__ = ["CONTAINERS", "WDS", "entry_extension", "sample_members", "samples_of"]
