@@ -9,7 +9,13 @@ touches one shard stays in one Redis Cluster slot::
     ro:{<run>}:drivers                  zset    driver id -> heartbeat deadline (unix ms)
     ro:{<run>}:done                     set     shards whose sources are all complete
     ro:{<run>:<k>}:facts:<domain>       stream  shard k's facts of one Domain (id = seq-0)
-    ro:{<run>:<k>}:grains               hash    "call|path" -> "phase:generation[:token]"
+    ro:{<run>:<k>}:grains:<bucket>      hash    "call|path" -> "phase:generation[:token]": the
+                                                Grain table, one small hash per bucket
+                                                (:func:`grain_bucket`: "12" holds source 12's
+                                                root Grains, "12.3" every Grain under its
+                                                child 3); a run opened before buckets
+                                                (no "grain_table" in its meta) keeps the one
+                                                hash ro:{<run>:<k>}:grains
     ro:{<run>:<k>}:barriers             set     "call|parent_path" of GroupFailure barriers
     ro:{<run>:<k>}:lease                string  "epoch|token|driver", with the lease TTL
     ro:{<run>:<k>}:holder               string  "epoch|token|driver" of the last acquisition
@@ -59,6 +65,16 @@ def grain_field(call: CallId, path: Path) -> str:
     return f"{call}|{format_path(path)}"
 
 
+def grain_bucket(path: Path) -> str:
+    """The bucket of a Grain's entry: its source, then its first child ordinal if any.
+
+    ``(12,)`` -> ``"12"``, ``(12, 3)`` and ``(12, 3, 5)`` -> ``"12.3"``. A bucket holds one
+    page's Grains on the region path (~10 entries), so Redis keeps it as a listpack
+    (~25 B an entry) instead of a hashtable (~90 B); a delivered source's buckets go whole.
+    """
+    return str(path[0]) if len(path) == 1 else f"{path[0]}.{path[1]}"
+
+
 def barrier_member(call: CallId, parent: Path) -> str:
     """The barrier-set member of a GroupFailure barrier on ``(call, parent)``."""
     return f"{call}|{format_path(parent)}"
@@ -67,6 +83,12 @@ def barrier_member(call: CallId, parent: Path) -> str:
 def claims_key(scope: str) -> str:
     """The hash of a dedup scope's content claims (its own hash slot)."""
     return f"{PREFIX}:{{claims:{scope}}}"
+
+
+def grain_buckets_of_run(run_id: str) -> str:
+    """SCAN MATCH pattern of every Grain bucket of every shard of a run (a run id has no
+    ``:``, ``*`` or ``}``, so nothing of another run matches)."""
+    return f"{PREFIX}:{{{run_id}:*}}:grains:*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +107,17 @@ class ShardKeys:
 
     @property
     def grains(self) -> str:
+        """The one Grain hash of a run opened before buckets (also the buckets' prefix)."""
         return f"{PREFIX}:{self.tag}:grains"
+
+    def grain_bucket(self, bucket: str) -> str:
+        """The hash of one Grain bucket (:func:`grain_bucket`)."""
+        return f"{self.grains}:{bucket}"
+
+    @property
+    def grain_buckets(self) -> str:
+        """SCAN MATCH pattern of every Grain bucket of the shard."""
+        return f"{self.grains}:*"
 
     @property
     def barriers(self) -> str:
@@ -127,11 +159,51 @@ class ShardKeys:
         return f"{PREFIX}:{self.tag}:payload_sources"
 
     def all_keys(self, domains: tuple[DomainId, ...]) -> list[str]:
-        """Every key of the shard (for deleting a run)."""
+        """Every key of the shard but its Grain buckets (found by SCAN: :class:`GrainKeys`)."""
         fixed = [self.grains, self.barriers, self.lease, self.holder, self.epoch, self.seq,
                  self.lastop, self.payload_live, self.payload_sources, self.archived]
         return fixed + [self.facts(d) for d in domains]
 
 
-__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key",
-           "grain_field", "manifest_key", "meta_key", "pools_key", "valid_run_id"]
+GRAIN_TABLE_FIELD = "grain_table"  # run meta field: how the run keeps its Grain table
+GRAIN_TABLE_BUCKETS = "buckets"  # one hash per bucket (a run without the field: one hash)
+
+
+@dataclass(frozen=True, slots=True)
+class GrainKeys:
+    """Where one shard's Grain entries live: the bucket hashes, or the one hash of a run
+    opened before buckets (``bucketed=False``: every Grain's key is ``ShardKeys.grains``)."""
+
+    shard: ShardKeys
+    bucketed: bool = True
+
+    def of(self, path: Path) -> str:
+        """The hash holding the entry of the Grain at ``path``."""
+        if not self.bucketed:
+            return self.shard.grains
+        return self.shard.grain_bucket(grain_bucket(path))
+
+    def source_of(self, key: str) -> int | None:
+        """The source whose Grains a bucket key holds (None: not a bucket of this shard)."""
+        prefix = self.shard.grains + ":"
+        if not self.bucketed or not key.startswith(prefix):
+            return None
+        root = key[len(prefix):].partition(".")[0]
+        return int(root) if root.isdigit() else None
+
+
+class KeyIndex(dict[str, int]):
+    """The variable KEYS of a script call: each distinct key once, numbered from 1 in
+    the order first asked (a script finds key ``i`` at ``KEYS[fixed + i]``)."""
+
+    def index(self, key: str) -> int:
+        at = self.get(key)
+        if at is None:
+            at = self[key] = len(self) + 1
+        return at
+
+
+__all__ = ["GRAIN_TABLE_BUCKETS", "GRAIN_TABLE_FIELD", "RUNS_KEY", "GrainKeys", "KeyIndex",
+           "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key", "grain_bucket",
+           "grain_buckets_of_run", "grain_field", "manifest_key", "meta_key", "pools_key",
+           "valid_run_id"]

@@ -54,8 +54,8 @@ def _load_script(stem: str) -> LuaScript:
     return LuaScript(stem, source)
 
 
-COMMIT_BATCH = _load_script("commit-batch-3")
-APPEND_FENCED = _load_script("append-fenced-6")
+COMMIT_BATCH = _load_script("commit-batch-2")
+APPEND_FENCED = _load_script("append-fenced-5")
 ACQUIRE_LEASE = _load_script("acquire-lease-5")
 RENEW_LEASE = _load_script("renew-lease-3")
 OPEN_RUN = _load_script("open-run-1")
@@ -64,8 +64,8 @@ DRIVER_REGISTRY = _load_script("driver-registry-1")
 CLAIM_CONTENT = _load_script("claim-content-1")
 TRACK_PAYLOADS = _load_script("track-payloads-2")
 RELEASE_PAYLOADS = _load_script("release-payloads-2")
-TRIM_ARCHIVED = _load_script("trim-archived-4")
-RESTORE_ARCHIVED = _load_script("restore-archived-3")
+TRIM_ARCHIVED = _load_script("trim-archived-3")
+RESTORE_ARCHIVED = _load_script("restore-archived-2")
 
 # Return codes of the scripts (see their headers).
 LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
