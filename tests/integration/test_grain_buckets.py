@@ -6,7 +6,9 @@ written before buckets keeps its one hash (rayorch/store/keys.py, ``GrainKeys``)
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -18,13 +20,13 @@ from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.keys import GRAIN_TABLE_FIELD, ShardKeys, meta_key
 from rayorch.store.registry import open_store
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
-from rayorch.testing import RedisServer
+from rayorch.testing import RedisClusterNodes, RedisServer
 
 pytestmark = pytest.mark.integration
 PAGES, REGIONS = 3, 8
 
 
-def buckets(client: redis.Redis, run_id: str) -> dict[str, set[str]]:
+def buckets(client: Any, run_id: str) -> dict[str, set[str]]:
     """Every Grain bucket of shard 0 of the run: bucket name -> its fields."""
     prefix = ShardKeys(run_id, 0).grains + ":"
     return {key.decode()[len(prefix):]: {f.decode() for f in client.hkeys(key)}
@@ -36,53 +38,63 @@ def page_fields(source: int, page: int) -> set[str]:
             | {f"rec|{source}.{page}.{r}" for r in range(REGIONS)})
 
 
+@pytest.mark.parametrize("backend", ["redis", "redis-cluster"])
 def test_a_pages_grains_live_in_one_listpack_and_a_delivered_sources_buckets_go_with_its_archive(
-        redis_server: RedisServer, tmp_path: Path) -> None:
+        backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """Region path, 2 sources x 3 pages x 8 regions in flight: each page's 10 Grains (layout,
     8 regions, page) are one listpack-encoded hash, each source's root Grains another. Once
     source 0 and 1 are delivered and archived, their buckets are gone but for the entry of
     a Grain still in flight (an extra region, never reported); sources 2 and 3, not
     delivered, keep theirs (the commit gate still refuses their duplicates); once the shard
-    is done and archived, no bucket is left."""
-    client = redis.Redis.from_url(redis_server.url)
-    store = open_store(f"{redis_server.url}?archive={tmp_path / 'archive'}"
+    is done and archived, no bucket is left. On a Redis Cluster too (the buckets are found
+    on the master of the shard's slot)."""
+    client: Any
+    if backend == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url, client = server.url, redis.Redis.from_url(server.url)
+    else:
+        cluster: RedisClusterNodes = request.getfixturevalue("redis_cluster")
+        url = cluster.url
+        client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    run_id = f"pages-{uuid.uuid4().hex[:8]}"  # the cluster is shared by the session
+    store = open_store(f"{url}?archive={tmp_path / 'archive'}"
                        "&archive_every=1000000")  # archived only when asked
-    store.open_run("pages", region_plan(), shards=1, micro_batch=4)
-    epoch = store.acquire_lease("pages", 0, DRIVER, ttl_s=600)
-    run = RegionRun(store, "pages", PAGES, REGIONS)
+    store.open_run(run_id, region_plan(), shards=1, micro_batch=4)
+    epoch = store.acquire_lease(run_id, 0, DRIVER, ttl_s=600)
+    run = RegionRun(store, run_id, PAGES, REGIONS)
     for step in range(4):  # rendered, laid out, regions recognized, pages dispatched
         run.advance(0, epoch, [0, 1], step)
-    store.append("pages", 0, epoch, [GrainDispatched("rec", (0, 2, REGIONS), 0)], driver=DRIVER)
+    store.append(run_id, 0, epoch, [GrainDispatched("rec", (0, 2, REGIONS), 0)], driver=DRIVER)
     expected = {str(s): {f"render|{s}"} for s in (0, 1)}
     expected |= {f"{s}.{p}": page_fields(s, p) for s in (0, 1) for p in range(PAGES)}
     expected["0.2"].add(f"rec|0.2.{REGIONS}")
-    assert buckets(client, "pages") == expected
-    assert not client.exists(ShardKeys("pages", 0).grains)  # no one big hash
+    assert buckets(client, run_id) == expected
+    assert not client.exists(ShardKeys(run_id, 0).grains)  # no one big hash
     for bucket in expected:
-        key = ShardKeys("pages", 0).grain_bucket(bucket)
+        key = ShardKeys(run_id, 0).grain_bucket(bucket)
         assert client.object("encoding", key) == b"listpack", bucket
-    assert store.grain_phase("pages", 0, "rec", (1, 2, 7)) == (GrainPhase.SEALED, 0)
-    assert store.grain_phase("pages", 0, "page", (1, 2)) == (GrainPhase.IN_FLIGHT, 0)
+    assert store.grain_phase(run_id, 0, "rec", (1, 2, 7)) == (GrainPhase.SEALED, 0)
+    assert store.grain_phase(run_id, 0, "page", (1, 2)) == (GrainPhase.IN_FLIGHT, 0)
 
     for step in (4, 5):  # pages and sources 0, 1 assembled and delivered
         run.advance(0, epoch, [0, 1], step)
     for step in range(4):
         run.advance(0, epoch, [2, 3], step)
-    store.archive_shard("pages", 0, done=False)
-    left = buckets(client, "pages")
+    store.archive_shard(run_id, 0, done=False)
+    left = buckets(client, run_id)
     assert left["0.2"] == {f"rec|0.2.{REGIONS}"}  # in flight: kept
     assert left == {"0.2": {f"rec|0.2.{REGIONS}"}, "2": {"render|2"}, "3": {"render|3"}} | {
         f"{s}.{p}": page_fields(s, p) for s in (2, 3) for p in range(PAGES)}
     late = [GrainCommitted("rec", (0, 1, 3), 0, REPORT_PRESENT, ("t",)),
             GrainCommitted("rec", (2, 1, 3), 0, REPORT_PRESENT, ("t",))]
-    assert store.commit("pages", late) == [CommitVerdict.NOT_DISPATCHED, CommitVerdict.SEALED]
+    assert store.commit(run_id, late) == [CommitVerdict.NOT_DISPATCHED, CommitVerdict.SEALED]
 
     for step in (4, 5):
         run.advance(0, epoch, [2, 3], step)
-    store.append("pages", 0, epoch, [RunCompleted(4)], driver=DRIVER)
-    store.archive_shard("pages", 0, done=True)
-    assert buckets(client, "pages") == {}
-    assert store.commit("pages", late) == [CommitVerdict.NOT_DISPATCHED] * 2
+    store.append(run_id, 0, epoch, [RunCompleted(4)], driver=DRIVER)
+    store.archive_shard(run_id, 0, done=True)
+    assert buckets(client, run_id) == {}
+    assert store.commit(run_id, late) == [CommitVerdict.NOT_DISPATCHED] * 2
     store.close()
 
 
