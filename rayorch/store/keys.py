@@ -11,11 +11,12 @@ touches one shard stays in one Redis Cluster slot::
     ro:{<run>:<k>}:facts:<domain>       stream  shard k's facts of one Domain (id = seq-0)
     ro:{<run>:<k>}:grains:<bucket>      hash    "call|path" -> "phase:generation[:token]": the
                                                 Grain table, one small hash per bucket
-                                                (:func:`grain_bucket`: "12" holds source 12's
+                                                (:class:`GrainKeys`: "12" holds source 12's
                                                 root Grains, "12.3" every Grain under its
-                                                child 3); a run opened before buckets
-                                                (no "grain_table" in its meta) keeps the one
-                                                hash ro:{<run>:<k>}:grains
+                                                child 3; in a plan of one expansion level,
+                                                "12" holds all of source 12's); a run opened
+                                                before buckets (no "grain_table" in its
+                                                meta) keeps the one hash ro:{<run>:<k>}:grains
     ro:{<run>:<k>}:barriers             set     "call|parent_path" of GroupFailure barriers
     ro:{<run>:<k>}:lease                string  "epoch|token|driver", with the lease TTL
     ro:{<run>:<k>}:holder               string  "epoch|token|driver" of the last acquisition
@@ -65,14 +66,17 @@ def grain_field(call: CallId, path: Path) -> str:
     return f"{call}|{format_path(path)}"
 
 
-def grain_bucket(path: Path) -> str:
-    """The bucket of a Grain's entry: its source, then its first child ordinal if any.
+def grain_bucket(path: Path, *, by_child: bool = True) -> str:
+    """The bucket of a Grain's entry: its source, then (``by_child``) its first child
+    ordinal if any.
 
-    ``(12,)`` -> ``"12"``, ``(12, 3)`` and ``(12, 3, 5)`` -> ``"12.3"``. A bucket holds one
-    page's Grains on the region path (~10 entries), so Redis keeps it as a listpack
-    (~25 B an entry) instead of a hashtable (~90 B); a delivered source's buckets go whole.
+    ``(12,)`` -> ``"12"``, ``(12, 3)`` and ``(12, 3, 5)`` -> ``"12.3"`` (``"12"`` when not
+    ``by_child``). A bucket holds one page's Grains on the region path (~10 entries), or one
+    source's on a path of one expansion level (a root Grain or two and one per page), so
+    Redis keeps it as a listpack (~40 B an entry) instead of entries of one big hashtable
+    (~85 B); a delivered source's buckets go whole.
     """
-    return str(path[0]) if len(path) == 1 else f"{path[0]}.{path[1]}"
+    return str(path[0]) if len(path) == 1 or not by_child else f"{path[0]}.{path[1]}"
 
 
 def barrier_member(call: CallId, parent: Path) -> str:
@@ -166,22 +170,35 @@ class ShardKeys:
 
 
 GRAIN_TABLE_FIELD = "grain_table"  # run meta field: how the run keeps its Grain table
-GRAIN_TABLE_BUCKETS = "buckets"  # one hash per bucket (a run without the field: one hash)
+BY_CHILD = "by-child"  # a bucket per source and per (source, first child ordinal)
+BY_SOURCE = "by-source"  # a bucket per source
+GRAIN_TABLES = (BY_CHILD, BY_SOURCE)  # a run without the field: one hash per shard
+
+
+def grain_table_for(max_depth: int) -> str:
+    """The buckets of a new run whose deepest Domain has ``max_depth``: by child when
+    Domains nest (a page's regions), else by source (~10 pages' entries share a key)."""
+    return BY_CHILD if max_depth >= 2 else BY_SOURCE
 
 
 @dataclass(frozen=True, slots=True)
 class GrainKeys:
-    """Where one shard's Grain entries live: the bucket hashes, or the one hash of a run
-    opened before buckets (``bucketed=False``: every Grain's key is ``ShardKeys.grains``)."""
+    """Where one shard's Grain entries live: bucket hashes (``table``: one of
+    :data:`GRAIN_TABLES`), or the one hash ``ShardKeys.grains`` of a run opened before
+    buckets (``table=None``)."""
 
     shard: ShardKeys
-    bucketed: bool = True
+    table: str | None = BY_CHILD
+
+    @property
+    def bucketed(self) -> bool:
+        return self.table is not None
 
     def of(self, path: Path) -> str:
         """The hash holding the entry of the Grain at ``path``."""
-        if not self.bucketed:
+        if self.table is None:
             return self.shard.grains
-        return self.shard.grain_bucket(grain_bucket(path))
+        return self.shard.grain_bucket(grain_bucket(path, by_child=self.table == BY_CHILD))
 
     def source_of(self, key: str) -> int | None:
         """The source whose Grains a bucket key holds (None: not a bucket of this shard)."""
@@ -203,7 +220,7 @@ class KeyIndex(dict[str, int]):
         return at
 
 
-__all__ = ["GRAIN_TABLE_BUCKETS", "GRAIN_TABLE_FIELD", "RUNS_KEY", "GrainKeys", "KeyIndex",
-           "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key", "grain_bucket",
-           "grain_buckets_of_run", "grain_field", "manifest_key", "meta_key", "pools_key",
-           "valid_run_id"]
+__all__ = ["BY_CHILD", "BY_SOURCE", "GRAIN_TABLES", "GRAIN_TABLE_FIELD", "RUNS_KEY", "GrainKeys",
+           "KeyIndex", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key",
+           "grain_bucket", "grain_buckets_of_run", "grain_field", "grain_table_for",
+           "manifest_key", "meta_key", "pools_key", "valid_run_id"]

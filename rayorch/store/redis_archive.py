@@ -217,6 +217,9 @@ class RedisArchiving(RedisAccess):
         if held < mark:
             self._restore(archive, run_id, shard, held, mark)
         moved = 0
+        # the shard's buckets, scanned once: a delivered source gets no new one (its Grains
+        # were dispatched before its delivery), nor does a done shard
+        found: list[str] | None = None
         while True:
             upto = min(held, mark + SEGMENT_FACTS)
             facts = self._range(layout, keys, mark, upto) if upto > mark else []
@@ -227,8 +230,10 @@ class RedisArchiving(RedisAccess):
             top = max(upto, mark)
             streams = [keys.facts(d) for d in layout.domains]
             wipe = done and final
-            for buckets, entries in self._grains_of(grains, set() if done else
-                                                    _delivered(facts), every=wipe):
+            sources = set() if done else _delivered(facts)
+            if grains.bucketed and found is None and (sources or wipe):
+                found = self._scan(keys.grain_buckets, near=keys.grains)
+            for buckets, entries in self._grains_of(grains, sources, found or [], every=wipe):
                 result = self._eval(TRIM_ARCHIVED, [keys.holder, keys.seq, keys.archived,
                                                     *streams, *buckets],
                                     [holder_text, top, "1" if wipe else "0", len(streams),
@@ -242,17 +247,15 @@ class RedisArchiving(RedisAccess):
             if final:
                 return moved
 
-    def _grains_of(self, grains: GrainKeys, sources: set[int], *, every: bool
-                   ) -> list[tuple[list[str], list[Any]]]:
+    def _grains_of(self, grains: GrainKeys, sources: set[int], found: list[str], *,
+                   every: bool) -> list[tuple[list[str], list[Any]]]:
         """The trims' Grain arguments, in calls of at most ``_TRIM_KEYS`` buckets (always
         one call): ``(bucket keys, [bucket index, field, ...])``. ``every``: every bucket of
-        the shard (to go whole); else the entries of ``sources``' buckets (or, in a run's one
-        hash from before buckets, its fields of those sources: one scan of the hash)."""
+        the shard (``found``: all of them) goes whole; else the entries of ``sources``'
+        buckets (or, in a run's one hash from before buckets, its fields of those sources:
+        one scan of the hash)."""
         if not grains.bucketed:
             return [([grains.shard.grains], self._fields_of(grains, sources))]
-        if not every and not sources:
-            return [([], [])]
-        found = self._scan(grains.shard.grain_buckets, near=grains.shard.grains)
         if not every:
             found = [key for key in found if grains.source_of(key) in sources]
         calls: list[tuple[list[str], list[Any]]] = []

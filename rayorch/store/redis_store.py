@@ -44,7 +44,7 @@ from rayorch.core.facts import (
     GrainReused,
     barrier_fact,
 )
-from rayorch.core.ids import ROOT, CallId, DomainId
+from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import (
@@ -65,8 +65,6 @@ from rayorch.store.errors import (
 )
 from rayorch.store.gate import split_field
 from rayorch.store.keys import (
-    GRAIN_TABLE_BUCKETS,
-    GRAIN_TABLE_FIELD,
     RUNS_KEY,
     GrainKeys,
     KeyIndex,
@@ -75,6 +73,7 @@ from rayorch.store.keys import (
     drivers_key,
     grain_buckets_of_run,
     grain_field,
+    grain_table_for,
     manifest_key,
     meta_key,
     pools_key,
@@ -105,6 +104,7 @@ from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
     decode_text,
+    grain_table_of,
     is_tls_failure,
     merge_streams,
     one_line,
@@ -168,7 +168,7 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
         self._init_archive(options.get("archive") or None, max(1, every))
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
-        self._bucketed: dict[str, bool] = {}  # run -> Grain table in buckets (else one hash)
+        self._grain_tables: dict[str, str | None] = {}  # run -> its buckets (None: one hash)
         self._waitaof = True
         # (run, shard, driver, epoch) -> the token of this client's acquisition
         self._holder_tokens: dict[tuple[str, int, str, int], str] = {}
@@ -271,7 +271,9 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
     def _open_run(self, run_id: str, desc: dict[str, Any], fingerprint: str, shards: int,
                   micro_batch: int, config: dict[str, Any]) -> RunInfo:
         args = [fingerprint, shards, micro_batch, orjson.dumps(desc), orjson.dumps(config),
-                repr(time.time()), GRAIN_TABLE_BUCKETS]
+                repr(time.time()),
+                grain_table_for(max((domain_depth(d[0]) for d in desc.get("domains", ())),
+                                    default=0))]
         result = self._eval(OPEN_RUN, [meta_key(run_id)], args)
         code = int(result[0])
         if code == FINGERPRINT_MISMATCH:
@@ -322,20 +324,14 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
                 keep=decode_text(raw.get(b"keep", b"all")),
                 payloads=decode_text(raw.get(b"payloads", b"")),
             )
-            table = raw.get(GRAIN_TABLE_FIELD.encode())
-            if table is not None and table != GRAIN_TABLE_BUCKETS.encode():
-                raise StoreError(
-                    f"run {run_id} keeps its Grain table as {decode_text(table)[:40]!r} "
-                    f"(meta field {GRAIN_TABLE_FIELD}), which this version of rayorch does "
-                    "not know: open it with the rayorch that wrote it")
-            self._bucketed[run_id] = table is not None
+            self._grain_tables[run_id] = grain_table_of(run_id, raw)
             layout = self._layouts[run_id] = RunLayout(info)
         return layout
 
     def _grain_keys(self, run_id: str, shard: int) -> GrainKeys:
         """Where the shard's Grain entries are (buckets, or a run's one hash from before)."""
         self._layout(run_id)
-        return GrainKeys(ShardKeys(run_id, shard), self._bucketed[run_id])
+        return GrainKeys(ShardKeys(run_id, shard), self._grain_tables[run_id])
 
     def list_runs(self) -> list[RunInfo]:
         with self._errors():
@@ -456,7 +452,8 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
         for call, path, generation in basis.sealed:
             args += [grain_field(call, path), more.index(grains.of(path)), generation]
         for item in prepared:
-            bucket = 0 if item.kind == 0 else more.index(grains.of(item.fact.path))  # type: ignore[attr-defined]
+            fact: Any = item.fact  # a Grain fact (it has a path) unless its kind is 0
+            bucket = more.index(grains.of(fact.path)) if item.kind else 0
             args += [item.kind, item.grain, bucket, item.generation,
                      more.index(keys.facts(item.domain)), encode_fact(item.fact)]
         result = self._eval(APPEND_FENCED, [*lease_keys, keys.seq, keys.lastop, *more], args)

@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import os
 import re
-import uuid
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -114,14 +114,16 @@ def append_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any],
 
 
 # Call tokens are "<random prefix of this process>.<counter>"; next() on a count is
-# atomic under the GIL, and a forked child draws a prefix of its own.
-_token_prefix = uuid.uuid4().hex
+# atomic under the GIL, and a forked child draws a prefix of its own. 64 random bits: every
+# sealed Grain entry keeps its commit's token, so its length is Redis memory (16 B less an
+# entry than a uuid4), and two of 100,000 processes share a prefix with odds of ~3e-10.
+_token_prefix = secrets.token_hex(8)
 _token_counter = itertools.count(1)
 
 
 def _new_token_prefix() -> None:
     global _token_prefix
-    _token_prefix = uuid.uuid4().hex
+    _token_prefix = secrets.token_hex(8)
 
 
 os.register_at_fork(after_in_child=_new_token_prefix)

@@ -1,8 +1,9 @@
 """The Redis store's Grain table in buckets (issue 37: at most 1 KB of Redis per page in flight
 on the region path), on a real redis-server, seen from outside with redis-py: a page's Grains
-live in one small hash that Redis keeps as a listpack, a delivered source's buckets leave with
-its archive (a Grain still in flight keeps its entry), a done shard keeps none, and a run
-written before buckets keeps its one hash (rayorch/store/keys.py, ``GrainKeys``)."""
+live in one small hash that Redis keeps as a listpack (a source's, in a plan of one expansion
+level), a delivered source's buckets leave with its archive (a Grain still in flight keeps its
+entry), a done shard keeps none, and a run written before buckets keeps its one hash
+(rayorch/store/keys.py, ``GrainKeys``)."""
 
 from __future__ import annotations
 
@@ -149,8 +150,9 @@ def test_deleting_a_run_deletes_its_buckets_and_no_other_runs(redis_server: Redi
 
 def test_a_store_gone_back_behind_its_archive_rebuilds_the_grain_buckets(
         redis_server: RedisServer, tmp_path: Path) -> None:
-    """Redis goes back behind the archive (its seq counter and Grain buckets lost, as after a
-    restore from an old snapshot): the next read raises the counter to the archive's
+    """A plan of one expansion level keeps a bucket per source (a listpack). Redis goes back
+    behind the archive (its seq counter and Grain buckets lost, as after a restore from an
+    old snapshot): the next read raises the counter to the archive's
     watermark and writes every Grain's entry as the archived facts leave it, each in its own
     bucket, so the commit gate still refuses a duplicate of an archived commit."""
     client = redis.Redis.from_url(redis_server.url)
@@ -158,11 +160,12 @@ def test_a_store_gone_back_behind_its_archive_rebuilds_the_grain_buckets(
                        "&archive_every=1000000")
     write_scripted_run(store, "back", shards=1, micro_batch=4)
     before = buckets(client, "back")
-    assert set(before) == {"0", "1", "2", "3", "0.0", "0.1", "0.2", "1.0", "3.0", "3.1", "3.2",
-                           "3.3", "3.4"}
+    assert set(before) == {"0", "1", "2", "3"}  # one expansion level: a bucket per source
+    assert before["1"] == {"render|1", "ocr|1.0", "assemble|1"}
+    keys = ShardKeys("back", 0)
+    assert {client.object("encoding", keys.grain_bucket(b)) for b in before} == {b"listpack"}
     facts = store.read_run("back")
     store.archive_shard("back", 0, done=False)
-    keys = ShardKeys("back", 0)
     client.delete(keys.seq, keys.archived, *(keys.grain_bucket(b) for b in before))
     assert store.read_run("back") == facts  # the read catches the store up first
     assert int(client.get(keys.seq) or 0) == facts[0][-1].seq
