@@ -16,9 +16,17 @@ import redis
 
 from bench.lineage_archive import DRIVER, RegionRun, region_plan
 from rayorch.core.errors import StoreError
-from rayorch.core.facts import REPORT_PRESENT, GrainCommitted, GrainDispatched, RunCompleted
+from rayorch.core.facts import (
+    REPORT_PRESENT,
+    GrainCommitted,
+    GrainDispatched,
+    RunCompleted,
+    SourceAdmitted,
+)
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
+from rayorch.store.errors import GrainSealedError, StoreRolledBackError
 from rayorch.store.keys import GRAIN_TABLE_FIELD, ShardKeys, meta_key
+from rayorch.store.layout import AppendBasis
 from rayorch.store.registry import open_store
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
 from rayorch.testing import RedisClusterNodes, RedisServer
@@ -173,4 +181,31 @@ def test_a_store_gone_back_behind_its_archive_rebuilds_the_grain_buckets(
     assert store.grain_phase("back", 0, "ocr", (3, 4)) == (GrainPhase.IN_FLIGHT, 0)  # barred
     assert store.commit("back", [GrainCommitted("ocr", (0, 2), 0, REPORT_PRESENT, ("t",))]) \
         == [CommitVerdict.SEALED]
+    store.close()
+
+
+def test_an_append_checks_its_basis_and_its_grains_in_their_buckets(
+        redis_server: RedisServer) -> None:
+    """Region path: the fenced append finds each Grain's entry in its page's bucket, for the
+    commits its basis rests on (one sealed, one not: refused as a store gone back) and for
+    the facts it appends (a dispatch of a sealed region: refused, nothing written)."""
+    store = open_store(redis_server.url)
+    store.open_run("basis", region_plan(), shards=1, micro_batch=4)
+    epoch = store.acquire_lease("basis", 0, DRIVER, ttl_s=600)
+    regions = [(0, 1, 0), (0, 1, 1), (0, 2, 0)]
+    first = store.append("basis", 0, epoch, [GrainDispatched("rec", g, 0) for g in regions],
+                         driver=DRIVER)[0]
+    report = GrainCommitted("rec", (0, 1, 1), 0, REPORT_PRESENT, ("t",))
+    assert store.commit("basis", [report]) == [CommitVerdict.ACCEPTED]
+    facts = store.read("basis", 0)
+    with pytest.raises(StoreRolledBackError, match=r"rec\[0\.2\.0\] generation 0"):
+        store.append("basis", 0, epoch, [SourceAdmitted(1, ("b",))], driver=DRIVER,
+                     basis=AppendBasis(1, first, (("rec", (0, 1, 1), 0), ("rec", (0, 2, 0), 0))))
+    with pytest.raises(GrainSealedError):
+        store.append("basis", 0, epoch, [GrainDispatched("rec", (0, 1, 1), 1)], driver=DRIVER,
+                     basis=AppendBasis(1, first, (("rec", (0, 1, 1), 0),)))
+    assert store.read("basis", 0) == facts  # nothing written
+    store.append("basis", 0, epoch, [GrainDispatched("rec", (0, 2, 1), 0)], driver=DRIVER,
+                 basis=AppendBasis(1, first, (("rec", (0, 1, 1), 0),)))
+    assert store.grain_phase("basis", 0, "rec", (0, 2, 1)) == (GrainPhase.IN_FLIGHT, 0)
     store.close()
