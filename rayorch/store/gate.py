@@ -3,7 +3,7 @@
 A backend that keeps a shard's lease and Grain table as records it reads and writes
 under its own lock or transaction (the memory store; a SQL store under a row lock)
 calls these and stores what they return. The Redis stores run the same rules in Lua
-(``lua/includes/lease.lua``, ``append-fenced-6.lua``, ``commit-batch-3.lua``), because a
+(``lua/includes/lease.lua``, ``append-fenced-5.lua``, ``commit-batch-2.lua``), because a
 script is Redis's unit of atomicity; the contract suite and
 ``tests/property/test_store_commit_rule.py`` keep the two equal.
 """
@@ -116,7 +116,7 @@ def split_field(grain: str) -> tuple[CallId, Path]:
 def basis_check(run_id: str, shard: int, basis: AppendBasis | None, last_seq: int,
                 last_append_first: int, entry: Callable[[str], GrainEntry | None]) -> None:
     """Raise :class:`StoreRolledBackError` unless the shard still holds what ``basis`` rests
-    on (the same rule as ``append-fenced-6.lua``).
+    on (the same rule as ``append-fenced-5.lua``).
 
     ``last_seq`` is the shard's last sequence number, ``last_append_first`` the first seq
     of its latest driver append (one holder appends at a time, so a driver's latest append
@@ -137,7 +137,7 @@ def basis_check(run_id: str, shard: int, basis: AppendBasis | None, last_seq: in
             COMMITS_GONE, *gone, sealed=basis.sealed))
 
 
-# Why a store refused an append as rolled back (the codes of append-fenced-6.lua's -15).
+# Why a store refused an append as rolled back (the codes of append-fenced-5.lua's -15).
 READ_GONE, APPEND_GONE, COMMITS_GONE = 1, 2, 3
 
 

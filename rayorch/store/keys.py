@@ -9,7 +9,14 @@ touches one shard stays in one Redis Cluster slot::
     ro:{<run>}:drivers                  zset    driver id -> heartbeat deadline (unix ms)
     ro:{<run>}:done                     set     shards whose sources are all complete
     ro:{<run>:<k>}:facts:<domain>       stream  shard k's facts of one Domain (id = seq-0)
-    ro:{<run>:<k>}:grains               hash    "call|path" -> "phase:generation[:token]"
+    ro:{<run>:<k>}:grains:<bucket>      hash    "call|path" -> "phase:generation[:token]": the
+                                                Grain table, one small hash per bucket
+                                                (:class:`GrainKeys`: "12" holds source 12's
+                                                root Grains, "12.3" every Grain under its
+                                                child 3; in a plan of one expansion level,
+                                                "12" holds all of source 12's); a run opened
+                                                before buckets (no "grain_table" in its
+                                                meta) keeps the one hash ro:{<run>:<k>}:grains
     ro:{<run>:<k>}:barriers             set     "call|parent_path" of GroupFailure barriers
     ro:{<run>:<k>}:lease                string  "epoch|token|driver", with the lease TTL
     ro:{<run>:<k>}:holder               string  "epoch|token|driver" of the last acquisition
@@ -59,6 +66,19 @@ def grain_field(call: CallId, path: Path) -> str:
     return f"{call}|{format_path(path)}"
 
 
+def grain_bucket(path: Path, *, by_child: bool = True) -> str:
+    """The bucket of a Grain's entry: its source, then (``by_child``) its first child
+    ordinal if any.
+
+    ``(12,)`` -> ``"12"``, ``(12, 3)`` and ``(12, 3, 5)`` -> ``"12.3"`` (``"12"`` when not
+    ``by_child``). A bucket holds one page's Grains on the region path (~10 entries), or one
+    source's on a path of one expansion level (a root Grain or two and one per page), so
+    Redis keeps it as a listpack (~40 B an entry) instead of entries of one big hashtable
+    (~85 B); a delivered source's buckets go whole.
+    """
+    return str(path[0]) if len(path) == 1 or not by_child else f"{path[0]}.{path[1]}"
+
+
 def barrier_member(call: CallId, parent: Path) -> str:
     """The barrier-set member of a GroupFailure barrier on ``(call, parent)``."""
     return f"{call}|{format_path(parent)}"
@@ -67,6 +87,12 @@ def barrier_member(call: CallId, parent: Path) -> str:
 def claims_key(scope: str) -> str:
     """The hash of a dedup scope's content claims (its own hash slot)."""
     return f"{PREFIX}:{{claims:{scope}}}"
+
+
+def grain_buckets_of_run(run_id: str) -> str:
+    """SCAN MATCH pattern of every Grain bucket of every shard of a run (a run id has no
+    ``:``, ``*`` or ``}``, so nothing of another run matches)."""
+    return f"{PREFIX}:{{{run_id}:*}}:grains:*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +111,17 @@ class ShardKeys:
 
     @property
     def grains(self) -> str:
+        """The one Grain hash of a run opened before buckets (also the buckets' prefix)."""
         return f"{PREFIX}:{self.tag}:grains"
+
+    def grain_bucket(self, bucket: str) -> str:
+        """The hash of one Grain bucket (:func:`grain_bucket`)."""
+        return f"{self.grains}:{bucket}"
+
+    @property
+    def grain_buckets(self) -> str:
+        """SCAN MATCH pattern of every Grain bucket of the shard."""
+        return f"{self.grains}:*"
 
     @property
     def barriers(self) -> str:
@@ -127,11 +163,64 @@ class ShardKeys:
         return f"{PREFIX}:{self.tag}:payload_sources"
 
     def all_keys(self, domains: tuple[DomainId, ...]) -> list[str]:
-        """Every key of the shard (for deleting a run)."""
+        """Every key of the shard but its Grain buckets (found by SCAN: :class:`GrainKeys`)."""
         fixed = [self.grains, self.barriers, self.lease, self.holder, self.epoch, self.seq,
                  self.lastop, self.payload_live, self.payload_sources, self.archived]
         return fixed + [self.facts(d) for d in domains]
 
 
-__all__ = ["RUNS_KEY", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key",
-           "grain_field", "manifest_key", "meta_key", "pools_key", "valid_run_id"]
+GRAIN_TABLE_FIELD = "grain_table"  # run meta field: how the run keeps its Grain table
+BY_CHILD = "by-child"  # a bucket per source and per (source, first child ordinal)
+BY_SOURCE = "by-source"  # a bucket per source
+GRAIN_TABLES = (BY_CHILD, BY_SOURCE)  # a run without the field: one hash per shard
+
+
+def grain_table_for(max_depth: int) -> str:
+    """The buckets of a new run whose deepest Domain has ``max_depth``: by child when
+    Domains nest (a page's regions), else by source (~10 pages' entries share a key)."""
+    return BY_CHILD if max_depth >= 2 else BY_SOURCE
+
+
+@dataclass(frozen=True, slots=True)
+class GrainKeys:
+    """Where one shard's Grain entries live: bucket hashes (``table``: one of
+    :data:`GRAIN_TABLES`), or the one hash ``ShardKeys.grains`` of a run opened before
+    buckets (``table=None``)."""
+
+    shard: ShardKeys
+    table: str | None = BY_CHILD
+
+    @property
+    def bucketed(self) -> bool:
+        return self.table is not None
+
+    def of(self, path: Path) -> str:
+        """The hash holding the entry of the Grain at ``path``."""
+        if self.table is None:
+            return self.shard.grains
+        return self.shard.grain_bucket(grain_bucket(path, by_child=self.table == BY_CHILD))
+
+    def source_of(self, key: str) -> int | None:
+        """The source whose Grains a bucket key holds (None: not a bucket of this shard)."""
+        prefix = self.shard.grains + ":"
+        if not self.bucketed or not key.startswith(prefix):
+            return None
+        root = key[len(prefix):].partition(".")[0]
+        return int(root) if root.isdigit() else None
+
+
+class KeyIndex(dict[str, int]):
+    """The variable KEYS of a script call: each distinct key once, numbered from 1 in
+    the order first asked (a script finds key ``i`` at ``KEYS[fixed + i]``)."""
+
+    def index(self, key: str) -> int:
+        at = self.get(key)
+        if at is None:
+            at = self[key] = len(self) + 1
+        return at
+
+
+__all__ = ["BY_CHILD", "BY_SOURCE", "GRAIN_TABLES", "GRAIN_TABLE_FIELD", "RUNS_KEY", "GrainKeys",
+           "KeyIndex", "ShardKeys", "barrier_member", "claims_key", "done_key", "drivers_key",
+           "grain_bucket", "grain_buckets_of_run", "grain_field", "grain_table_for",
+           "manifest_key", "meta_key", "pools_key", "valid_run_id"]

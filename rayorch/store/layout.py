@@ -240,7 +240,7 @@ def prepare_driver_facts(
 def grain_entry_after(fact: Fact) -> tuple[str, str] | None:
     """The Grain table entry ``(field, "phase:generation")`` a fact leaves behind (None: the
     fact changes no Grain): what the table holds after the fact, for a store catching up on
-    facts it holds only in the archive (``lua/restore-archived-3.lua``)."""
+    facts it holds only in the archive (``lua/restore-archived-2.lua``)."""
     kind = _KIND_OF.get(type(fact))
     if kind is not None:
         phase = PHASE_AFTER[FactKind(kind)]

@@ -11,11 +11,11 @@ trimmed from its streams:
   waits on the object store; an unreachable archive leaves the facts in Redis (said once on
   stderr) and the run goes on; ``close()`` waits a while for what is queued.
 
-Fenced: the trim (``lua/trim-archived-4.lua``) runs only if nobody acquired the shard's
+Fenced: the trim (``lua/trim-archived-3.lua``) runs only if nobody acquired the shard's
 lease since its facts were read and the store still holds them all. A crash between the
 segment and the trim leaves the facts in both places; readers take each seq once. A store
 that went back behind its archive (a restore, a promoted replica) catches up before it
-writes again (``lua/restore-archived-3.lua``: the seq counter and the Grain table), so a
+writes again (``lua/restore-archived-2.lua``: the seq counter and the Grain table), so a
 new fact never reuses an archived seq. The run's archive URL is kept in its meta hash, so
 every reader finds it without being told.
 """
@@ -43,7 +43,8 @@ from rayorch.store.archive import (
     FactPlaces,
 )
 from rayorch.store.base import StoredFact
-from rayorch.store.keys import ShardKeys, done_key, meta_key
+from rayorch.store.gate import split_field
+from rayorch.store.keys import GrainKeys, KeyIndex, ShardKeys, done_key, meta_key
 from rayorch.store.layout import RunLayout, grain_entry_after
 from rayorch.store.records.facts import decode_fact
 from rayorch.store.redis_claims import RedisAccess
@@ -51,6 +52,8 @@ from rayorch.store.redis_support import decode_text, seq_of
 from rayorch.store.scripts import RESTORE_ARCHIVED, TRIM_ARCHIVED, TRIM_FENCED
 
 DEFAULT_EVERY = 20_000  # facts a driver appends to a shard between two archives of it
+_TRIM_KEYS = 1000  # Grain buckets per trim call (a trim again with the same upto changes
+# no stream: the next call only drops more buckets)
 CLOSE_WAIT_S = 60.0  # how long close() waits for queued archives
 _NO_ARCHIVE_RECHECK_S = 5.0
 
@@ -63,6 +66,9 @@ class RedisArchiving(RedisAccess):
 
     # -- given by the store ----------------------------------------------------------------
     def _layout(self, run_id: str) -> RunLayout:
+        raise NotImplementedError
+
+    def _grain_keys(self, run_id: str, shard: int) -> GrainKeys:
         raise NotImplementedError
 
     def _read_live(self, run_id: str, shard: int, after: int, *, limit: int,
@@ -158,19 +164,20 @@ class RedisArchiving(RedisAccess):
     def _restore(self, archive: FactArchive, run_id: str, shard: int, held: int,
                  mark: int) -> None:
         """Raise the shard's seq counter to the archive's watermark, with the Grain table
-        as the archived facts past it leave it (``lua/restore-archived-3.lua``)."""
+        as the archived facts past it leave it (``lua/restore-archived-2.lua``)."""
         entries: dict[str, str] = {}
         for _, _, blob in archive.facts(run_id, shard, held, mark):
             entry = grain_entry_after(decode_fact(blob))
             if entry is not None:
                 entries.pop(entry[0], None)  # keep seq order: the last fact wins
                 entries[entry[0]] = entry[1]
-        keys = ShardKeys(run_id, shard)
+        keys, grains = ShardKeys(run_id, shard), self._grain_keys(run_id, shard)
+        buckets = KeyIndex()
         args: list[Any] = [mark]
         for field, value in entries.items():
-            args += [field, value]
+            args += [buckets.index(grains.of(split_field(field)[1])), field, value]
         with contextlib.suppress(StoreError):  # a read-only replica: the next writer does it
-            self._eval(RESTORE_ARCHIVED, [keys.seq, keys.archived, keys.grains], args)
+            self._eval(RESTORE_ARCHIVED, [keys.seq, keys.archived, *buckets], args)
 
     def fact_places(self, run_id: str) -> list[FactPlaces]:
         """Where each shard's facts live (``rayorch audit`` says it)."""
@@ -193,7 +200,7 @@ class RedisArchiving(RedisAccess):
     def archive_shard(self, run_id: str, shard: int, *, done: bool) -> int:
         """Archive the shard's live facts and trim them from Redis; returns how many moved.
 
-        ``done``: the shard is done, so its Grain table goes too. Raises
+        ``done``: the shard is done, so its Grain table goes too (every bucket). Raises
         :class:`~rayorch.store.archive.ArchiveError` when the archive cannot be written
         (the facts stay in Redis) and ``StoreError`` when the trim was fenced.
         """
@@ -201,7 +208,7 @@ class RedisArchiving(RedisAccess):
         if archive is None:
             raise ArchiveError(f"run {run_id} has no archive: pass --archive URL")
         layout = self._layout(run_id)
-        keys = ShardKeys(run_id, shard)
+        keys, grains = ShardKeys(run_id, shard), self._grain_keys(run_id, shard)
         with self._errors():
             holder = self._client().get(keys.holder)  # read before the facts: the fence
         holder_text = decode_text(holder) if holder is not None else ""
@@ -210,6 +217,9 @@ class RedisArchiving(RedisAccess):
         if held < mark:
             self._restore(archive, run_id, shard, held, mark)
         moved = 0
+        # the shard's buckets, scanned once: a delivered source gets no new one (its Grains
+        # were dispatched before its delivery), nor does a done shard
+        found: list[str] | None = None
         while True:
             upto = min(held, mark + SEGMENT_FACTS)
             facts = self._range(layout, keys, mark, upto) if upto > mark else []
@@ -219,32 +229,62 @@ class RedisArchiving(RedisAccess):
             final = upto >= held
             top = max(upto, mark)
             streams = [keys.facts(d) for d in layout.domains]
-            sealed = [] if done else self._grains_of(keys, _delivered(facts))
-            result = self._eval(TRIM_ARCHIVED, [keys.holder, keys.seq, keys.archived,
-                                                keys.grains, *streams],
-                                [holder_text, top, "1" if done and final else "0", *sealed])
-            if int(result[0]) != 1:
-                why = ("its lease was taken since" if int(result[0]) == TRIM_FENCED
-                       else "the store holds fewer facts than the archive")
-                raise StoreError(f"run {run_id} shard {shard}: archived up to seq {top}, "
-                                 f"not trimmed from Redis: {why}")
+            wipe = done and final
+            sources = set() if done else _delivered(facts)
+            if grains.bucketed and found is None and (sources or wipe):
+                found = self._scan(keys.grain_buckets, near=keys.grains)
+            for buckets, entries in self._grains_of(grains, sources, found or [], every=wipe):
+                result = self._eval(TRIM_ARCHIVED, [keys.holder, keys.seq, keys.archived,
+                                                    *streams, *buckets],
+                                    [holder_text, top, "1" if wipe else "0", len(streams),
+                                     *entries])
+                if int(result[0]) != 1:
+                    why = ("its lease was taken since" if int(result[0]) == TRIM_FENCED
+                           else "the store holds fewer facts than the archive")
+                    raise StoreError(f"run {run_id} shard {shard}: archived up to seq {top}, "
+                                     f"not trimmed from Redis: {why}")
             mark = top
             if final:
                 return moved
 
-    def _grains_of(self, keys: ShardKeys, sources: set[int]) -> list[str]:
-        """The Grain table's fields of Grains of ``sources`` (one scan of the table, which
-        holds the shard's Grains in flight and those not yet archived)."""
+    def _grains_of(self, grains: GrainKeys, sources: set[int], found: list[str], *,
+                   every: bool) -> list[tuple[list[str], list[Any]]]:
+        """The trims' Grain arguments, in calls of at most ``_TRIM_KEYS`` buckets (always
+        one call): ``(bucket keys, [bucket index, field, ...])``. ``every``: every bucket of
+        the shard (``found``: all of them) goes whole; else the entries of ``sources``'
+        buckets (or, in a run's one hash from before buckets, its fields of those sources:
+        one scan of the hash)."""
+        if not grains.bucketed:
+            return [([grains.shard.grains], self._fields_of(grains, sources))]
+        if not every:
+            found = [key for key in found if grains.source_of(key) in sources]
+        calls: list[tuple[list[str], list[Any]]] = []
+        for at in range(0, len(found), _TRIM_KEYS):
+            chunk = found[at:at + _TRIM_KEYS]
+            entries: list[Any] = []
+            if not every:
+                with self._errors():
+                    pipe = self._client().pipeline(transaction=False)
+                    for key in chunk:
+                        pipe.hkeys(key)
+                    for index, fields in enumerate(pipe.execute(), 1):
+                        for field in fields:
+                            entries += [index, decode_text(field)]
+            calls.append((chunk, entries))
+        return calls or [([], [])]
+
+    def _fields_of(self, grains: GrainKeys, sources: set[int]) -> list[Any]:
+        """``[1, field, ...]``: the fields of ``sources`` in a run's one Grain hash."""
+        entries: list[Any] = []
         if not sources:
-            return []
-        fields = []
+            return entries
         with self._errors():
-            for raw, _ in self._client().hscan_iter(keys.grains, count=1000):
+            for raw, _ in self._client().hscan_iter(grains.shard.grains, count=1000):
                 field = decode_text(raw)
                 root = field.partition("|")[2].partition(".")[0]
                 if root.isdigit() and int(root) in sources:
-                    fields.append(field)
-        return fields
+                    entries += [1, field]
+        return entries
 
     def _range(self, layout: RunLayout, keys: ShardKeys, after: int, upto: int
                ) -> list[ArchivedFact]:

@@ -34,6 +34,12 @@ class RedisAccess:
     def _errors(self) -> AbstractContextManager[None]:
         raise NotImplementedError
 
+    def _scan(self, pattern: str, *, near: str | None = None) -> list[str]:
+        """Keys matching a SCAN MATCH ``pattern``; ``near``: a key in the same hash slot as
+        every match (the Redis Cluster store then scans that slot's master only)."""
+        with self._errors():
+            return [_text(k) or "" for k in self._client().scan_iter(match=pattern, count=1000)]
+
 
 class RedisClaims(RedisAccess, ContentClaims):
     """Claims of a Redis-backed store; the store gives :meth:`_eval` and :meth:`_client`."""

@@ -204,6 +204,16 @@ class RedisClusterStore(RedisStore):
         versions = [str(i.get("redis_version", "0")) for i in infos.values()] or ["0"]
         return min(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
 
+    def _scan(self, pattern: str, *, near: str | None = None) -> list[str]:
+        """SCAN every master, or only the one that serves ``near``'s slot."""
+        if near is None:
+            return super()._scan(pattern)
+        client = self._cluster()
+        with self._errors():
+            node = client.get_node_from_key(near)
+            return [k.decode() if isinstance(k, bytes) else k
+                    for k in client.scan_iter(match=pattern, count=1000, target_nodes=node)]
+
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         with super()._errors():

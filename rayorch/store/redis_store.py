@@ -44,7 +44,7 @@ from rayorch.core.facts import (
     GrainReused,
     barrier_fact,
 )
-from rayorch.core.ids import ROOT, CallId, DomainId
+from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth
 from rayorch.core.ids import Path as EntityPath
 from rayorch.core.vocabulary import CommitVerdict, GrainPhase
 from rayorch.store.base import (
@@ -66,10 +66,14 @@ from rayorch.store.errors import (
 from rayorch.store.gate import split_field
 from rayorch.store.keys import (
     RUNS_KEY,
+    GrainKeys,
+    KeyIndex,
     ShardKeys,
     done_key,
     drivers_key,
+    grain_buckets_of_run,
     grain_field,
+    grain_table_for,
     manifest_key,
     meta_key,
     pools_key,
@@ -100,6 +104,7 @@ from rayorch.store.redis_support import (
     ReconnectRetry,
     decode_phase,
     decode_text,
+    grain_table_of,
     is_tls_failure,
     merge_streams,
     one_line,
@@ -163,6 +168,7 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
         self._init_archive(options.get("archive") or None, max(1, every))
         self._redis: redis.Redis | None = None
         self._layouts: dict[str, RunLayout] = {}
+        self._grain_tables: dict[str, str | None] = {}  # run -> its buckets (None: one hash)
         self._waitaof = True
         # (run, shard, driver, epoch) -> the token of this client's acquisition
         self._holder_tokens: dict[tuple[str, int, str, int], str] = {}
@@ -265,7 +271,9 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
     def _open_run(self, run_id: str, desc: dict[str, Any], fingerprint: str, shards: int,
                   micro_batch: int, config: dict[str, Any]) -> RunInfo:
         args = [fingerprint, shards, micro_batch, orjson.dumps(desc), orjson.dumps(config),
-                repr(time.time())]
+                repr(time.time()),
+                grain_table_for(max((domain_depth(d[0]) for d in desc.get("domains", ())),
+                                    default=0))]
         result = self._eval(OPEN_RUN, [meta_key(run_id)], args)
         code = int(result[0])
         if code == FINGERPRINT_MISMATCH:
@@ -316,8 +324,14 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
                 keep=decode_text(raw.get(b"keep", b"all")),
                 payloads=decode_text(raw.get(b"payloads", b"")),
             )
+            self._grain_tables[run_id] = grain_table_of(run_id, raw)
             layout = self._layouts[run_id] = RunLayout(info)
         return layout
+
+    def _grain_keys(self, run_id: str, shard: int) -> GrainKeys:
+        """Where the shard's Grain entries are (buckets, or a run's one hash from before)."""
+        self._layout(run_id)
+        return GrainKeys(ShardKeys(run_id, shard), self._grain_tables[run_id])
 
     def list_runs(self) -> list[RunInfo]:
         with self._errors():
@@ -345,6 +359,7 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
                         done_key(run_id), pools_key(run_id)]
             for shard in range(layout.info.shards):
                 run_keys += ShardKeys(run_id, shard).all_keys(layout.domains)
+            run_keys += self._scan(grain_buckets_of_run(run_id))
             for key in run_keys:  # one key per command: the keys span Redis Cluster slots
                 pipe.delete(key)
             pipe.srem(RUNS_KEY, run_id)
@@ -428,21 +443,20 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
         layout = self._layout(run_id)
         prepared = prepare_driver_facts(layout, shard, facts)
         keys, lease_keys = self._lease_keys(run_id, shard)
-        streams: dict[DomainId, int] = {}
+        grains = self._grain_keys(run_id, shard)
+        more = KeyIndex()  # the streams and Grain buckets the call touches
         basis = basis or AppendBasis()
-        sealed = basis.sealed_fields()
         args: list[Any] = [epoch, next_token(), len(prepared), driver,
                            self._holder_token(run_id, shard, driver, epoch), basis.read_seq,
-                           basis.appended_first, len(sealed)]
-        for field, generation in sealed:
-            args += [field, generation]
+                           basis.appended_first, len(basis.sealed)]
+        for call, path, generation in basis.sealed:
+            args += [grain_field(call, path), more.index(grains.of(path)), generation]
         for item in prepared:
-            index = streams.setdefault(item.domain, len(streams) + 1)
-            args += [item.kind, item.grain, item.generation, index, encode_fact(item.fact)]
-        stream_keys = [keys.facts(d) for d in streams]
-        result = self._eval(
-            APPEND_FENCED, [*lease_keys, keys.grains, keys.seq, keys.lastop, *stream_keys], args
-        )
+            fact: Any = item.fact  # a Grain fact (it has a path) unless its kind is 0
+            bucket = more.index(grains.of(fact.path)) if item.kind else 0
+            args += [item.kind, item.grain, bucket, item.generation,
+                     more.index(keys.facts(item.domain)), encode_fact(item.fact)]
+        result = self._eval(APPEND_FENCED, [*lease_keys, keys.seq, keys.lastop, *more], args)
         if int(result[0]) in (1, 2):
             first = int(result[1])
             self.release.release(layout, shard, facts)
@@ -465,7 +479,8 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
         # (docs/topics/PAYLOADS.md, "Payload segments and uncertain commits").
         for shard, items in groups.items():
             keys = ShardKeys(run_id, shard)
-            streams: dict[DomainId, int] = {}
+            grains = self._grain_keys(run_id, shard)
+            more = KeyIndex()  # the streams and Grain buckets of the shard's reports
             args: list[Any] = [len(items), token]
             barrier_args: list[bytes] = []
             slim = self.release.externalize(layout, shard, [item.report for item in items])
@@ -473,17 +488,16 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
             for at, item in enumerate(items):
                 report = item.report
                 encoded = encode_fact(slim.get(at, report))
-                index = streams.get(item.domain)
-                if index is None:
-                    index = streams[item.domain] = len(streams) + 1
+                bucket = more.index(grains.of(report.path))
+                index = more.index(keys.facts(item.domain))
                 if item.installs_barrier:
-                    args.extend((item.grain, item.generation, item.barrier, "1", index, encoded))
+                    args.extend((item.grain, bucket, item.generation, item.barrier, "1", index,
+                                 encoded))
                     barrier_args.append(encode_fact(barrier_fact(report)))
                 else:
-                    args.extend((item.grain, item.generation, item.barrier, "0", index, encoded))
-            stream_keys = [keys.facts(d) for d in streams]
-            calls.append((COMMIT_BATCH, [keys.grains, keys.barriers, keys.seq, *stream_keys],
-                          args + barrier_args))
+                    args.extend((item.grain, bucket, item.generation, item.barrier, "0", index,
+                                 encoded))
+            calls.append((COMMIT_BATCH, [keys.barriers, keys.seq, *more], args + barrier_args))
             positions.append([item.position for item in items])
         results = self._eval_many(calls)
         verdicts = [CommitVerdict.NOT_DISPATCHED] * len(reports)
@@ -503,8 +517,8 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
                 for position in positions:
                     report = reports[position]
                     shard = layout.info.shard_of(report.path[0])
-                    pipe.hget(ShardKeys(layout.info.run_id, shard).grains,
-                              grain_field(report.call, report.path))
+                    grains = self._grain_keys(layout.info.run_id, shard)
+                    pipe.hget(grains.of(report.path), grain_field(report.call, report.path))
                 phases = pipe.execute()
             return [None if p is None else p[1] for p in map(decode_phase, phases)]
 
@@ -579,7 +593,8 @@ class RedisStore(RedisClaims, RedisArchiving, RedisReplicaRecords, LineageStore)
                     ) -> tuple[GrainPhase, int] | None:
         self._layout(run_id).check_shard(shard)
         with self._errors():
-            raw = self._client().hget(ShardKeys(run_id, shard).grains, grain_field(call, path))
+            raw = self._client().hget(self._grain_keys(run_id, shard).of(path),
+                                      grain_field(call, path))
         return decode_phase(raw)
 
     def barriers(self, run_id: str, shard: int) -> frozenset[tuple[CallId, EntityPath]]:

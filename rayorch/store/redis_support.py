@@ -9,8 +9,10 @@ from typing import Any
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
+from rayorch.core.errors import StoreError
 from rayorch.core.ids import DomainId
 from rayorch.core.vocabulary import GrainPhase
+from rayorch.store.keys import GRAIN_TABLE_FIELD, GRAIN_TABLES
 from rayorch.store.registry import redact_url
 
 
@@ -63,11 +65,25 @@ def decode_phase(raw: bytes | str | None) -> tuple[GrainPhase, int] | None:
     return GrainPhase(int(phase)), int(generation)
 
 
+def grain_table_of(run_id: str, meta: Mapping[Any, Any]) -> str | None:
+    """The buckets a run's meta hash names for its Grain table (:data:`GRAIN_TABLES`; None:
+    a run opened before buckets, its one hash); a table this rayorch does not know is
+    refused."""
+    raw = meta.get(GRAIN_TABLE_FIELD.encode())
+    table = None if raw is None else decode_text(raw)
+    if table is not None and table not in GRAIN_TABLES:
+        raise StoreError(f"run {run_id} keeps its Grain table as {table[:40]!r} (meta field "
+                         f"{GRAIN_TABLE_FIELD}), which this version of rayorch does not know: "
+                         "open it with the rayorch that wrote it")
+    return table
+
+
 def seq_of(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
 
 
-__all__ = ["ReconnectRetry", "decode_phase", "decode_text", "is_tls_failure", "one_line",
+__all__ = ["ReconnectRetry", "decode_phase", "decode_text", "grain_table_of",
+           "is_tls_failure", "one_line",
            "parse_version", "redact_url", "seq_of"]
 
 

@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import os
 import re
-import uuid
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -54,8 +54,8 @@ def _load_script(stem: str) -> LuaScript:
     return LuaScript(stem, source)
 
 
-COMMIT_BATCH = _load_script("commit-batch-3")
-APPEND_FENCED = _load_script("append-fenced-6")
+COMMIT_BATCH = _load_script("commit-batch-2")
+APPEND_FENCED = _load_script("append-fenced-5")
 ACQUIRE_LEASE = _load_script("acquire-lease-5")
 RENEW_LEASE = _load_script("renew-lease-3")
 OPEN_RUN = _load_script("open-run-1")
@@ -64,8 +64,8 @@ DRIVER_REGISTRY = _load_script("driver-registry-1")
 CLAIM_CONTENT = _load_script("claim-content-1")
 TRACK_PAYLOADS = _load_script("track-payloads-2")
 RELEASE_PAYLOADS = _load_script("release-payloads-2")
-TRIM_ARCHIVED = _load_script("trim-archived-4")
-RESTORE_ARCHIVED = _load_script("restore-archived-3")
+TRIM_ARCHIVED = _load_script("trim-archived-3")
+RESTORE_ARCHIVED = _load_script("restore-archived-2")
 
 # Return codes of the scripts (see their headers).
 LEASE_LOST, FENCED, GRAIN_SEALED, ROLLED_BACK, LEASE_HELD = -10, -11, -12, -14, -20
@@ -114,14 +114,16 @@ def append_refusal(run_id: str, shard: int, epoch: int, result: Sequence[Any],
 
 
 # Call tokens are "<random prefix of this process>.<counter>"; next() on a count is
-# atomic under the GIL, and a forked child draws a prefix of its own.
-_token_prefix = uuid.uuid4().hex
+# atomic under the GIL, and a forked child draws a prefix of its own. 64 random bits: every
+# sealed Grain entry keeps its commit's token, so its length is Redis memory (16 B less an
+# entry than a uuid4), and two of 100,000 processes share a prefix with odds of ~3e-10.
+_token_prefix = secrets.token_hex(8)
 _token_counter = itertools.count(1)
 
 
 def _new_token_prefix() -> None:
     global _token_prefix
-    _token_prefix = uuid.uuid4().hex
+    _token_prefix = secrets.token_hex(8)
 
 
 os.register_at_fork(after_in_child=_new_token_prefix)

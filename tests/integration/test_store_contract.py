@@ -118,12 +118,14 @@ class TestRunRegistry:
             store.open_run("bad:id", PLAN)
 
     def test_delete_run(self, store: LineageStore, run: str, epoch: int) -> None:
-        store.append(run, 0, epoch, [SourceAdmitted(0, ("a",))], driver="driver-a")
+        store.append(run, 0, epoch, [SourceAdmitted(0, ("a",)), GrainDispatched("render", (0,), 0)],
+                     driver="driver-a")
         store.delete_run(run)
         with pytest.raises(RunNotFoundError):
             store.run_info(run)
         store.open_run(run, PLAN, shards=2, micro_batch=2)
         assert store.read(run, 0) == []
+        assert store.grain_phase(run, 0, "render", (0,)) is None  # no Grain entry is left
 
     def test_manifest_first_writer_wins(self, store: LineageStore, run: str) -> None:
         assert store.load_manifest(run) is None

@@ -254,7 +254,7 @@ def test_an_append_after_the_store_lost_only_the_drivers_latest_append_is_refuse
     """Redis loses the driver's latest append and nothing else (the AOF cut back to just
     before it, a restart; the lease survives): the driver's next append, built on what it
     appended, is refused with nothing written; rebuilt from what the store holds, it
-    appends again. Only the latest-append check of ``append-fenced-6.lua`` sees this loss:
+    appends again. Only the latest-append check of ``append-fenced-5.lua`` sees this loss:
     the store still holds every fact the driver read and the driver folded no commit since
     (issue 32)."""
     store = open_store(redis_aof_server.url + "?retries=20")

@@ -138,10 +138,11 @@ def test_a_retried_commit_call_answers_as_the_first_one(redis_url: str) -> None:
     keys = ShardKeys("replay", 0)
     report = GrainCommitted("ocr", (0, 0), 0, REPORT_PRESENT, ("v",))
     args: list[Any] = [2, "token-1",
-            grain_field("ocr", (0, 0)), 0, "ocr|0", "0", 1, encode_fact(report),
-            grain_field("ocr", (0, 0)), 0, "ocr|0", "0", 1, encode_fact(report)]
+            grain_field("ocr", (0, 0)), 2, 0, "ocr|0", "0", 1, encode_fact(report),
+            grain_field("ocr", (0, 0)), 2, 0, "ocr|0", "0", 1, encode_fact(report)]
     client = redis.Redis.from_url(redis_url)
-    keys_and_args = [keys.grains, keys.barriers, keys.seq, keys.facts("root/0"), *args]
+    keys_and_args = [keys.barriers, keys.seq, keys.facts("root/0"), keys.grain_bucket("0"),
+                     *args]
     assert client.eval(COMMIT_BATCH.source, 4, *keys_and_args) == [1, -3]
     # the replay: same answers, nothing written
     assert client.eval(COMMIT_BATCH.source, 4, *keys_and_args) == [1, -3]

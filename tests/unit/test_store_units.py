@@ -34,7 +34,18 @@ from rayorch.store.base import (
     RunRegistry,
 )
 from rayorch.store.errors import PayloadMissingError, StoreClosedError
-from rayorch.store.keys import ShardKeys, barrier_member, grain_field, meta_key, valid_run_id
+from rayorch.store.keys import (
+    BY_CHILD,
+    BY_SOURCE,
+    GrainKeys,
+    ShardKeys,
+    barrier_member,
+    grain_bucket,
+    grain_field,
+    grain_table_for,
+    meta_key,
+    valid_run_id,
+)
 from rayorch.store.memory import MemoryStore
 from rayorch.store.payload import PayloadStore, object_of
 from rayorch.store.redis_store import RedisStore
@@ -57,6 +68,29 @@ def test_every_key_of_a_shard_shares_its_hash_tag() -> None:
     assert grain_field("ocr@1", (4, 0, 2)) == "ocr@1|4.0.2"
     assert barrier_member("ocr", (4, 0)) == "ocr|4.0"
     assert valid_run_id("a_b.c-1") and not valid_run_id("a:b") and not valid_run_id("{x}")
+
+
+def test_a_grains_bucket_is_its_source_and_first_child_and_names_its_source_exactly() -> None:
+    """A page's Grains share a bucket (a source's, in a plan of one expansion level);
+    source 1's buckets are never source 12's (a SCAN pattern ``1*`` would match both); a run
+    from before buckets has one hash."""
+    grains = GrainKeys(ShardKeys("r", 0), BY_CHILD)
+    assert [grain_bucket(p) for p in [(12,), (12, 3), (12, 3, 7), (12, 3, 7, 1)]] == \
+        ["12", "12.3", "12.3", "12.3"]
+    assert grains.of((12, 3, 7)) == "ro:{r:0}:grains:12.3" == grains.of((12, 3))
+    assert grains.of((12,)) == "ro:{r:0}:grains:12"
+    assert [grains.source_of(grains.of(p)) for p in [(1,), (1, 2), (12,), (12, 1)]] == \
+        [1, 1, 12, 12]
+    assert grains.source_of("ro:{r:1}:grains:1") is None  # another shard's
+    assert grains.source_of("ro:{r:0}:grains") is None
+    flat = GrainKeys(ShardKeys("r", 0), BY_SOURCE)
+    assert flat.of((12,)) == flat.of((12, 3)) == flat.of((12, 3, 7)) == "ro:{r:0}:grains:12"
+    assert flat.source_of(flat.of((12, 3))) == 12
+    assert grain_table_for(0) == grain_table_for(1) == BY_SOURCE
+    assert grain_table_for(2) == grain_table_for(3) == BY_CHILD
+    old = GrainKeys(ShardKeys("r", 0), None)
+    assert old.of((12, 3, 7)) == old.of((1,)) == "ro:{r:0}:grains"
+    assert old.source_of("ro:{r:0}:grains") is None
 
 
 def test_urls_are_redacted_and_versions_parsed() -> None:

@@ -1,9 +1,12 @@
 --[[ open-run-1.lua: create a run's description, or check a reopen matches it.
 
-KEYS[1]  run meta hash  fingerprint, shards, micro_batch, plan, config, created_ts
+KEYS[1]  run meta hash  fingerprint, shards, micro_batch, plan, config, created_ts,
+                        grain_table
 
 ARGV[1] fingerprint  ARGV[2] shards  ARGV[3] micro_batch  ARGV[4] plan (JSON)
 ARGV[5] config (JSON)  ARGV[6] created_ts
+ARGV[7] grain_table: how the run keeps its Grain table (rayorch/store/keys.py), written
+        only when the run is created: a run created before the field keeps its one hash
 
 Returns: {1}                               created
          {2}                               existed with the same fingerprint and shards
@@ -19,5 +22,5 @@ if stored[1] then
   return {2}
 end
 redis.call('HSET', meta, 'fingerprint', ARGV[1], 'shards', ARGV[2], 'micro_batch', ARGV[3],
-  'plan', ARGV[4], 'config', ARGV[5], 'created_ts', ARGV[6])
+  'plan', ARGV[4], 'config', ARGV[5], 'created_ts', ARGV[6], 'grain_table', ARGV[7])
 return {1}
