@@ -12,6 +12,7 @@ Two measurements on one generated image-only PDF (``rayorch.testing_scans.write_
 
     python bench/huge_document.py --pages 3000                 # render step only
     python bench/huge_document.py --pages 3000 --run           # and the whole job, both ways
+    python bench/huge_document.py --pages 3000 --run --only spread
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--dpi", type=int, default=100, help="of the generated scan")
     parser.add_argument("--run", action="store_true", help="also the whole job, both ways")
+    parser.add_argument("--only", choices=("plain", "spread"), default=None,
+                        help="--run: the whole job one way only")
     parser.add_argument("--keep", type=Path, default=None, help="keep the scan here")
     args = parser.parse_args(argv)
     from rayorch.testing_scans import write_scan
@@ -139,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{rows[0]['peak_rss_mb'] / rows[1]['peak_rss_mb']:.1f}x; what it returns: "
               f"{rows[0]['returned_bytes'] / max(1, rows[1]['returned_bytes']):.0f}x")
         if args.run:
-            for spread in (False, True):
+            ways = {None: (False, True), "plain": (False,), "spread": (True,)}[args.only]
+            for spread in ways:
                 r = whole_job(pdf, spread, work)
                 print(json.dumps(r))
     return 0

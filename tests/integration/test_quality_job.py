@@ -137,23 +137,29 @@ def test_a_killed_dedup_job_resumed_keeps_its_survivors(redis_url: str,
     for copy in ("a", "b"):
         for pdf in sorted(EXAMPLES.glob("*.pdf")):
             shutil.copyfile(pdf, inputs / f"{copy}-{pdf.name}")
-    out = tmp_path / "out"
-    argv = ["run", "pdf", "--input", str(inputs), "--output", str(out), "--store", redis_url,
-            "--ocr", "text", "--dedup", "exact", "--render-replicas", "1", "--no-progress"]
-    first = subprocess.Popen([sys.executable, "-m", "rayorch.cli", *argv], env=cli_env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-    try:
-        while not delivered_one(out):  # then kill the whole job
-            assert first.poll() is None, first.stderr.read() if first.stderr else ""
-            time.sleep(0.02)
-        os.killpg(first.pid, signal.SIGKILL)
-    finally:
-        if first.poll() is None:
+    # The kill must land mid-run; on a loaded machine one part may hold every source before
+    # the first is seen (the delivery writer batches what is ready): then try again afresh.
+    for attempt in range(4):
+        out = tmp_path / f"out{attempt}"
+        argv = ["run", "pdf", "--input", str(inputs), "--output", str(out), "--store",
+                redis_url, "--ocr", "text", "--dedup", "exact", "--render-replicas", "1",
+                "--no-progress"]
+        first = subprocess.Popen([sys.executable, "-m", "rayorch.cli", *argv], env=cli_env(),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        try:
+            while not delivered_one(out):  # then kill the whole job
+                assert first.poll() is None, first.stderr.read() if first.stderr else ""
+                time.sleep(0.02)
             os.killpg(first.pid, signal.SIGKILL)
-        first.wait(60)
-    before = {r["index"]: r["outcome"] for r in read_outputs(out)}
-    assert "present" in before.values() and len(before) < 16
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+            first.wait(60)
+        before = {r["index"]: r["outcome"] for r in read_outputs(out)}
+        if len(before) < 16:
+            break
+    assert "present" in before.values() and len(before) < 16, "every try ended before its kill"
     again = rayorch(*argv, "--resume", "--json")
     assert again.returncode == 0, again.stderr[-3000:]
     names = sorted(p.name for p in inputs.iterdir())
