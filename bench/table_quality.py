@@ -31,6 +31,7 @@ import json
 import re
 import sys
 import time
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,16 @@ Cells = list[list[Any]]
 """``[row, column, rowspan, colspan, text]`` per cell."""
 
 
-def _norm(text: Any) -> str:
-    return re.sub(r"\s+", "", str(text or "")).casefold()
+def _norm(text: Any, fold: bool = False) -> str:
+    text = re.sub(r"\s+", "", str(text or "")).casefold()
+    return unicodedata.normalize("NFKC", text) if fold else text
 
 
-def relations(cells: Cells) -> Counter[tuple[str, str, str]]:
+def relations(cells: Cells, fold: bool = False) -> Counter[tuple[str, str, str]]:
     """The table's adjacency relations: per non-empty cell, its nearest non-empty neighbour
-    to the right (along its top row) and below (down its first column)."""
+    to the right (along its top row) and below (down its first column). Texts are compared
+    without whitespace, case folded; ``fold``: NFKC-folded too (``²`` as ``2``: the OCR
+    model's alphabet has no superscripts; the ``f1_nfkc`` figure)."""
     grid: dict[tuple[int, int], int] = {}
     for i, (r, c, rs, cs, _) in enumerate(cells):
         for dr in range(rs):
@@ -65,7 +69,7 @@ def relations(cells: Cells) -> Counter[tuple[str, str, str]]:
             for spot in steps:
                 j = grid.get(spot)
                 if j is not None and j != i and _norm(cells[j][4]):
-                    out[(_norm(text), _norm(cells[j][4]), direction)] += 1
+                    out[(_norm(text, fold), _norm(cells[j][4], fold), direction)] += 1
                     break
     return out
 
@@ -242,6 +246,7 @@ def measure(pages: int, systems: list[str], first_seed: int = 1000, count: bool 
             by_style: dict[str, list[int]] = {}
             scores: dict[str, list[float]] = {"teds": [], "teds_struct": []}
             exact = found_all = 0
+            folded = [0, 0, 0]  # relation F1's counts with texts NFKC-folded
             started = time.perf_counter()
             for pdf, scan, truth in data:
                 boxes = [t["box"] for t in truth]
@@ -263,10 +268,14 @@ def measure(pages: int, systems: list[str], first_seed: int = 1000, count: bool 
                     row[0] += hit
                     row[1] += sum(got.values())
                     row[2] += sum(want.values())
+                    want, got = relations(label["cells"], True), relations(answer, True)
+                    folded[0] += sum((want & got).values())
+                    folded[1] += sum(got.values())
+                    folded[2] += sum(want.values())
                     scores["teds"].append(teds(answer, label["cells"]))
                     scores["teds_struct"].append(teds(answer, label["cells"], True))
             report[f"{system} {corpus}"] = {
-                **f1(tp, predicted, truth_n),
+                **f1(tp, predicted, truth_n), "f1_nfkc": f1(*folded)["f1"],
                 **{k: round(sum(v) / len(v), 3) for k, v in scores.items()},
                 **({"count_exact": round(exact / len(data), 3), "tables_found": found_all}
                    if count else {}),

@@ -38,6 +38,7 @@ from rayorch.pipelines.document.table_structure import (
     SlanetTableModel,
     TableStructureError,
     assign_texts,
+    ink_words,
     parse_structure,
     ruled_grid,
     table_content,
@@ -168,12 +169,16 @@ class RecogniseRegion:
         image = open_png(region["crop"])
         boxes, engine = self._cell_boxes(region, image)
         grid = ruled_grid(np.asarray(image.convert("L")))
-        if engine == "text-layer":  # born-digital: the words' own positions give the cells
+        # The words' own positions give the cells: a born-digital page's words, or a scan's
+        # OCR lines cut into words at their ink's gaps.
+        words = (region.get("words") or [] if engine == "text-layer"
+                 else _scan_words(region, image, boxes))
+        if words:
             try:
-                rows, texts, notes = text_table(region.get("words") or [])
+                rows, texts, notes = text_table(words)
                 if grid is None or _finer(rows, grid[0]):
-                    return _block(region, "text-grid", None,
-                                  table=_with_notes(table_content(rows, texts), notes))
+                    return _block(region, "text-grid" if engine == "text-layer" else "ocr-grid",
+                                  None, table=_with_notes(table_content(rows, texts), notes))
             except TableStructureError:
                 pass  # not columns the words show: the rules, or SLANet, read the crop
         if grid is not None:  # a table ruled on every row and column: its rules say it all
@@ -206,6 +211,25 @@ class RecogniseRegion:
         if transform is not None and usable_words_text(words) is not None:
             return word_boxes(words, transform), "text-layer"
         return self._ocr_boxes(image), "rapidocr"
+
+
+def _scan_words(region: dict[str, Any], image: Any, boxes: list[OcrBox]
+                ) -> list[list[Any]]:
+    """A scan's OCR lines as words ``[x0, y0, x1, y1, text]`` in PDF points (as a text layer's
+    words are; none when the region does not carry its page's size): each line cut at its
+    ink's gaps (:func:`~rayorch.pipelines.document.table_structure.ink_words`), its text
+    NFKC-folded (the recogniser answers full-width commas and points)."""
+    import unicodedata
+
+    import numpy as np
+
+    if not region.get("width_pt") or not boxes:
+        return []
+    x0, _, x1, _ = (float(v) for v in region["bbox"])
+    scale = (x1 - x0) * float(region["width_pt"]) / max(image.size[0], 1)
+    lines = [(_rect(box), unicodedata.normalize("NFKC", box[1])) for box in boxes]
+    return [[a * scale, b * scale, c * scale, d * scale, text]
+            for (a, b, c, d), text in ink_words(np.asarray(image.convert("L")), lines)]
 
 
 def _holds(cells: Sequence[Sequence[float]], box: Sequence[float]) -> bool:
