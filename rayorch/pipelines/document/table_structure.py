@@ -281,7 +281,8 @@ def ink_words(gray: Any, lines: Sequence[tuple[Box, str]]) -> list[tuple[Box, st
         reach = max(2, round(WORD_JOIN * float(np.median(heights))))
         joined = cv2.dilate(text, cv2.getStructuringElement(cv2.MORPH_RECT, (reach, 1)))
         count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
-        blobs = [[float(x), float(y), float(x + w), float(y + h)]
+        grown = (reach - 1 - reach // 2, reach // 2)  # what the dilation added left, right
+        blobs = [[float(x + grown[0]), float(y), float(x + w - grown[1]), float(y + h)]
                  for x, y, w, h, area in stats[1:].tolist() if area >= 4]
     words: list[tuple[Box, str]] = []
     for (x0, y0, x1, y1), line in lines:
