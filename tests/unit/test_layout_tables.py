@@ -177,10 +177,11 @@ def test_what_is_no_ruled_grid_is_said_so(drawing: str) -> None:
 
 
 def _ink(*boxes: tuple[int, int, int, int]) -> object:
-    """A page with a block of ink per glyph box (dark on white), under a table rule."""
+    """A page with a block of ink per glyph box (dark on white), and a table's rules."""
     image = Image.new("L", (300, 60), 255)
     draw = ImageDraw.Draw(image)
-    draw.line((0, 4, 299, 4), fill=0)  # a rule over the row: no word of it
+    draw.line((0, 4, 299, 4), fill=0)  # rules over the row and between cells: no words
+    draw.line((100, 0, 100, 59), fill=0)
     for box in boxes:
         draw.rectangle(box, fill=0)
     return np.asarray(image)
