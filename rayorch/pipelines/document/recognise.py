@@ -8,10 +8,12 @@
 * table: on a born-digital page, the columns and rows its words' positions show
   (:mod:`rayorch.pipelines.document.text_table`), unless its rules (a table ruled on every
   row and column) show more rows or columns; the lines under it that do not fit its columns
-  are its ``notes`` (the table dict's key), not rows. Else its rules, or (a scan without
-  rules) SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled with the
-  words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML when a
-  cell spans. A structure that cannot be read falls back to the region's text (text layer, or
+  are its ``notes`` (the table dict's key), not rows. On a scan the same, from RapidOCR's
+  lines cut into words at their ink's gaps
+  (:func:`~rayorch.pipelines.document.table_structure.ink_words`; engine ``ocr-grid``). Else
+  its rules, or SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled
+  with the words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML
+  when a cell spans. A structure that cannot be read falls back to the region's text (text layer, or
   OCR of the crop: ``fallback`` says which);
 * figure: the crop, as the block's image;
 * equation: the crop as an image (no LaTeX model ships inside a wheel);

@@ -6,7 +6,9 @@ colspan="2"`` ``>`` ``</td>``, ...) and one box per cell. :func:`parse_structure
 tokens into rows of cell spans and refuses what it cannot read (:class:`TableStructureError`),
 :func:`assign_texts` places text boxes (text-layer words or OCR lines, in the crop's pixels)
 into cells, and :func:`table_content` writes the table: a Markdown pipe table, or HTML when a
-cell spans rows or columns (a pipe table cannot say so).
+cell spans rows or columns (a pipe table cannot say so). :func:`ruled_grid` reads a table
+ruled on every row and column from its rules; :func:`ink_words` cuts a scan's OCR lines into
+words at their ink's gaps, for the whitespace analysis that born-digital words get.
 
 >>> rows = parse_structure(["<tr>", "<td></td>", "<td></td>", "</tr>",
 ...                         "<tr>", "<td></td>", "<td></td>", "</tr>"])
