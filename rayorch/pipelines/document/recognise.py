@@ -56,6 +56,9 @@ every image up until its short side is 736 px, which makes a one-line crop 20x l
 MAX_EMPTY_CELLS = 1 / 3
 """A SLANet structure that leaves more of its cells without text than this is refused (it
 splits rows that are one, or invents rows): the region falls back to its text."""
+LINE_INSET = 0.1
+"""RapidOCR's line box reaches past its glyphs by about this share of its height, above and
+below: taken off, the line is as tall as a text layer's words (the font's height)."""
 OCR_MARGIN = 8
 """White pixels added around a crop before OCR: text touching the crop's edge is found too."""
 
@@ -227,9 +230,13 @@ def _scan_words(region: dict[str, Any], image: Any, boxes: list[OcrBox]
 
     if not region.get("width_pt") or not boxes:
         return []
-    x0, _, x1, _ = (float(v) for v in region["bbox"])
-    scale = (x1 - x0) * float(region["width_pt"]) / max(image.size[0], 1)
-    lines = [(_rect(box), unicodedata.normalize("NFKC", box[1])) for box in boxes]
+    left, _, right, _ = (float(v) for v in region["bbox"])
+    scale = (right - left) * float(region["width_pt"]) / max(image.size[0], 1)
+    lines = []
+    for box in boxes:
+        x0, y0, x1, y1 = _rect(box)
+        inset = LINE_INSET * (y1 - y0)
+        lines.append(((x0, y0 + inset, x1, y1 - inset), unicodedata.normalize("NFKC", box[1])))
     return [[a * scale, b * scale, c * scale, d * scale, text]
             for (a, b, c, d), text in ink_words(np.asarray(image.convert("L")), lines)]
 

@@ -260,8 +260,10 @@ def ink_words(gray: Any, lines: Sequence[tuple[Box, str]]) -> list[tuple[Box, st
     """OCR lines (``(box, text)``, in the image's pixels) cut into words at their ink's gaps:
     a line box spans whatever the detector joined, often two cells of a row, while its text
     says where the word spaces are. The image's ink (rules taken out) joined into word blobs
-    gives each word its exact box; a line whose blobs outnumber its words loses its narrowest
-    blob gaps until they match, and one whose blobs are fewer stays one box (its text whole).
+    gives each word its exact left and right (its top and bottom are the line's, as a text
+    layer's words have the font's height, not their ink's); a line whose blobs outnumber its
+    words loses its narrowest blob gaps until they match, and one whose blobs are fewer stays
+    one box (its text whole).
 
     ``gray`` is a 2-D uint8 array, dark ink on light paper.
     """
@@ -297,8 +299,8 @@ def ink_words(gray: Any, lines: Sequence[tuple[Box, str]]) -> list[tuple[Box, st
             a, b = mine[i], mine.pop(i + 1)
             mine[i] = [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
         if tokens and len(mine) == len(tokens):
-            words += [((b[0], b[1], b[2], b[3]), token) for b, token in zip(mine, tokens,
-                                                                           strict=True)]
+            words += [((b[0], y0, b[2], y1), token) for b, token in zip(mine, tokens,
+                                                                       strict=True)]
         elif tokens:
             words.append(((x0, y0, x1, y1), " ".join(tokens)))
     return words
