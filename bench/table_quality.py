@@ -3,7 +3,12 @@
 The score is ICDAR 2013's table-competition relation F1: for every non-empty cell, its
 nearest non-empty neighbour to the right and the one below, compared as text pairs
 (whitespace removed, case folded) between the truth and the answer, pooled over the set
-(micro). Each system gets the truth's table boxes, so the score is the structure's alone:
+(micro); and TEDS (PubTabNet's tree-edit-distance similarity of the HTML tables, texts
+compared by normalised edit distance) and TEDS-struct (spans and shape only), each the mean
+over tables. Each system gets the truth's table boxes, so these scores are the structure's
+alone. The *table count* is the share of pages where the system, given the whole page, finds
+as many tables as the truth holds (``--ocr layout``: the layout model's table regions that
+recognition reads as tables; PyMuPDF: ``find_tables`` on the page).
 
 * ``rayorch``: ``RecogniseRegion`` (``--ocr layout``'s recognition step) on a region item
   cut from the page as the job cuts it (``RenderLayoutPages``, ``region_item``): born-digital
@@ -26,6 +31,7 @@ import json
 import re
 import sys
 import time
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,13 +41,16 @@ Cells = list[list[Any]]
 """``[row, column, rowspan, colspan, text]`` per cell."""
 
 
-def _norm(text: Any) -> str:
-    return re.sub(r"\s+", "", str(text or "")).casefold()
+def _norm(text: Any, fold: bool = False) -> str:
+    text = re.sub(r"\s+", "", str(text or "")).casefold()
+    return unicodedata.normalize("NFKC", text) if fold else text
 
 
-def relations(cells: Cells) -> Counter[tuple[str, str, str]]:
+def relations(cells: Cells, fold: bool = False) -> Counter[tuple[str, str, str]]:
     """The table's adjacency relations: per non-empty cell, its nearest non-empty neighbour
-    to the right (along its top row) and below (down its first column)."""
+    to the right (along its top row) and below (down its first column). Texts are compared
+    without whitespace, case folded; ``fold``: NFKC-folded too (``²`` as ``2``: the OCR
+    model's alphabet has no superscripts; the ``f1_nfkc`` figure)."""
     grid: dict[tuple[int, int], int] = {}
     for i, (r, c, rs, cs, _) in enumerate(cells):
         for dr in range(rs):
@@ -60,7 +69,7 @@ def relations(cells: Cells) -> Counter[tuple[str, str, str]]:
             for spot in steps:
                 j = grid.get(spot)
                 if j is not None and j != i and _norm(cells[j][4]):
-                    out[(_norm(text), _norm(cells[j][4]), direction)] += 1
+                    out[(_norm(text, fold), _norm(cells[j][4], fold), direction)] += 1
                     break
     return out
 
@@ -128,6 +137,35 @@ def block_cells(block: Any) -> Cells:
         table.get("markdown", ""))
 
 
+def cells_html(cells: Cells) -> str:
+    """The cells as the HTML table TEDS compares: PubTabNet's form (``<td>`` only, spans as
+    ``colspan``/``rowspan``, a ``<tr>`` per grid row, each cell's whitespace collapsed)."""
+
+    if not cells:
+        return ""
+    n_rows = max(r + rs for r, _, rs, _, _ in cells)
+    rows: list[list[str]] = [[] for _ in range(n_rows)]
+    for r, _, rs, cs, text in sorted(cells, key=lambda cell: (cell[0], cell[1])):
+        attrs = (f' colspan="{cs}"' if cs > 1 else "") + (f' rowspan="{rs}"' if rs > 1 else "")
+        rows[r].append(f"<td{attrs}>{html.escape(' '.join(str(text or '').split()))}</td>")
+    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
+    return f"<html><body><table>{body}</table></body></html>"
+
+
+def teds(answer: Cells, truth: Cells, structure_only: bool = False) -> float:
+    """TEDS (PubTabNet): ``1 - tree edit distance / the larger tree's node count`` between the
+    two tables' HTML trees, a cell's rename costing its texts' normalised edit distance
+    (``structure_only``: TEDS-struct, texts ignored). No table answered scores 0.
+
+    The scorer is ``table-recognition-metric``'s ``TEDS`` (PubTabNet's own code, on
+    ``apted``): the ``bench`` extra."""
+    from table_recognition_metric import TEDS
+
+    if not answer or not truth:
+        return 0.0
+    return float(TEDS(structure_only=structure_only)(cells_html(answer), cells_html(truth)))
+
+
 def f1(tp: int, predicted: int, truth: int) -> dict[str, float]:
     p = tp / predicted if predicted else 0.0
     r = tp / truth if truth else 0.0
@@ -138,8 +176,11 @@ def f1(tp: int, predicted: int, truth: int) -> dict[str, float]:
 # -- the systems -----------------------------------------------------------------------------
 
 
-def rayorch_regions(pdf: Path, boxes: list[list[float]], recognise: Any) -> list[Any]:
-    """Per box, ``RecogniseRegion``'s block for the region item the job would cut."""
+def rayorch_regions(pdf: Path, boxes: list[list[float]], recognise: Any, detect: Any = None
+                    ) -> tuple[list[Any], int]:
+    """Per box, ``RecogniseRegion``'s block for the region item the job would cut; and the
+    tables ``--ocr layout`` finds on the page by itself (``detect``'s table regions that
+    ``recognise`` reads as tables; -1 without ``detect``)."""
     from rayorch.pipelines.document.layout import open_png, pixel_box, region_item
     from rayorch.pipelines.document.region_render import RenderLayoutPages
 
@@ -153,11 +194,18 @@ def rayorch_regions(pdf: Path, boxes: list[list[float]], recognise: Any) -> list
                 y1 / page["height_pt"])
         regions.append(region_item(page, i, "table", 1.0, frac, image.crop(pixel_box(image, frac)),
                                    words))
-    return list(recognise(regions))
+    found = -1
+    if detect is not None:
+        [detected] = detect([page])
+        tables = [r for r in detected if r["kind"] == "table"]
+        found = sum(1 for b in recognise(tables) if isinstance(b, dict) and "table" in b)
+    return list(recognise(regions)), found
 
 
-def pymupdf_tables(pdf: Path, boxes: list[list[float]], strategy: str) -> list[Cells]:
-    """Per box, the cells of the tables ``find_tables`` finds inside it (all of them)."""
+def pymupdf_tables(pdf: Path, boxes: list[list[float]], strategy: str
+                   ) -> tuple[list[Cells], int]:
+    """Per box, the cells of the tables ``find_tables`` finds inside it (all of them); and the
+    tables it finds on the whole page."""
     import pymupdf
 
     out = []
@@ -172,35 +220,45 @@ def pymupdf_tables(pdf: Path, boxes: list[list[float]], strategy: str) -> list[C
                           for c, t in enumerate(row)]
                 top += len(rows) + 1
             out.append(cells)
-    return out
+        found = len(page.find_tables(strategy=strategy).tables)
+    return out, found
 
 
-def measure(pages: int, systems: list[str], first_seed: int = 1000) -> dict[str, Any]:
+def measure(pages: int, systems: list[str], first_seed: int = 1000, count: bool = True
+            ) -> dict[str, Any]:
+    """Per system and corpus: relation F1 (micro), TEDS and TEDS-struct (mean over tables),
+    F1 by style, and (``count``) the share of pages whose table count is exact."""
     from bench.table_set import build_set
 
     data = build_set(REPO / ".cache" / "table_set", count=pages, first_seed=first_seed)
-    recognise = None
+    recognise = detect = None
     if any(s.startswith("rayorch") for s in systems):
+        from rayorch.pipelines.document.layout import DetectLayout
         from rayorch.pipelines.document.recognise import RecogniseRegion
 
         recognise = RecogniseRegion()
+        detect = DetectLayout() if count else None
     report: dict[str, Any] = {}
     for system in systems:
         for corpus in (("born-digital", "scanned") if system == "rayorch" else ("born-digital",)):
             tp = predicted = truth_n = 0
             engines: Counter[str] = Counter()
             by_style: dict[str, list[int]] = {}
+            scores: dict[str, list[float]] = {"teds": [], "teds_struct": []}
+            exact = found_all = 0
+            folded = [0, 0, 0]  # relation F1's counts with texts NFKC-folded
             started = time.perf_counter()
             for pdf, scan, truth in data:
                 boxes = [t["box"] for t in truth]
                 if system == "rayorch":
-                    blocks = rayorch_regions(scan if corpus == "scanned" else pdf, boxes,
-                                             recognise)
+                    blocks, found = rayorch_regions(scan if corpus == "scanned" else pdf, boxes,
+                                                    recognise, detect)
                     answers = [block_cells(b) for b in blocks]
                     engines.update(b.get("engine", "failed") if isinstance(b, dict)
                                    else "failed" for b in blocks)
                 else:
-                    answers = pymupdf_tables(pdf, boxes, system.split("-", 1)[1])
+                    answers, found = pymupdf_tables(pdf, boxes, system.split("-", 1)[1])
+                exact, found_all = exact + (found == len(truth)), found_all + max(found, 0)
                 for label, answer in zip(truth, answers, strict=True):
                     want, got = relations(label["cells"]), relations(answer)
                     hit = sum((want & got).values())
@@ -210,8 +268,18 @@ def measure(pages: int, systems: list[str], first_seed: int = 1000) -> dict[str,
                     row[0] += hit
                     row[1] += sum(got.values())
                     row[2] += sum(want.values())
+                    want, got = relations(label["cells"], True), relations(answer, True)
+                    folded[0] += sum((want & got).values())
+                    folded[1] += sum(got.values())
+                    folded[2] += sum(want.values())
+                    scores["teds"].append(teds(answer, label["cells"]))
+                    scores["teds_struct"].append(teds(answer, label["cells"], True))
             report[f"{system} {corpus}"] = {
-                **f1(tp, predicted, truth_n), "tables": sum(len(t) for _, _, t in data),
+                **f1(tp, predicted, truth_n), "f1_nfkc": f1(*folded)["f1"],
+                **{k: round(sum(v) / len(v), 3) for k, v in scores.items()},
+                **({"count_exact": round(exact / len(data), 3), "tables_found": found_all}
+                   if count else {}),
+                "tables": sum(len(t) for _, _, t in data), "pages": len(data),
                 "seconds": round(time.perf_counter() - started, 1), "engines": dict(engines),
                 "f1_by_style": {s: f1(*v)["f1"] for s, v in sorted(by_style.items())}}
     return report
@@ -239,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rayorch", type=Path, default=REPO,
                         help="the checkout whose rayorch is measured (default: this one)")
     parser.add_argument("--speed", action="store_true", help="pages/s instead of F1")
+    parser.add_argument("--no-count", action="store_true",
+                        help="skip the table count (the layout model on each whole page)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     import bench.region_quality  # this checkout's bench, before another rayorch
@@ -252,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**where, **speed(args.pages)}, indent=1))
     else:
         print(json.dumps({**where, **measure(args.pages, args.systems.split(","),
-                                             args.first_seed)}, indent=1))
+                                             args.first_seed, not args.no_count)}, indent=1))
     return 0
 
 

