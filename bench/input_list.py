@@ -1,13 +1,15 @@
 """A one-million-row ``--input-list``: time to first dispatch and the driver's memory.
 
-    python -m bench.input_list [--rows 1000000] [--job]
+    python -m bench.input_list [--rows 1000000] [--job] [--to-end]
 
 Writes a JSONL.zst manifest of ``--rows`` rows (url, size and two metadata columns; the
 first rows name the example PDFs, the rest files that do not exist). In this process:
 :class:`~rayorch.pipelines.inputs.InputStream` until its first source (what the job admits
 first), then every row to the end, each released as a delivery releases it; RSS sampled
 throughout (psutil). With ``--job``: ``rayorch run pdf --ocr text --input-list`` from its
-start to the first ``.md``, its RSS then and at its peak until then, then killed. JSON to
+start to the first ``.md``, its RSS then and at its peak until then, then killed. With
+``--to-end``: the whole job to its end on a redis-server of its own with ``--archive``
+(every row once, metadata carried, the driver's peak RSS, Redis after). JSON to
 ``bench/out/input_list.json``.
 """
 
@@ -93,10 +95,58 @@ def job_first_md(manifest: Path, out: Path) -> dict[str, Any]:
             "driver_rss_mb_peak": round(top / 2**20)}
 
 
+def job_to_end(manifest: Path, work: Path, rows: int) -> dict[str, Any]:
+    """The whole job over the manifest, on a redis-server of its own with ``--archive``:
+    every row delivered (the missing files each failed alone, with their cause), metadata
+    carried to ``documents.jsonl``; the driver's peak RSS and Redis after the run."""
+    import redis
+
+    from rayorch.testing import RedisServer
+
+    (work / "redis").mkdir()
+    server = RedisServer(work / "redis")
+    server.start()
+    out = work / "out-end"
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env |= {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled",
+                "RAY_USAGE_STATS_ENABLED": "0"}
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "rayorch.cli", "run", "pdf", "--ocr",
+                                 "text", "--input-list", str(manifest), "--output", str(out),
+                                 "--store", server.url, "--archive", str(work / "archive"),
+                                 "--no-progress", "--json"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        peak = Peak(proc.pid)
+        stdout, stderr = proc.communicate()
+        top = peak.stop()
+        wall = time.perf_counter() - t0
+        used = int(redis.Redis.from_url(server.url).info("memory")["used_memory"])
+    finally:
+        server.stop()
+    try:
+        summary = json.loads(stdout)
+    except json.JSONDecodeError:
+        raise SystemExit(f"the job printed no summary: {stderr[-2000:]}") from None
+    ids, with_metadata = [], 0
+    with open(out / "documents.jsonl") as fh:
+        for line in fh:
+            row = json.loads(line)
+            ids.append(row["id"])
+            with_metadata += bool(row.get("metadata"))
+    return {"exit": proc.returncode, "wall_s": round(wall, 1), "run_s": summary.get("run_s"),
+            "documents": summary.get("documents"), "succeeded": summary.get("succeeded"),
+            "failures": summary.get("failures"), "rows_once": sorted(ids) == list(range(rows)),
+            "rows_with_metadata": with_metadata, "driver_rss_mb_peak": round(top / 2**20),
+            "redis_used_mb_after": round(used / 2**20, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--job", action="store_true")
+    parser.add_argument("--to-end", action="store_true",
+                        help="also the whole job to its end (Redis and --archive)")
     args = parser.parse_args()
 
     from rayorch.pipelines.inputs import InputSpec, InputStream
@@ -110,7 +160,7 @@ def main() -> None:
         t0 = time.perf_counter()
         stream = InputStream(InputSpec(str(manifest), (".pdf",), "PDF", manifest=True))
         count = 0
-        for index, _ in stream:
+        for index, *_ in stream:
             if count == 0:
                 result["first_source_s"] = round(time.perf_counter() - t0, 3)
             count += 1
@@ -120,6 +170,8 @@ def main() -> None:
         result["rss_growth_mb"] = round((peak.stop() - peak.start) / 2**20, 1)
         if args.job:
             result["job"] = job_first_md(manifest, Path(work) / "out")
+        if args.to_end:
+            result["to_end"] = job_to_end(manifest, Path(work), args.rows)
     out = REPO / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "input_list.json").write_text(json.dumps(result, indent=1) + "\n")
