@@ -80,6 +80,60 @@ def write_batch(store: Any, run_id: str, shard: int, epoch: int, part: list[int]
     append([OutputEmitted(i, Outcome.PRESENT.value, ts=now()) for i in part])
 
 
+class SyntheticRun:
+    """A run written by hand into the real Redis store: a ``redis-server`` of its own (with
+    ``archive=`` in a temporary directory), the run opened, every shard's lease taken.
+    :meth:`finish` completes it as a driver would; ``base`` is ``used_memory`` at the start."""
+
+    def __init__(self, run_id: str, plan: Any, *, shards: int, micro_batch: int, every: int,
+                 archive: bool) -> None:
+        self.run_id, self.plan, self.shards, self.micro_batch = run_id, plan, shards, micro_batch
+        self.every, self.archive = every, archive
+
+    def __enter__(self) -> SyntheticRun:
+        self._tmp = tempfile.TemporaryDirectory(prefix="lineage-archive-")
+        self.work = Path(self._tmp.name)
+        (self.work / "redis").mkdir()
+        self.server = RedisServer(self.work / "redis")
+        self.server.start()
+        self.client = redis.Redis.from_url(self.server.url)
+        url = self.server.url + (f"?archive={self.work / 'archive'}&archive_every={self.every}"
+                                 if self.archive else "")
+        self.store = open_store(url)
+        self.store.open_run(self.run_id, self.plan, shards=self.shards,
+                            micro_batch=self.micro_batch)
+        self.base = int(self.client.info("memory")["used_memory"])
+        self.epochs = {k: self.store.acquire_lease(self.run_id, k, DRIVER, ttl_s=3600)
+                       for k in range(self.shards)}
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        try:
+            self.store.close()
+        finally:
+            self.server.stop()
+            self._tmp.cleanup()
+
+    def finish(self, sources: int) -> None:
+        """``RunCompleted`` per shard, the shard marked done and its lease released; then
+        what the archive thread has queued is written."""
+        for k in range(self.shards):
+            admitted = sum(1 for i in range(sources) if (i // self.micro_batch) % self.shards == k)
+            self.store.append(self.run_id, k, self.epochs[k],
+                              [RunCompleted(admitted, ts=time.time())], driver=DRIVER)
+            self.store.mark_shard_done(self.run_id, k)
+            self.store.release_lease(self.run_id, k, DRIVER, self.epochs[k])
+        if self.archive:
+            self.store.wait_archived(600)
+
+    def archived_bytes(self) -> int:
+        return sum(p.stat().st_size for p in (self.work / "archive").rglob("*.facts")) \
+            if self.archive else 0
+
+    def used_growth(self) -> int:
+        return int(self.client.info("memory")["used_memory"]) - self.base
+
+
 class RegionRun:
     """The region path, one micro-batch at a time a step further (:meth:`advance`), so that
     several batches are in flight at once, as they are in a driver."""
@@ -162,59 +216,37 @@ def region_plan() -> Any:
 def measure_regions(sources: int, *, shards: int, micro_batch: int, every: int,
                     archive: bool, window: int, pages: int, regions: int) -> dict[str, Any]:
     """The region path with ``window`` micro-batches in flight: Redis per page in flight."""
-    with tempfile.TemporaryDirectory(prefix="lineage-regions-") as tmp:
-        work = Path(tmp)
-        (work / "redis").mkdir()
-        server = RedisServer(work / "redis")
-        server.start()
-        try:
-            client = redis.Redis.from_url(server.url)
-            url = server.url + (f"?archive={work / 'archive'}&archive_every={every}"
-                                if archive else "")
-            store = open_store(url)
-            run_id = "regions"
-            store.open_run(run_id, region_plan(), shards=shards, micro_batch=micro_batch)
-            base = int(client.info("memory")["used_memory"])
-            epochs = {k: store.acquire_lease(run_id, k, DRIVER, ttl_s=3600)
-                      for k in range(shards)}
-            fixed = shard_key_bytes(client, run_id, shards)
-            script = RegionRun(store, run_id, pages, regions)
-            batches = [list(range(f, min(f + micro_batch, sources)))
-                       for f in range(0, sources, micro_batch)]
-            flying: list[tuple[int, int]] = []  # (batch, next step)
-            admitted = in_flight = 0
-            best = (0, 0, 0)  # (pages in flight, shard key bytes, used_memory growth)
-            started = time.monotonic()
-            while admitted < len(batches) or flying:
-                while admitted < len(batches) and len(flying) < window:
-                    flying.append((admitted, 0))
-                    admitted += 1
-                moved = []
-                for b, step in flying:
-                    in_flight += script.advance(b % shards, epochs[b % shards], batches[b], step)
-                    if step + 1 < RegionRun.STEPS:
-                        moved.append((b, step + 1))
-                flying = moved
-                if in_flight >= best[0]:
-                    store.wait_archived(60) if archive else None
-                    best = max(best, (in_flight, shard_key_bytes(client, run_id, shards),
-                                      int(client.info("memory")["used_memory"]) - base))
-            for k in range(shards):
-                done = sum(1 for i in range(sources) if (i // micro_batch) % shards == k)
-                store.append(run_id, k, epochs[k], [RunCompleted(done, ts=time.time())],
-                             driver=DRIVER)
-                store.mark_shard_done(run_id, k)
-                store.release_lease(run_id, k, DRIVER, epochs[k])
-            if archive:
-                store.wait_archived(600)
-            elapsed = time.monotonic() - started
-            after = shard_key_bytes(client, run_id, shards)
-            archived = sum(p.stat().st_size for p in (work / "archive").rglob("*.facts")) \
-                if archive else 0
-            facts = sources * (3 + pages * 5 + pages * regions * 2 + 2) + shards
-            store.close()
-        finally:
-            server.stop()
+    with SyntheticRun("regions", region_plan(), shards=shards, micro_batch=micro_batch,
+                      every=every, archive=archive) as run:
+        fixed = shard_key_bytes(run.client, run.run_id, shards)
+        script = RegionRun(run.store, run.run_id, pages, regions)
+        batches = [list(range(f, min(f + micro_batch, sources)))
+                   for f in range(0, sources, micro_batch)]
+        flying: list[tuple[int, int]] = []  # (batch, next step)
+        admitted = in_flight = 0
+        best = (0, 0, 0)  # (pages in flight, shard key bytes, used_memory growth)
+        started = time.monotonic()
+        while admitted < len(batches) or flying:
+            while admitted < len(batches) and len(flying) < window:
+                flying.append((admitted, 0))
+                admitted += 1
+            moved = []
+            for b, step in flying:
+                in_flight += script.advance(b % shards, run.epochs[b % shards], batches[b],
+                                            step)
+                if step + 1 < RegionRun.STEPS:
+                    moved.append((b, step + 1))
+            flying = moved
+            if in_flight >= best[0]:
+                if archive:
+                    run.store.wait_archived(60)
+                best = max(best, (in_flight, shard_key_bytes(run.client, run.run_id, shards),
+                                  run.used_growth()))
+        run.finish(sources)
+        elapsed = time.monotonic() - started
+        after = shard_key_bytes(run.client, run.run_id, shards)
+        archived = run.archived_bytes()
+    facts = sources * (3 + pages * 5 + pages * regions * 2 + 2) + shards
     flying_pages, keys, growth = best
     grains = sources * (2 + pages * (2 + regions))
     return {"shape": "regions", "sources": sources, "pages": sources * pages,
@@ -252,43 +284,20 @@ def shard_key_bytes(client: redis.Redis, run_id: str, shards: int) -> int:
 
 def measure(sources: int, *, shards: int, micro_batch: int, every: int, archive: bool
             ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="lineage-archive-") as tmp:
-        work = Path(tmp)
-        (work / "redis").mkdir()
-        server = RedisServer(work / "redis")
-        server.start()
-        try:
-            client = redis.Redis.from_url(server.url)
-            url = server.url + (f"?archive={work / 'archive'}&archive_every={every}"
-                                if archive else "")
-            store = open_store(url)
-            run_id = "synthetic"
-            store.open_run(run_id, scripted_plan(), shards=shards, micro_batch=micro_batch)
-            base = int(client.info("memory")["used_memory"])
-            epochs = {k: store.acquire_lease(run_id, k, DRIVER, ttl_s=3600)
-                      for k in range(shards)}
-            peak = peak_keys = 0
-            started = time.monotonic()
-            for b, first in enumerate(range(0, sources, micro_batch)):
-                part = list(range(first, min(first + micro_batch, sources)))
-                write_batch(store, run_id, b % shards, epochs[b % shards], part)
-                peak = max(peak, int(client.info("memory")["used_memory"]) - base)
-                peak_keys = max(peak_keys, shard_key_bytes(client, run_id, shards))
-            for k in range(shards):
-                admitted = sum(1 for i in range(sources) if (i // micro_batch) % shards == k)
-                store.append(run_id, k, epochs[k], [RunCompleted(admitted, ts=time.time())],
-                             driver=DRIVER)
-                store.mark_shard_done(run_id, k)
-                store.release_lease(run_id, k, DRIVER, epochs[k])
-            store.wait_archived(600)
-            elapsed = time.monotonic() - started
-            run_keys = sum(int(client.memory_usage(key, samples=0) or 0)
-                           for key in client.scan_iter(match=f"ro:{{{run_id}*", count=1000))
-            archived = sum(p.stat().st_size for p in (work / "archive").rglob("*.facts")) \
-                if archive else 0
-            store.close()
-        finally:
-            server.stop()
+    with SyntheticRun("synthetic", scripted_plan(), shards=shards, micro_batch=micro_batch,
+                      every=every, archive=archive) as run:
+        peak = peak_keys = 0
+        started = time.monotonic()
+        for b, first in enumerate(range(0, sources, micro_batch)):
+            part = list(range(first, min(first + micro_batch, sources)))
+            write_batch(run.store, run.run_id, b % shards, run.epochs[b % shards], part)
+            peak = max(peak, run.used_growth())
+            peak_keys = max(peak_keys, shard_key_bytes(run.client, run.run_id, shards))
+        run.finish(sources)
+        elapsed = time.monotonic() - started
+        run_keys = sum(int(run.client.memory_usage(key, samples=0) or 0)
+                       for key in run.client.scan_iter(match=f"ro:{{{run.run_id}*", count=1000))
+        archived = run.archived_bytes()
     grains = sources * GRAINS_PER_SOURCE
     return {"sources": sources, "children": sources * CHILDREN, "shards": shards,
             "archive": archive, "archive_every": every if archive else None,

@@ -20,7 +20,7 @@ from typing import IO
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
-from rayorch.pipelines.sources import PAGE, Listed, refuse
+from rayorch.pipelines.sources import Listed, paged, refuse
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 """Names that are archives (lower case)."""
@@ -58,34 +58,28 @@ def list_members(archive: Listed, suffixes: Collection[str]) -> Iterator[list[Li
     """The members of ``archive`` whose suffix is one of ``suffixes``, a page at a time, in
     archive order; each member's identity is the archive's and the member's (its CRC or
     offset). A damaged archive is a ``RayorchError`` naming it."""
-    page: list[Listed] = []
     try:
-        with _open(archive.name) as raw:
-            if archive.name.lower().endswith(".zip"):
-                with zipfile.ZipFile(raw) as zipped:
-                    for info in zipped.infolist():
-                        if not info.is_dir() and _wanted(info.filename, suffixes):
-                            page.append(Listed(f"{archive.name}{SEPARATOR}{info.filename}",
-                                               info.file_size,
-                                               f"{archive.identity}/{info.CRC:08x}"))
-                            if len(page) >= PAGE:
-                                yield page
-                                page = []
-            else:
-                with tarfile.open(fileobj=raw, mode="r|*") as tar:
-                    for member in tar:
-                        if member.isfile() and _wanted(member.name, suffixes):
-                            page.append(Listed(f"{archive.name}{SEPARATOR}{member.name}",
-                                               member.size,
-                                               f"{archive.identity}/{member.offset}"))
-                            if len(page) >= PAGE:
-                                yield page
-                                page = []
+        yield from paged(_members(archive, suffixes))
     except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         raise RayorchError(f"the archive {archive.name} cannot be listed: "
                            f"{' '.join(str(exc).split())[:300]}") from None
-    if page:
-        yield page
+
+
+def _members(archive: Listed, suffixes: Collection[str]) -> Iterator[Listed]:
+    """The archive's wanted members, in archive order, as they are read."""
+    with _open(archive.name) as raw:
+        if archive.name.lower().endswith(".zip"):
+            with zipfile.ZipFile(raw) as zipped:
+                for info in zipped.infolist():
+                    if not info.is_dir() and _wanted(info.filename, suffixes):
+                        yield Listed(f"{archive.name}{SEPARATOR}{info.filename}",
+                                     info.file_size, f"{archive.identity}/{info.CRC:08x}")
+        else:
+            with tarfile.open(fileobj=raw, mode="r|*") as tar:
+                for member in tar:
+                    if member.isfile() and _wanted(member.name, suffixes):
+                        yield Listed(f"{archive.name}{SEPARATOR}{member.name}", member.size,
+                                     f"{archive.identity}/{member.offset}")
 
 
 def read_member(name: str) -> bytes:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rayorch.core.errors import RayorchError
 from rayorch.core.outcome import RecordFailure
@@ -26,6 +26,21 @@ from rayorch.storage import (
 def refuse(kind: str, detail: str) -> RecordFailure:
     """A per-source failure whose cause reads ``"<kind>: <detail>"`` on one line."""
     return RecordFailure(f"{kind}: {' '.join(detail.split())}")
+
+
+def each_alone(items: Sequence[Any], work: Callable[[Any], Any],
+               label: Callable[[Any], str]) -> list[Any]:
+    """``work(item)`` per item, in order; a ``RecordFailure`` or any exception fails that item
+    only (``"unreadable: <label>: <type>: <text>"``), never its batch-mates."""
+    results: list[Any] = []
+    for item in items:
+        try:
+            results.append(work(item))
+        except RecordFailure as failure:
+            results.append(failure)
+        except Exception as exc:  # one bad record must never fail the batch
+            results.append(refuse("unreadable", f"{label(item)}: {type(exc).__name__}: {exc}"))
+    return results
 
 
 def slug(text: str) -> str:
@@ -66,10 +81,21 @@ PAGE = 1000
 """Entries per page of a local listing (an object store's page is its LIST page)."""
 
 
+def paged(entries: Iterable[Listed]) -> Iterator[list[Listed]]:
+    """``entries`` ``PAGE`` at a time, each page given as soon as it is full."""
+    page: list[Listed] = []
+    for listed in entries:
+        page.append(listed)
+        if len(page) >= PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
 def _local_pages(root: Path, suffixes: Collection[str]) -> Iterator[list[Listed]]:
     """Files below ``root`` in key order (names sorted per directory, depth first: the order
     of their relative paths), ``PAGE`` at a time, while the walk goes on."""
-    page: list[Listed] = []
 
     def walk(folder: Path) -> Iterator[Listed]:
         try:
@@ -82,13 +108,7 @@ def _local_pages(root: Path, suffixes: Collection[str]) -> Iterator[list[Listed]
             elif Path(entry.name).suffix.lower() in suffixes and entry.is_file():
                 yield _listed_stat(entry.path, entry.stat())
 
-    for listed in walk(root):
-        page.append(listed)
-        if len(page) >= PAGE:
-            yield page
-            page = []
-    if page:
-        yield page
+    yield from paged(walk(root))
 
 
 def _listed_stat(name: str, st: os.stat_result) -> Listed:
@@ -143,4 +163,5 @@ def find_files(source: str | Path, suffixes: Collection[str], what: str) -> list
                   for name, _, _ in page)
 
 
-__all__ = ["PAGE", "Listed", "failure_kind", "find_files", "list_inputs", "refuse", "slug"]
+__all__ = ["PAGE", "Listed", "each_alone", "failure_kind", "find_files", "list_inputs",
+           "paged", "refuse", "slug"]

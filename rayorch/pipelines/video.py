@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import rayorch as ro
-from rayorch import F, RecordFailure
+from rayorch import F
 from rayorch.core.program import Replicas
 from rayorch.pipelines.limits import NATIVE_MAX_RSS, max_rss_bytes
-from rayorch.pipelines.sources import find_files, refuse, slug
+from rayorch.pipelines.sources import each_alone, find_files, refuse, slug
 from rayorch.pipelines.video_annotate import (
     AnnotatorError,
     ClipAnnotator,
@@ -64,16 +64,8 @@ VideoMeta = dict[str, Any]
 
 def _one_by_one(items: list[Any], work: Any, what: str) -> list[Any]:
     """``work(item)`` per item; a ``RecordFailure`` or any exception fails that item only."""
-    results: list[Any] = []
-    for item in items:
-        try:
-            results.append(work(item))
-        except RecordFailure as failure:
-            results.append(failure)
-        except Exception as exc:  # one bad video must never fail the batch
-            label = item.get("video") if isinstance(item, dict) else item
-            results.append(refuse("unreadable", f"{what} {label}: {type(exc).__name__}: {exc}"))
-    return results
+    return each_alone(items, work, lambda item: f"{what} "
+                      f"{item.get('video') if isinstance(item, dict) else item}")
 
 
 class ProbeVideo:

@@ -29,7 +29,6 @@ from collections import OrderedDict
 from typing import Any
 
 import rayorch as ro
-from rayorch import RecordFailure
 from rayorch.pipelines.document.pdf_markdown import import_pymupdf
 from rayorch.pipelines.document.render import (
     DEFAULT_DPI,
@@ -38,6 +37,7 @@ from rayorch.pipelines.document.render import (
     page_png,
 )
 from rayorch.pipelines.input_files import check_file
+from rayorch.pipelines.sources import each_alone
 from rayorch.pipelines.sources import refuse as _refuse
 
 OPEN_DOCUMENTS = 2
@@ -62,16 +62,7 @@ class RasterizePages:
         self._open: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
     def __call__(self, pages: list[Any]) -> list[Any]:
-        out: list[Any] = []
-        for item in pages:
-            try:
-                out.append(self.rasterize(item))
-            except RecordFailure as failure:
-                out.append(failure)
-            except Exception as exc:  # one bad page must never fail the batch
-                out.append(_refuse("unreadable", f"page {_number(item)}: "
-                                   f"{type(exc).__name__}: {exc}"))
-        return out
+        return each_alone(pages, self.rasterize, lambda item: f"page {_number(item)}")
 
     def rasterize(self, item: Any) -> dict[str, Any]:
         """``item`` with its page rendered (``png``, ``dpi``)."""

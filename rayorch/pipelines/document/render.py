@@ -45,6 +45,7 @@ from rayorch.pipelines.document.pdf_markdown import (
 from rayorch.pipelines.document.pdf_structure import byline_lines, title_lines
 from rayorch.pipelines.document.pdf_tables import Table, page_tables
 from rayorch.pipelines.input_files import InputFile, check_file
+from rayorch.pipelines.sources import each_alone
 from rayorch.pipelines.sources import refuse as _refuse
 
 DEFAULT_DPI = 110
@@ -192,15 +193,7 @@ class RenderPdf:
         self.defer_images = defer_images
 
     def __call__(self, paths: list[Any]) -> list[RenderedDocument | RecordFailure]:
-        results: list[RenderedDocument | RecordFailure] = []
-        for path in paths:
-            try:
-                results.append(self.render(path))
-            except RecordFailure as failure:
-                results.append(failure)
-            except Exception as exc:  # one bad document must never fail the batch
-                results.append(_refuse("unreadable", f"{path}: {type(exc).__name__}: {exc}"))
-        return results
+        return each_alone(paths, self.render, str)
 
     def render(self, source: Any) -> RenderedDocument:
         """One document's pages and metadata; raises ``RecordFailure`` for bad input."""
