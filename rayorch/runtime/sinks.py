@@ -430,9 +430,11 @@ def sink_for_run(run_id: str, recorded_dir: str | None, recorded_format: str,
 
 
 # -- readers -----------------------------------------------------------------------------------
-def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
+def read_outputs(out_dir: str | Path, *, check_twice: bool = True
+                 ) -> Iterator[dict[str, Any]]:
     """Every record of a sink (a directory or an object store URL), part by part;
-    :class:`SinkError` on a source twice.
+    :class:`SinkError` on a source twice. ``check_twice=False``: the caller checks that
+    (the check keeps each id seen: ~100 B per source, 100 MB over a million).
 
     >>> for record in read_outputs("out/"):                # doctest: +SKIP
     ...     print(record["index"], record["outcome"], record.get("value"))
@@ -441,6 +443,9 @@ def read_outputs(out_dir: str | Path) -> Iterator[dict[str, Any]]:
     seen: dict[int, str] = {}
     for name, records in read_parts(storage, names):
         for rec, _ in records:
+            if not check_twice:
+                yield rec.as_dict()
+                continue
             if rec.index in seen:
                 raise SinkError(
                     f"source {rec.index} is in two part files of {storage.url} "

@@ -1,9 +1,9 @@
 """Local files behind the storage interface: POSIX writes made whole and durable.
 
 ``create`` writes a hidden temp file, fsyncs it, links it to its name (``link`` never
-replaces: the conditional create of a local disk) and fsyncs the directory; ``put``
-replaces by ``rename``. A killed writer leaves at most a hidden ``.rayorch-tmp-*`` file,
-which no reader lists.
+replaces: the conditional create of a local disk) and fsyncs the directory; ``put`` (and
+``put_file``, from a local file) replaces by ``rename``. A killed writer leaves at most a
+hidden ``.rayorch-tmp-*`` file, which no reader lists.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from rayorch.storage.location import Location, StorageError, check_key
 from rayorch.storage.objects import PAGE, ObjectInfo
 
 TEMP_PREFIX = ".rayorch-tmp-"
+COPY_CHUNK = 1 << 20
 
 
 def fsync_dir(directory: Path) -> None:
@@ -51,7 +53,9 @@ class LocalStorage:
     def local_path(self, key: str) -> Path | None:
         return self.path(key)
 
-    def _write(self, key: str, data: bytes, *, replace: bool) -> bool:
+    def _write(self, key: str, data: bytes | Path, *, replace: bool) -> bool:
+        """``data`` (bytes, or a local file's) to ``key``: a temporary file, fsync'd, then
+        renamed over ``key`` (``replace``) or linked to it unless it exists."""
         target = self.path(key)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +64,11 @@ class LocalStorage:
         tmp = target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(4)}")
         try:
             with open(tmp, "xb") as f:
-                f.write(data)
+                if isinstance(data, Path):
+                    with open(data, "rb") as source:
+                        shutil.copyfileobj(source, f, COPY_CHUNK)
+                else:
+                    f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             if replace:
@@ -83,6 +91,9 @@ class LocalStorage:
 
     def put(self, key: str, data: bytes) -> None:
         self._write(key, data, replace=True)
+
+    def put_file(self, key: str, path: Path) -> None:
+        self._write(key, path, replace=True)
 
     def read(self, key: str) -> bytes:
         path = self.path(key)

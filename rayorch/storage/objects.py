@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from rayorch.core.errors import MissingExtraError
@@ -231,6 +232,12 @@ class ObjectStorage:
     def put(self, key: str, data: bytes) -> None:
         self._call("write", key, lambda: self._obs.put(
             self._store, self._key(key), data, mode="overwrite", use_multipart=False))
+
+    def put_file(self, key: str, path: Path) -> None:
+        """``path``'s bytes to ``key``, replacing it; a large file goes up in parts
+        (multipart: the object appears whole or not at all), never read whole into memory."""
+        self._call("write", key, lambda: self._obs.put(
+            self._store, self._key(key), path, mode="overwrite"))
 
     def read(self, key: str) -> bytes:
         return bytes(self._call("read", key,

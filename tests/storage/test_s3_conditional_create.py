@@ -6,6 +6,7 @@ exactly one of them wins, and the other sees that it lost."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from s3_tools import keys
@@ -30,6 +31,24 @@ def test_create_refuses_an_existing_key_and_keeps_the_first_bytes(
     assert not storage.create("k.bin", b"third")
     assert storage.read("k.bin") == b"replaced"
     assert keys(s3_endpoint, bucket, "raw/") == ["raw/k.bin"]
+
+
+def test_put_file_replaces_a_key_with_a_large_local_file_in_parts(
+        s3_endpoint: str, bucket: str, tmp_path: Path) -> None:
+    """The job's views (a million rows: hundreds of MB) go up from a local file, in parts
+    when large; the key holds the file's bytes, whole, after each put."""
+    storage = open_storage(f"s3://{bucket}/views")
+    storage.put("documents.jsonl", b"old\n")
+    big = tmp_path / "rows"
+    body = b"".join(b'{"id":%d}\n' % i for i in range(900_000))  # ~12 MB: 3 parts of 5 MB
+    big.write_bytes(body)
+    storage.put_file("documents.jsonl", big)
+    assert storage.read("documents.jsonl") == body
+    small = tmp_path / "small"
+    small.write_bytes(b"one row\n")
+    storage.put_file("documents.jsonl", small)
+    assert storage.read("documents.jsonl") == b"one row\n"
+    assert keys(s3_endpoint, bucket, "views/") == ["views/documents.jsonl"]
 
 
 def test_racing_creates_of_one_key_have_one_winner(s3_endpoint: str, bucket: str) -> None:

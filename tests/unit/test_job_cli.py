@@ -27,6 +27,7 @@ from rayorch.pipelines.job.cli import (
     plural,
 )
 from rayorch.pipelines.job.pdf_outputs import PDF_WRITER
+from rayorch.pipelines.job.summary import MAX_KEPT_FAILURES
 from rayorch.pipelines.job.video_outputs import VIDEO_WRITER
 from rayorch.progress import RunStats
 from rayorch.runtime.sinks import read_outputs
@@ -131,6 +132,21 @@ def test_exit_codes_and_named_failures() -> None:
     assert summary.failure_kinds() == {"missing": 13}
     assert "14/14 documents, 3 pages" in summary.progress_line()
     assert plural(1, "document") == "1 document" and plural(2, "failure") == "2 failures"
+
+
+def test_a_summary_of_many_failures_holds_a_bounded_few_by_name() -> None:
+    """A million failures are counted, not kept: the summary names the first
+    MAX_KEPT_FAILURES by source, whatever order they came in."""
+    summary = JobSummary(job="pdf", total=None)
+    n = 5 * MAX_KEPT_FAILURES + 7
+    for i in reversed(range(n)):
+        summary.add_failed(f"f{i:06d}.pdf", "missing: gone" if i % 2 else "encrypted: locked")
+        assert len(summary.named_failures) < 2 * MAX_KEPT_FAILURES
+    assert summary.failed == n and summary.exit_code() == EXIT_FAILED
+    assert summary.failure_kinds() == {"encrypted": n // 2 + 1, "missing": n // 2}
+    named = summary.failures
+    assert [s for s, _ in named] == [f"f{i:06d}.pdf" for i in range(MAX_KEPT_FAILURES)]
+    assert summary.failure_lines()[-1] == f"  ... and {n - 10} more (see documents.jsonl)"
 
 
 BAD_SCRIPT = """

@@ -73,9 +73,12 @@ def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
     """The ``--json`` form of a finished job: counts, failures, warnings, engines.
 
     Keys are the job's words: ``documents``/``pages`` for the PDF job, ``videos``/
-    ``clips`` for the video job.
+    ``clips`` for the video job. ``failed_files`` names up to
+    :data:`~rayorch.pipelines.job.summary.MAX_KEPT_FAILURES` failed sources, first by name;
+    ``failed_files_omitted`` counts the others (the rows file has each one's row).
     """
     unit, part = summary.layout.unit, summary.layout.part
+    failures = summary.failures
     return {
         f"{unit}s": summary.done + summary.kept,
         "succeeded": summary.succeeded + summary.kept,
@@ -85,7 +88,8 @@ def summary_dict(summary: JobSummary, out: OutputDir) -> dict[str, Any]:
         "kept": summary.kept,
         f"{part}s": summary.parts,
         "failures": summary.failure_kinds(),
-        "failed_files": [{"source": s, "cause": c} for s, c in summary.failures],
+        "failed_files": [{"source": s, "cause": c} for s, c in failures],
+        "failed_files_omitted": summary.failed - len(failures),
         "warnings": list(summary.warnings),
         f"{part}_engines": dict(sorted(summary.engines.items())),
         "out_dir": out.url,
@@ -487,8 +491,9 @@ def run_job(
                 with lines:
                     for index, value in handle:  # delivered: its part file and fact are written
                         writer.delivered(summary, stream.name(index), value)
-                        if writer.finished(value):  # a failed one's name is kept for its row
-                            stream.release(index)
+                        if not writer.finished(value):  # its name and columns, for its row
+                            out.keep_failed(index)
+                        stream.release(index)
                         if stream.done:
                             summary.total = stream.listed
                     clock.actors_up(handle.actors_up_at)
@@ -497,7 +502,7 @@ def run_job(
                 pools = pools_summary(plan, handle.pool_sizer)
                 usage = model_usage(handle.stats)
                 if stages:  # why each dropped document was dropped, from the run's facts
-                    ids = {str(row.get("source")): i for i, row in out.delivered().items()}
+                    ids = {str(row.get("source")): i for i, row in out.rows()}
                     out.drops = drop_rows(store, run_id, out.source_name, ids)
                     summary.drops = dict(Counter(f"{d['stage']}: {d['reason']}"
                                                  for d in out.drops).most_common())
@@ -511,7 +516,6 @@ def run_job(
             out.finish(complete)
     if stream.done:
         summary.total = stream.listed
-    summary.failures.sort()
     result = {**summary_dict(summary, out), **clock.times(), "run_id": run_id,
               "engine": engine[1], "engine_option": engine[0], **pools}
     summary.run_ended = clock.t_end

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,11 +33,13 @@ from rayorch.core.outcome import FailedResult, Outcome
 from rayorch.pipelines.job.layouts import JobLayout, job_layout
 from rayorch.pipelines.job.shard_rows import slim_row
 from rayorch.pipelines.job.summary import JobSummary
+from rayorch.pipelines.job.views import LINES_KEY, write_views
 from rayorch.pipelines.sources import slug
 from rayorch.runtime.delivery_writer import RENDER_THREADS
 from rayorch.runtime.formats import RowSchema
 from rayorch.runtime.formats.card import CARD_NAME, write_card
 from rayorch.runtime.formats.index import INDEX_NAME, write_index
+from rayorch.runtime.id_spill import IdSpill
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 from rayorch.storage import Storage, StorageError, check_key, open_storage
@@ -47,10 +49,8 @@ FILES = "files"
 """The default ``--format``: a file per source (``.md``...) beside the run's part files."""
 DOCUMENT_NAME = re.compile(r"^\d{5,}-[A-Za-z0-9._-]*\.[A-Za-z0-9]{1,8}$")
 """Names of the files a job writes per source: ``<index:05d>-<slug>.<ext>``."""
-LINES_KEY = "lines"
 DROPPED_NAME = "dropped.jsonl"
 """One line per document a data-quality stage dropped, and why (``job/drops.py``)."""
-"""The key of a record's value that holds the source's lines (``layout.lines``)."""
 
 
 class UsageError(RayorchError):
@@ -116,6 +116,9 @@ class OutputDir:
         self.stream: Any = None
         """The run's :class:`~rayorch.pipelines.inputs.InputStream` (the source of each id
         and its manifest columns), once the run has one."""
+        self._failed: IdSpill | None = None
+        """The source and manifest columns of each source that failed or was dropped, for
+        its row (:meth:`keep_failed`): on local disk, not in the stream's memory."""
         self.format: str = marker.get("options", {}).get("format", FILES)
         """``files`` (a file per source beside the parts) or a shard format's name."""
         self.shard_size: int | None = marker.get("options", {}).get("shard_size")
@@ -125,11 +128,33 @@ class OutputDir:
         """The fingerprint of the job's options (each shard row's ``config``)."""
 
     def source_name(self, index: int) -> str | None:
-        """The source of id ``index``: the stream's, else the kept row's."""
+        """The source of id ``index``: the stream's, else the kept row's (or the failed
+        one's, :meth:`keep_failed`)."""
+        return self._entry(index)[0]
+
+    def keep_failed(self, index: int) -> None:
+        """Source ``index`` failed or was dropped: keep its source and manifest columns for
+        its row (on local disk), so that the stream forgets it as it does a finished one."""
+        if self.stream is None:
+            return
+        if self._failed is None:
+            self._failed = IdSpill("failed")
+        self._failed.add(index, orjson.dumps([self.stream.name(index),
+                                              self.stream.metadata(index)]))
+
+    def _entry(self, index: int) -> tuple[str | None, dict[str, Any] | None]:
+        """``(source, manifest columns)`` of id ``index``, wherever they are kept."""
         if self.stream is not None:
-            return self.stream.name(index)  # type: ignore[no-any-return]
+            name = self.stream.name(index)
+            if name is not None:
+                return name, self.stream.metadata(index)
+            body = None if self._failed is None else self._failed.get(index)
+            if body is not None:
+                name, metadata = orjson.loads(body)
+                return name, metadata
+            return None, None
         row = self.kept.get(index)
-        return None if row is None else row.get("source")
+        return (None if row is None else row.get("source")), None
 
     @property
     def sharded(self) -> bool:
@@ -205,7 +230,7 @@ class OutputDir:
         _write_json(storage, MARKER, marker)
         result = cls(storage, layout, marker, kept)
         result.stream = fixed
-        result._write_views(kept)
+        result._write_views(kept.items())
         return result
 
     @property
@@ -252,7 +277,7 @@ class OutputDir:
         fields = self._writer.render(self, index, value)
         row = {"id": index, "source": source, "status": "ok", "cause": None,
                **self.layout.row_defaults, **fields}
-        metadata = None if self.stream is None else self.stream.metadata(index)
+        metadata = self._entry(index)[1]
         if metadata is not None:  # the manifest's other columns (--input-list)
             row["metadata"] = metadata
         return row
@@ -298,7 +323,12 @@ class OutputDir:
                 raise UsageError(f"--output {self.url}: {exc}") from None
             remove_sink(self.url)
             return
-        self._write_views(self.delivered())
+        try:
+            self._write_views(self.rows())
+        finally:
+            if self._failed is not None:
+                self._failed.close()
+                self._failed = None
         if self.sharded and _exists(self.storage, SINK_MANIFEST):
             write_index(self.storage)
             if self._writer is not None and self._writer.rows is not None:  # for `datasets`
@@ -308,43 +338,41 @@ class OutputDir:
         self.marker["status"] = "complete" if complete else "incomplete"
         _write_json(self.storage, MARKER, self.marker)
 
-    def delivered(self) -> dict[int, dict[str, Any]]:
-        """The row of every source the part files hold (a failed one's from its record;
-        a value that is not a row, written by ``rayorch resume RUN``, has none)."""
+    def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(id, row)`` of every source the part files hold, part by part (a failed one's
+        from its record; a value that is not a row, written by ``rayorch resume RUN``, has
+        none). A source in two parts is not checked here: :func:`write_views` refuses it."""
         if not _exists(self.storage, SINK_MANIFEST):
-            return dict(self.kept)
-        rows: dict[int, dict[str, Any]] = {}
-        for record in read_outputs(self.url):
+            yield from self.kept.items()
+            return
+        drop_causes = self._drop_causes()
+        for record in read_outputs(self.url, check_twice=False):
             index, value = record["index"], record.get("value")
             if record["outcome"] == Outcome.PRESENT.value:
                 if isinstance(value, dict) and value.get("id") == index:
-                    rows[index] = slim_row(value) if self.sharded else value
+                    yield index, slim_row(value) if self.sharded else value
                 continue
-            source = self.source_name(index)
+            source, metadata = self._entry(index)
             cause = record["cause"]
             status = "failed"
             if record["outcome"] == Outcome.DROPPED.value:
-                status, cause = "dropped", self._drop_causes().get(index, cause)
-            rows[index] = {"id": index, "source": source, "status": status,
-                           "cause": cause, **self.layout.row_defaults}
-            metadata = None if self.stream is None else self.stream.metadata(index)
+                status, cause = "dropped", drop_causes.get(index, cause)
+            row = {"id": index, "source": source, "status": status, "cause": cause,
+                   **self.layout.row_defaults}
             if metadata is not None:
-                rows[index]["metadata"] = metadata
-        return rows
+                row["metadata"] = metadata
+            yield index, row
+
+    def _write_views(self, rows: Iterable[tuple[int, dict[str, Any]]]) -> None:
+        try:
+            counts = write_views(self.storage, self.layout, rows)
+        except StorageError as exc:
+            raise UsageError(f"--output {self.url}: {exc}") from None
+        self.lines_written, self.files_written = counts.lines, counts.files
 
     def _drop_causes(self) -> dict[int, str]:
         """``stage: reason`` of each document this run dropped (``dropped.jsonl``)."""
         return {int(row["id"]): f"{row['stage']}: {row['reason']}" for row in self.drops or ()}
-
-    def _write_views(self, rows: dict[int, dict[str, Any]]) -> None:
-        ordered = [row for _, row in sorted(rows.items())]
-        lines = [line for row in ordered for line in row.get(LINES_KEY, ())]
-        _write_lines(self.storage, self.layout.rows,
-                     [{k: v for k, v in row.items() if k != LINES_KEY} for row in ordered])
-        if self.layout.lines:
-            _write_lines(self.storage, self.layout.lines, lines)
-        self.lines_written = len(lines)
-        self.files_written = sum(1 for row in ordered if _own_file(self.layout, row))
 
 
 def _put(storage: Storage, name: str, data: bytes) -> None:
@@ -368,10 +396,6 @@ def _write_json(storage: Storage, name: str, data: dict[str, Any]) -> None:
 def _write_lines(storage: Storage, name: str, rows: list[dict[str, Any]]) -> None:
     _put(storage, name, "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                 for r in rows).encode("utf-8"))
-
-
-def _own_file(layout: JobLayout, row: dict[str, Any]) -> bool:
-    return layout.file_field is not None and isinstance(row.get(layout.file_field), str)
 
 
 def _finished(storage: Storage, layout: JobLayout, sharded: bool = False

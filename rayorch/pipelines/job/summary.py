@@ -19,6 +19,11 @@ from rayorch.pipelines.sources import failure_kind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_NAMED_FAILURES = 10
+"""Failed sources the printed summary names (the rest are counted)."""
+MAX_KEPT_FAILURES = 1000
+"""Failed sources a summary keeps by name (``--json``'s ``failed_files``): those first by
+name; the rows file has every one, the summary only counts the rest (a run of a million
+failures holds a thousand)."""
 
 
 def format_rate(rate: float | None) -> str:
@@ -106,8 +111,13 @@ class JobSummary:
     succeeded: int = 0
     parts: int = 0
     kept: int = 0
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    """``(source, cause)`` of each failed source, in the words of its row."""
+    failed: int = 0
+    """Sources this run failed."""
+    failure_counts: Counter[str] = field(default_factory=Counter)
+    """Failed sources by the kind of their cause (``missing``, ``encrypted``...)."""
+    named_failures: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    """``(source, cause)`` of failed sources in the words of their rows, at most
+    :data:`MAX_KEPT_FAILURES` of them, first by name (see :attr:`failures`)."""
     warnings: list[str] = field(default_factory=list)
     engines: Counter[str] = field(default_factory=Counter)
     dropped: int = 0
@@ -135,7 +145,12 @@ class JobSummary:
     def add_failed(self, source: str, cause: str) -> None:
         with self.lock:
             self.done += 1
-            self.failures.append((source, cause))
+            self.failed += 1
+            self.failure_counts[failure_kind(cause)] += 1
+            self.named_failures.append((source, cause))
+            if len(self.named_failures) >= 2 * MAX_KEPT_FAILURES:  # amortised: O(1) a call
+                self.named_failures.sort()
+                del self.named_failures[MAX_KEPT_FAILURES:]
 
     def add_dropped(self) -> None:
         with self.lock:
@@ -143,15 +158,20 @@ class JobSummary:
             self.dropped += 1
 
     @property
-    def failed(self) -> int:
-        return len(self.failures)
+    def failures(self) -> list[tuple[str, str]]:
+        """``(source, cause)`` of the failed sources, sorted by source: all of them up to
+        :data:`MAX_KEPT_FAILURES`, else the first that many (:attr:`failed` counts all)."""
+        with self.lock:
+            self.named_failures.sort()
+            del self.named_failures[MAX_KEPT_FAILURES:]
+            return list(self.named_failures)
 
     def exit_code(self, *, allow_failures: bool = False) -> int:
         """0 when every source succeeded (or ``allow_failures``), else 1."""
-        return EXIT_OK if not self.failures or allow_failures else EXIT_FAILED
+        return EXIT_OK if not self.failed or allow_failures else EXIT_FAILED
 
     def failure_kinds(self) -> dict[str, int]:
-        return dict(sorted(Counter(failure_kind(c) for _, c in self.failures).items()))
+        return dict(sorted(self.failure_counts.items()))
 
     def rate(self) -> float | None:
         """Parts per second after start-up: parts so far over the time since every actor
@@ -176,7 +196,7 @@ class JobSummary:
 
     def failure_lines(self) -> list[str]:
         lines = [f"  {source}: {cause}" for source, cause in self.failures[:MAX_NAMED_FAILURES]]
-        more = len(self.failures) - MAX_NAMED_FAILURES
+        more = self.failed - MAX_NAMED_FAILURES
         if more > 0:
             lines.append(f"  ... and {more} more (see {self.layout.rows})")
         return lines
@@ -232,7 +252,7 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
         lines.append(usage_line(result, part))
     if "cost_usd" in result:
         lines.append(cost_line(result, part))
-    if summary.failures:
+    if summary.failed:
         lines.append(f"failed ({plural(summary.failed, unit)}):")
         lines.extend(summary.failure_lines())
     else:
@@ -250,6 +270,7 @@ def summary_text(result: dict[str, Any], summary: JobSummary, outputs: str) -> s
     return "\n".join(lines)
 
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_NAMED_FAILURES", "JobSummary",
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_KEPT_FAILURES", "MAX_NAMED_FAILURES",
+           "JobSummary",
            "cost_line", "format_seconds", "model_usage", "per_part", "pools_line", "run_cost",
            "summary_text", "usage_line"]
