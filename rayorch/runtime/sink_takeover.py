@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rayorch.runtime.formats import RowSchema, part_format
+from rayorch.runtime.id_spill import IdSpill
 from rayorch.runtime.sink_layout import (
     CLAIM_PREFIX,
     HIDDEN_PREFIX,
@@ -37,32 +38,35 @@ def _leftovers(storage: Storage) -> list[str]:
 
 
 def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool],
-                schema: RowSchema | None = None) -> list[SinkRecord]:
-    """Keep only the records ``keep`` accepts; the kept records (never a source twice).
+                kept: Callable[[SinkRecord], None], schema: RowSchema | None = None) -> int:
+    """Keep only the records ``keep`` accepts, each handed to ``kept`` (never a source
+    twice); how many.
 
     A part keeping all its records stays as it is; one keeping some is published again
     with just those (byte for byte) and removed; one keeping none is removed. The
     earlier run's temp files, claim markers and discarded parts go too. ``schema``: the
-    declared columns of the sink's values (a job's rows), for a typed format.
+    declared columns of the sink's values (a job's rows), for a typed format. One part's
+    records are held at a time, and the ids seen in a local spill.
     """
     storage, meta, names = sink_parts(out_dir)
-    kept: list[SinkRecord] = []
-    seen: set[int] = set()
+    count = 0
     try:
-        for name in names:
-            records = [rec for rec, _ in read_part(storage, name)]
-            mine = [rec for rec in records if rec.index not in seen and keep(rec)]
-            seen.update(rec.index for rec in mine)
-            kept.extend(mine)
-            if len(mine) == len(records):
-                continue
-            part = PartName.parse(name)
-            if mine and part is not None:
-                fmt = meta["format"]
-                write_part_file(storage, fmt,
-                                PartName.new(part.shard, mine, part_format(fmt).suffix), mine,
-                                schema)
-            storage.delete(name)
+        with IdSpill("seen") as seen:
+            for name in names:
+                records = [rec for rec, _ in read_part(storage, name)]
+                mine = [rec for rec in records if keep(rec) and seen.add(rec.index, b"")]
+                for rec in mine:
+                    kept(rec)
+                count += len(mine)
+                if len(mine) == len(records):
+                    continue
+                part = PartName.parse(name)
+                if mine and part is not None:
+                    fmt = meta["format"]
+                    write_part_file(storage, fmt,
+                                    PartName.new(part.shard, mine, part_format(fmt).suffix),
+                                    mine, schema)
+                storage.delete(name)
         live = set(names)
         for name in _leftovers(storage):  # a discarded part goes with its marker
             claimed = name[len(CLAIM_PREFIX):]
@@ -72,7 +76,7 @@ def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool],
             storage.delete(name)
     except StorageError as exc:
         raise SinkError(f"cannot prune {storage.url}: {exc}") from None
-    return kept
+    return count
 
 
 def take_over(out_dir: str | Path, run_id: str, beside: Sequence[str] = ()) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from rayorch.runtime.delivery_writer import RENDER_THREADS
 from rayorch.runtime.formats import RowSchema
 from rayorch.runtime.formats.card import CARD_NAME, write_card
 from rayorch.runtime.formats.index import INDEX_NAME, write_index
-from rayorch.runtime.id_spill import IdSpill
+from rayorch.runtime.id_spill import IdSpill, NameSet, SpilledRows
 from rayorch.runtime.sink_takeover import prune_parts, remove_sink, take_over
 from rayorch.runtime.sinks import SINK_MANIFEST, FileSink, SinkRecord, read_outputs
 from rayorch.storage import Storage, StorageError, check_key, open_storage
@@ -93,7 +93,7 @@ class OutputDir:
     """A job's output directory: the marker, the run's sink, and what each source wrote."""
 
     def __init__(self, storage: Storage, layout: JobLayout, marker: dict[str, Any],
-                 kept: dict[int, dict[str, Any]]) -> None:
+                 kept: Mapping[int, dict[str, Any]]) -> None:
         self.storage = storage
         self.url = storage.url
         """Where the outputs are, as printed: a directory or ``s3://bucket/prefix``."""
@@ -102,7 +102,8 @@ class OutputDir:
         self.layout = layout
         self.marker = marker
         self.kept = kept
-        """Rows of sources an earlier run finished and ``--resume`` keeps, by id."""
+        """Rows of sources an earlier run finished and ``--resume`` keeps, by id (on a local
+        spill: :class:`~rayorch.runtime.id_spill.SpilledRows`)."""
         self.files_written = 0
         """Files of ``layout.file_field`` the rows name (kept ones included)."""
         self.lines_written = 0
@@ -201,7 +202,7 @@ class OutputDir:
         path_text = storage.url
         marker = {"job": layout.job, "input": input, "options": options,
                   "status": "running", "runs": []}
-        kept: dict[int, dict[str, Any]] = {}
+        kept: Mapping[int, dict[str, Any]] = {}
         if earlier is None and entries:
             raise UsageError(
                 f"--output {path_text} is not empty and holds no earlier rayorch run; "
@@ -226,7 +227,8 @@ class OutputDir:
                     marker["dedup_scope"] = earlier["dedup_scope"]
             else:
                 remove_sink(storage.url)
-            _remove_outputs(storage, layout, keep=_owned_files(layout, kept))
+            with _owned_files(layout, kept) as owned:
+                _remove_outputs(storage, layout, keep=owned)
         _write_json(storage, MARKER, marker)
         result = cls(storage, layout, marker, kept)
         result.stream = fixed
@@ -399,12 +401,13 @@ def _write_lines(storage: Storage, name: str, rows: list[dict[str, Any]]) -> Non
 
 
 def _finished(storage: Storage, layout: JobLayout, sharded: bool = False
-              ) -> dict[int, dict[str, Any]]:
+              ) -> SpilledRows:
     """Rows of the sources the part files hold ok whose files are all still there (a shard
-    format's rows hold their content); the part files keep only those records (everything
-    else runs again)."""
+    format's rows slimmed: they hold their content); the part files keep only those records
+    (everything else runs again)."""
+    rows = SpilledRows("kept")
     if not _exists(storage, SINK_MANIFEST):
-        return {}
+        return rows
 
     def whole(record: SinkRecord) -> bool:
         if record.value_json is None or record.index < 0:
@@ -429,9 +432,12 @@ def _finished(storage: Storage, layout: JobLayout, sharded: bool = False
     from rayorch.pipelines.job.shard_rows import job_rows
 
     schema = job_rows(layout.job) if sharded else None
-    kept = {record.index: orjson.loads(record.value_json or b"null")
-            for record in prune_parts(storage.url, whole, schema)}
-    return {index: slim_row(row) if sharded else row for index, row in kept.items()}
+    def kept(record: SinkRecord) -> None:
+        row = orjson.loads(record.value_json or b"null")
+        rows.add(record.index, slim_row(row) if sharded else row)
+
+    prune_parts(storage.url, whole, kept, schema)
+    return rows
 
 
 def _inside(storage: Storage, name: Any) -> bool:
@@ -459,16 +465,21 @@ def _extra_files(layout: JobLayout, row: dict[str, Any]) -> list[Any]:
     return names
 
 
-def _owned_files(layout: JobLayout, kept: dict[int, dict[str, Any]]) -> set[str]:
-    names = {str(row.get(layout.file_field)) for row in kept.values()} if layout.file_field \
-        else set()
-    names |= {str(line["file"]) for row in kept.values() for line in row.get(LINES_KEY, ())
-              if "file" in line}
-    names |= {str(name) for row in kept.values() for name in _extra_files(layout, row)}
+def _owned_files(layout: JobLayout, kept: Mapping[int, dict[str, Any]]) -> NameSet:
+    """The files the kept rows name (on a local spill)."""
+    names = NameSet()
+    for _, row in kept.items():
+        if layout.file_field:
+            names.add(str(row.get(layout.file_field)))
+        for line in row.get(LINES_KEY, ()):
+            if "file" in line:
+                names.add(str(line["file"]))
+        for name in _extra_files(layout, row):
+            names.add(str(name))
     return names
 
 
-def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None:
+def _remove_outputs(storage: Storage, layout: JobLayout, keep: NameSet) -> None:
     """Remove what an earlier run wrote (files, rows, lines, temp files), except ``keep``."""
     try:
         for page in storage.names(""):
@@ -486,7 +497,7 @@ def _remove_outputs(storage: Storage, layout: JobLayout, keep: set[str]) -> None
         _remove_folder(storage, layout.folder, keep)
 
 
-def _remove_folder(storage: Storage, folder: str, keep: set[str]) -> None:
+def _remove_folder(storage: Storage, folder: str, keep: NameSet) -> None:
     """Remove the files in ``folder`` except ``keep``, then its empty folders (a symlinked
     folder is the user's: left alone)."""
     path = storage.local_path(folder)
