@@ -1,7 +1,7 @@
 """The driver's own I/O on the PDF job, s3 -> s3 (issue 38 items 1-2), one tree against another.
 
     python -m bench.driver_io [--docs 300] [--tree main=/work/main] [--tree after=.]
-                              [--memory 10000] [--json FILE]
+                              [--local] [--memory 10000] [--json FILE]
 
 **I/O.** ``--docs`` one-page PDFs (PyMuPDF, ``rayorch.testing.one_page_pdf``) in a bucket of
 a loopback S3 server (``moto_server``; ``$RAYORCH_TEST_S3`` uses a running one) behind a
@@ -14,7 +14,12 @@ corpus, same machine. Per tree:
 * ``driver_blocked``: the share of the driver process's life its main thread spent inside
   object-store calls (``ObjectStorage._call``, timed by a ``sitecustomize`` that the bench
   puts on ``PYTHONPATH``; worker threads and Ray's workers are not counted);
-* ``docs_per_s``: documents / the run's ``run_s`` (after start-up), from its ``--json``.
+* ``docs_per_s``: documents / the run's ``run_s`` (after start-up), from its ``--json``;
+* ``driver_main_cpu``, ``driver_process_cpu``: the driver's main thread's CPU time, and all
+  its threads', over its life (how near the driver is to bounding the run), with the pools'
+  sizes and the stage that bound the run.
+
+``--local``: the same corpus again from a local folder to a local folder (no proxy).
 
 **Memory** (``--memory N``): the driver's Python heap per delivered document
 (``tracemalloc``, traced in the driver process) between document 1,000 and ``N`` of a job-
@@ -65,13 +70,51 @@ if _dir:
 
     _objects.ObjectStorage._call = _call
 
-    def _dump():
+    def _dump():  # atexit: on the main thread
         _acc["life_s"] = time.perf_counter() - _t0
+        _acc["main_cpu_s"] = time.thread_time()
+        _acc["process_cpu_s"] = time.process_time()
         with open(os.path.join(_dir, f"{os.getpid()}.json"), "w") as f:
             json.dump(_acc, f)
 
     atexit.register(_dump)
 '''
+
+
+def local_run(tree: Path, corpus: Path, work: Path, name: str) -> dict[str, Any]:
+    """The same job, local disk to local disk: documents/s, pools, and how busy the
+    driver's main thread was (its CPU time over its life)."""
+    hook = work / f"hook-local-{name}"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(PROFILE)
+    profile = work / f"profile-local-{name}"
+    profile.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PYTHONPATH": f"{hook}:{tree}", "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0", "RAYORCH_BENCH_PROFILE_DIR": str(profile)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--ocr", "text", "--input",
+         str(corpus), "--output", str(work / f"out-local-{name}"), "--json", "--no-progress"],
+        env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: rayorch run pdf (local) failed: {err[-2000:]}")
+    summary = json.loads(out)
+    driver = json.loads((profile / f"{proc.pid}.json").read_text())
+    return {"documents": summary["documents"], "run_s": summary["run_s"],
+            "wall_s": summary["wall_s"],
+            "docs_per_s": round(summary["documents"] / summary["run_s"], 2),
+            **_driver_busy(driver), "pools": summary.get("pools"),
+            "bound_by": summary.get("bound_by")}
+
+
+def _driver_busy(driver: dict[str, Any]) -> dict[str, Any]:
+    """Where the driver's time went: its main thread's CPU, all its threads' CPU, over its
+    life (Ray's workers are other processes)."""
+    life = driver["life_s"]
+    return {"driver_life_s": round(life, 2),
+            "driver_main_cpu": round(driver.get("main_cpu_s", 0.0) / life, 3),
+            "driver_process_cpu": round(driver.get("process_cpu_s", 0.0) / life, 3)}
 
 
 def io_run(tree: Path, endpoint: str, bucket: str, docs: int, input_bytes: int,
@@ -114,13 +157,14 @@ def io_run(tree: Path, endpoint: str, bucket: str, docs: int, input_bytes: int,
         "driver_blocked_s": round(driver["blocked_s"], 2),
         "driver_life_s": round(driver["life_s"], 2),
         "driver_blocked": round(driver["blocked_s"] / driver["life_s"], 3),
+        **_driver_busy(driver),
         "driver_calls": {k: {"calls": c, "s": round(s, 2)}
                          for k, (c, s) in sorted(driver["by_what"].items())},
         "pools": summary.get("pools"), "bound_by": summary.get("bound_by"),
     }
 
 
-def io_bench(trees: list[tuple[str, Path]], docs: int) -> dict[str, Any]:
+def io_bench(trees: list[tuple[str, Path]], docs: int, local: bool = False) -> dict[str, Any]:
     import boto3
 
     from bench.object_storage import start_s3
@@ -145,6 +189,15 @@ def io_bench(trees: list[tuple[str, Path]], docs: int) -> dict[str, Any]:
                 print(f"driver_io: {name} ({tree}) ...", file=sys.stderr, flush=True)
                 result["trees"][name] = io_run(tree, endpoint, bucket, docs, input_bytes,
                                                inputs, Path(tmp), name)
+            if local:
+                corpus = Path(tmp) / "corpus"
+                corpus.mkdir()
+                for key, body in bodies.items():
+                    (corpus / Path(key).name).write_bytes(body)
+                for name, tree in trees:
+                    print(f"driver_io: {name} local ...", file=sys.stderr, flush=True)
+                    result.setdefault("local", {})[name] = local_run(tree, corpus, Path(tmp),
+                                                                    name)
     finally:
         if server is not None:
             server.terminate()
@@ -252,6 +305,8 @@ def main() -> None:
     parser.add_argument("--memory", type=int, default=0, metavar="N",
                         help="also the memory run over N documents (0: none)")
     parser.add_argument("--no-io", action="store_true", help="the memory run only")
+    parser.add_argument("--local", action="store_true",
+                        help="also the same corpus local disk -> local disk")
     parser.add_argument("--json", default=str(REPO / "bench" / "out" / "driver_io.json"))
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -262,7 +317,7 @@ def main() -> None:
         or [("this", REPO)]
     result: dict[str, Any] = {}
     if not args.no_io:
-        result["io"] = io_bench(trees, args.docs)
+        result["io"] = io_bench(trees, args.docs, args.local)
     if args.memory:
         result["memory"] = memory_bench(trees, args.memory)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
