@@ -502,8 +502,7 @@ def run_job(
                 pools = pools_summary(plan, handle.pool_sizer)
                 usage = model_usage(handle.stats)
                 if stages:  # why each dropped document was dropped, from the run's facts
-                    ids = {str(row.get("source")): i for i, row in out.rows()}
-                    out.drops = drop_rows(store, run_id, out.source_name, ids)
+                    out.drops = drop_rows(store, run_id, out.source_name, out.ids_of)
                     summary.drops = dict(Counter(f"{d['stage']}: {d['reason']}"
                                                  for d in out.drops).most_common())
             else:

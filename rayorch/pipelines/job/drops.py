@@ -148,10 +148,15 @@ def readable_store(url: str) -> Iterator[tuple[str, Any]]:
 
 
 def drop_rows(store: Any, run_id: str, names: Callable[[int], str | None],
-              ids: Mapping[str, int]) -> list[dict[str, Any]]:
+              ids_of: Callable[[set[str]], Mapping[str, int]]) -> list[dict[str, Any]]:
     """The ``dropped.jsonl`` rows of run ``run_id``'s drops, in id order; ``names(id)``: a
-    source's name, ``ids``: the id of each delivered source (a drop's ``kept_id``)."""
-    return [drop_row(drop, names, ids) for drop in read_drops(store, run_id).values()]
+    source's name, ``ids_of(sources)``: the id of each of these delivered sources (the
+    ``kept_id`` of the drops that name them: only those are looked up)."""
+    drops = read_drops(store, run_id)
+    wanted = {str(kept) for drop in drops.values()
+              if (kept := drop.details().get("kept")) is not None}
+    ids = ids_of(wanted) if wanted else {}
+    return [drop_row(drop, names, ids) for drop in drops.values()]
 
 
 def drop_row(drop: Drop, names: Callable[[int], str | None], ids: Mapping[str, int]

@@ -365,6 +365,11 @@ class OutputDir:
                 row["metadata"] = metadata
             yield index, row
 
+    def ids_of(self, sources: set[str]) -> dict[str, int]:
+        """The id of each of ``sources`` the part files hold (one pass over the parts)."""
+        return {source: index for index, row in self.rows()
+                if (source := str(row.get("source"))) in sources}
+
     def _write_views(self, rows: Iterable[tuple[int, dict[str, Any]]]) -> None:
         try:
             counts = write_views(self.storage, self.layout, rows)
