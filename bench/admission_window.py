@@ -156,6 +156,7 @@ def text_model(call: CallId, rows: Sequence[Row]) -> float:
 def run(pipeline: str, workers: int, counts: list[int], manifest: Path,
         window: int, scout: int = 0) -> dict[str, Any]:
     rows = admitted(manifest, window, counts, scout)
+    expect: dict[int, Any]
     if pipeline == "text":
         sim = Simulator(TextPipeline(workers).compile(), text_model, 256)
         result = sim.run([], indexed=rows)

@@ -40,7 +40,8 @@ from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.pool_sizing import SizingSettings
 from rayorch.core.state import Kernel
 from rayorch.core.udf import Row, instantiate
-from rayorch.runtime.delivery import IteratorFeed, ManifestFeed, Row
+from rayorch.runtime.delivery import IteratorFeed, ManifestFeed
+from rayorch.runtime.delivery import Row as FeedRow
 from rayorch.runtime.in_process import NEVER_EXPIRES_S, CollectSink, run_batch
 from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, ModulePools, PoolCounts, actor_need
@@ -320,7 +321,7 @@ class Simulator:
         self.max_events = max_events
 
     def run(self, sources: Sequence[tuple[Any, ...]],
-            indexed: Iterable[Row] | None = None) -> SimResult:
+            indexed: Iterable[FeedRow] | None = None) -> SimResult:
         """Simulate every source (a tuple of forward arguments) to completion.
 
         ``indexed``: the sources as ``(id, values, identity)`` rows in admission order
