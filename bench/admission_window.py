@@ -28,8 +28,9 @@ capped at 2,000), ``giants`` (1-20 pages, and 10 documents of 1,000 pages at ran
 places), ``giants-last`` (the same, the 10 giants last in the listing: the worst case) and
 ``ascending`` (``lognormal`` listed smallest first). ``tail`` is the makespan minus the
 moment the first actor ran out of work for good (how long some actors sat idle at the
-end); ``largest document alone`` is the shortest time its own work takes (text: its cost;
-gpu: the bound's second term).
+end); ``idle between batches``: the mean time an actor waited between its first and its
+last batch (work not ready: a GPU waiting on renders); ``largest document alone`` is the
+shortest time its own work takes (text: its cost; gpu: the bound's second term).
 
     python -m bench.admission_window                 # every corpus, 16 and 64 workers
     python -m bench.admission_window --docs 2000 --workers 8 --pipelines text   # quick
@@ -176,18 +177,26 @@ def run(pipeline: str, workers: int, counts: list[int], manifest: Path,
     got = {i: items[0].value for i, items in result.outputs.items()}
     if got != expect:
         raise SystemExit(f"{pipeline}: wrong outputs ({len(got)}/{len(counts)} documents)")
+    first_idle, gaps = idle(result, call)
     return {"makespan_s": result.makespan_s, "bound_s": bound, "largest_s": largest,
-            "tail_s": result.makespan_s - first_idle_s(result, call),
+            "tail_s": result.makespan_s - first_idle, "gaps_s": gaps,
             "wall_s": result.wall_s}
 
 
-def first_idle_s(result: SimResult, call: CallId) -> float:
-    """When the first of the Call's actors ended its last batch (0 if one never ran)."""
-    last: dict[int, float] = dict.fromkeys(range(result.actors[call]), 0.0)
+def idle(result: SimResult, call: CallId) -> tuple[float, float]:
+    """When the first of the Call's actors ended its last batch (0 if one never ran), and
+    the seconds an actor sat idle between its first and its last batch (mean)."""
+    actors = range(result.actors[call])
+    first: dict[int, float] = {}
+    last: dict[int, float] = dict.fromkeys(actors, 0.0)
+    busy: dict[int, float] = dict.fromkeys(actors, 0.0)
     for b in result.batches:
         if b.call == call:
-            last[b.actor] = max(last.get(b.actor, 0.0), b.end_s)
-    return min(last.values())
+            first[b.actor] = min(first.get(b.actor, b.start_s), b.start_s)
+            last[b.actor] = max(last[b.actor], b.end_s)
+            busy[b.actor] += b.end_s - b.start_s
+    gaps = sum(last[a] - first[a] - busy[a] for a in first) / len(actors)
+    return min(last.values()), gaps
 
 
 def label(window: int, docs: int, scout: int = 0) -> str:
@@ -202,13 +211,13 @@ def label(window: int, docs: int, scout: int = 0) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| corpus | pipeline | workers | order | makespan (s) | / global | / bound "
-             "| tail (s) | largest document alone (s) |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+             "| tail (s) | idle between batches (s/actor) | largest document alone (s) |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
             f"| {r['corpus']} | {r['pipeline']} | {r['workers']} | {r['order']} | "
             f"{r['makespan_s']:,.1f} | {r['vs_global']:.3f} | {r['vs_bound']:.3f} | "
-            f"{r['tail_s']:,.1f} | {r['largest_s']:,.1f} |")
+            f"{r['tail_s']:,.1f} | {r['gaps_s']:,.1f} | {r['largest_s']:,.1f} |")
     return "\n".join(lines)
 
 
