@@ -195,7 +195,7 @@ def idle(result: SimResult, call: CallId) -> tuple[float, float]:
             first[b.actor] = min(first.get(b.actor, b.start_s), b.start_s)
             last[b.actor] = max(last[b.actor], b.end_s)
             busy[b.actor] += b.end_s - b.start_s
-    gaps = sum(last[a] - first[a] - busy[a] for a in first) / len(actors)
+    gaps = max(0.0, sum(last[a] - first[a] - busy[a] for a in first) / len(actors))
     return min(last.values()), gaps
 
 
