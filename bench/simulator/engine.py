@@ -27,7 +27,7 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,8 @@ from rayorch.core.plan import CallSpec, Plan
 from rayorch.core.pool_sizing import SizingSettings
 from rayorch.core.state import Kernel
 from rayorch.core.udf import Row, instantiate
-from rayorch.runtime.delivery import ManifestFeed
+from rayorch.runtime.delivery import IteratorFeed, ManifestFeed
+from rayorch.runtime.delivery import Row as FeedRow
 from rayorch.runtime.in_process import NEVER_EXPIRES_S, CollectSink, run_batch
 from rayorch.runtime.pool_sizer import PoolSizer
 from rayorch.runtime.ports import Completion, ModulePools, PoolCounts, actor_need
@@ -319,8 +320,12 @@ class Simulator:
         self.max_active_sources = max_active_sources
         self.max_events = max_events
 
-    def run(self, sources: Sequence[tuple[Any, ...]]) -> SimResult:
-        """Simulate every source (a tuple of forward arguments) to completion."""
+    def run(self, sources: Sequence[tuple[Any, ...]],
+            indexed: Iterable[FeedRow] | None = None) -> SimResult:
+        """Simulate every source (a tuple of forward arguments) to completion.
+
+        ``indexed``: the sources as ``(id, values, identity)`` rows in admission order
+        instead (read lazily, as the job's streamed input: ``IteratorFeed.indexed``)."""
         started = time.perf_counter()
         run_id = "simulation"
         store = MemoryStore()
@@ -342,7 +347,9 @@ class Simulator:
 
         driver = ShardDriver(store=store, run_id=run_id, info=info, plan=self.plan,
                              driver_id="simulator", pools=pools,
-                             feed=ManifestFeed(sources, info), sink=sink, config=config,
+                             feed=(ManifestFeed(sources, info) if indexed is None
+                                   else IteratorFeed.indexed(indexed, info)),
+                             sink=sink, config=config,
                              on_turn=count_turn)
         for _ in driver.results():
             pass  # the collecting sink delivers at once
