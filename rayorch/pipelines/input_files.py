@@ -9,6 +9,9 @@ unreadable).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,4 +124,76 @@ def _check_object(location: Location, head_bytes: int, whole: bool) -> InputFile
     return InputFile(name, head, info.size, url=name)
 
 
-__all__ = ["InputFile", "check_file"]
+class Prefetcher:
+    """Reads a batch's inputs on object stores ahead, on threads, while the actor works on the
+    ones before: an actor that renders a one-page PDF in ~3 ms waits ~20-50 ms on its GET,
+    one at a time. At most ``ahead`` inputs are read or held at once; local files and archive
+    members are left to ``check`` in the actor's own thread, as they were.
+
+    >>> with Prefetcher(ahead=4) as fetch:                         # doctest: +SKIP
+    ...     for source, got in fetch(sources, check):              # got: InputFile or exception
+    ...         ...
+    """
+
+    def __init__(self, ahead: int = 4) -> None:
+        self.ahead = ahead
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __call__(self, sources: Sequence[Any], check: Callable[[Any], InputFile]
+                 ) -> Iterator[tuple[Any, Callable[[], InputFile]]]:
+        """``(source, get)`` in order; ``get()`` gives ``check(source)``'s file or raises what
+        it raised (in the caller's thread: a failure stays that source's)."""
+        remote = [_is_remote(source) for source in sources]
+        if sum(remote) < 2 or self.ahead < 2:
+            for source in sources:
+                yield source, functools.partial(check, source)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.ahead, thread_name_prefix="rayorch-fetch")
+        pending: dict[int, Future[InputFile]] = {}
+        upcoming = iter(i for i, r in enumerate(remote) if r)
+        for _ in range(self.ahead):
+            self._submit(pending, upcoming, sources, check)
+        for i, source in enumerate(sources):
+            future = pending.pop(i, None)
+            if future is None:
+                yield source, functools.partial(check, source)
+                continue
+            try:
+                yield source, future.result
+            finally:
+                del future  # its bytes go with the work on them
+                self._submit(pending, upcoming, sources, check)
+
+    def _submit(self, pending: dict[int, Future[InputFile]], upcoming: Iterator[int],
+                sources: Sequence[Any], check: Callable[[Any], InputFile]) -> None:
+        assert self._pool is not None
+        i = next(upcoming, None)
+        if i is not None:
+            pending[i] = self._pool.submit(check, sources[i])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_remote(source: Any) -> bool:
+    """Whether ``source`` names an object on an object store (read with a GET)."""
+    if not isinstance(source, str) or "://" not in source:
+        return False
+    if "#" in source and split_member(source) is not None:
+        return False  # an archive member: read through its archive
+    try:
+        return not parse_location(source).is_local
+    except StorageError:
+        return False
+
+
+__all__ = ["InputFile", "Prefetcher", "check_file"]

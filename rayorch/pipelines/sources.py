@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,7 +28,7 @@ def refuse(kind: str, detail: str) -> RecordFailure:
     return RecordFailure(f"{kind}: {' '.join(detail.split())}")
 
 
-def each_alone(items: Sequence[Any], work: Callable[[Any], Any],
+def each_alone(items: Iterable[Any], work: Callable[[Any], Any],
                label: Callable[[Any], str]) -> list[Any]:
     """``work(item)`` per item, in order; a ``RecordFailure`` or any exception fails that item
     only (``"unreadable: <label>: <type>: <text>"``), never its batch-mates."""

@@ -21,7 +21,7 @@ import gc
 import hashlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import PurePosixPath
@@ -44,7 +44,7 @@ from rayorch.pipelines.document.pdf_markdown import (
 )
 from rayorch.pipelines.document.pdf_structure import byline_lines, title_lines
 from rayorch.pipelines.document.pdf_tables import Table, page_tables
-from rayorch.pipelines.input_files import InputFile, check_file
+from rayorch.pipelines.input_files import InputFile, Prefetcher, check_file
 from rayorch.pipelines.sources import each_alone
 from rayorch.pipelines.sources import refuse as _refuse
 
@@ -55,6 +55,8 @@ MIN_PAGE_SIDE_PT = 3.0
 """The PDF minimum page side; smaller (or empty) pages are refused."""
 DEFAULT_MAX_PAGE_PIXELS = 16_000_000
 """Pixel cap per rendered page: above it the page is rendered at a lower dpi."""
+PREFETCH = 4
+"""Inputs on an object store a render actor reads ahead of the one it renders (a batch's)."""
 
 TEXT_FLAGS = 2 | 64
 """``TEXT_PRESERVE_WHITESPACE | TEXT_MEDIABOX_CLIP``: ligatures expanded by MuPDF,
@@ -191,13 +193,17 @@ class RenderPdf:
         self.colorspace = pymupdf.csGRAY if grayscale else pymupdf.csRGB
         self.allow_damaged = allow_damaged
         self.defer_images = defer_images
+        self._prefetch = Prefetcher(PREFETCH)
 
     def __call__(self, paths: list[Any]) -> list[RenderedDocument | RecordFailure]:
-        return each_alone(paths, self.render, str)
+        return each_alone(self._prefetch(paths, self._check_file),
+                          lambda item: self.render(*item), lambda item: str(item[0]))
 
-    def render(self, source: Any) -> RenderedDocument:
-        """One document's pages and metadata; raises ``RecordFailure`` for bad input."""
-        file = self._check_file(source)
+    def render(self, source: Any, get: Callable[[], InputFile] | None = None
+               ) -> RenderedDocument:
+        """One document's pages and metadata; raises ``RecordFailure`` for bad input.
+        ``get``: its file, read ahead (:class:`~rayorch.pipelines.input_files.Prefetcher`)."""
+        file = self._check_file(source) if get is None else get()
         path = file.name
         pymupdf = self._pymupdf
         pymupdf.TOOLS.reset_mupdf_warnings()
