@@ -9,7 +9,7 @@ the store's rules (:mod:`rayorch.store.gate`, and the Lua scripts of the Redis s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -64,6 +64,25 @@ def shard_of(index: int, micro_batch: int, shards: int) -> int:
 
 
 
+KEEP_MODES = ("outputs", "all", "none")
+"""Which values of a source outlive its delivery, recorded with each run (``RunInfo.keep``,
+first writer wins; runs recorded before it keep ``all``); ``keep=`` on a store URL
+(docs/topics/PAYLOADS.md, "Freeing values"):
+
+* ``outputs``: the values of the Calls the run delivers (``delivered_calls``: a resume after
+  a store rollback may deliver them again); the Redis store's default;
+* ``all``: every value, for a run to be reused whole;
+* ``none``: none: the memory store's default (its values are the driver's heap, and a store
+  in the driver's process cannot roll back, so nothing delivers them again).
+"""
+
+
+def keeps_value(keep: str, call: CallId, delivered: Collection[CallId]) -> bool:
+    """Whether a value of ``call`` outlives its source's delivery under ``keep``
+    (``delivered``: the run's ``delivered_calls``)."""
+    return keep == "all" or (keep == "outputs" and call in delivered)
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a store keeps about a run besides its facts."""
@@ -76,7 +95,7 @@ class RunInfo:
     config: dict[str, Any] = field(default_factory=dict)
     created_ts: float = 0.0
     sink: tuple[str, str] | None = None  # (directory, format) a driver recorded, if any
-    keep: str = "all"  # which payload values outlive their source ("outputs": delivered ones)
+    keep: str = "all"  # which values outlive their source's delivery (KEEP_MODES)
     payloads: str = ""  # the payload root its values go to, recorded once ("": this store's)
 
     def shard_of(self, index: int) -> int:
