@@ -9,7 +9,7 @@ the store's rules (:mod:`rayorch.store.gate`, and the Lua scripts of the Redis s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -31,7 +31,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth, format_grain
 from rayorch.core.plan import Plan
-from rayorch.core.run_view import call_domains
+from rayorch.core.run_view import call_domains, delivered_calls, kept_value_calls
 from rayorch.core.vocabulary import (
     PHASE_AFTER,
     REPORT_GROUP_FAILURE,
@@ -67,20 +67,23 @@ def shard_of(index: int, micro_batch: int, shards: int) -> int:
 KEEP_MODES = ("outputs", "all", "none")
 """Which values of a source outlive its delivery, recorded with each run (``RunInfo.keep``,
 first writer wins; runs recorded before it keep ``all``); ``keep=`` on a store URL
-(docs/topics/PAYLOADS.md, "Freeing values"):
+(docs/topics/PAYLOADS.md, "Freeing values"). Every mode keeps the values of modules declared
+``keep_values`` (a data-quality stage's verdicts: why a document is gone is lineage), and:
 
 * ``outputs``: the values of the Calls the run delivers (``delivered_calls``: a resume after
   a store rollback may deliver them again); the Redis store's default;
 * ``all``: every value, for a run to be reused whole;
-* ``none``: none: the memory store's default (its values are the driver's heap, and a store
-  in the driver's process cannot roll back, so nothing delivers them again).
+* ``none``: nothing more: the memory store's default (its values are the driver's heap, and
+  a store in the driver's process cannot roll back, so nothing delivers them again).
 """
 
 
-def keeps_value(keep: str, call: CallId, delivered: Collection[CallId]) -> bool:
-    """Whether a value of ``call`` outlives its source's delivery under ``keep``
-    (``delivered``: the run's ``delivered_calls``)."""
-    return keep == "all" or (keep == "outputs" and call in delivered)
+def kept_calls(keep: str, plan: Mapping[str, Any]) -> frozenset[CallId] | None:
+    """The Calls whose values outlive their source's delivery under ``keep`` in a run of
+    ``plan`` (a stored plan description); None: every Call's."""
+    if keep == "all":
+        return None
+    return delivered_calls(plan) if keep == "outputs" else kept_value_calls(plan)
 
 
 @dataclass(frozen=True)

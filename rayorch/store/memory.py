@@ -28,7 +28,6 @@ from urllib.parse import parse_qsl
 
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path
-from rayorch.core.run_view import delivered_calls
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.archive import FactPlaces
 from rayorch.store.base import (
@@ -56,7 +55,7 @@ from rayorch.store.layout import (
     RunLayout,
     check_reopen,
     check_run_id,
-    keeps_value,
+    kept_calls,
     prepare_driver_facts,
     prepare_reports,
 )
@@ -95,7 +94,9 @@ class MemoryStore(MemoryClaims, LineageStore):
 
     def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.monotonic
                  ) -> None:
-        self.url, self.keep = _parse_url(url)
+        # a backend built on this class may have a scheme of its own
+        self.url, self.keep = _parse_url(url) if url.startswith("memory://") else (
+            url, DEFAULT_KEEP)
         self._clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -150,10 +151,10 @@ class MemoryStore(MemoryClaims, LineageStore):
                 return run.layout.info
             info = RunInfo(run_id, fingerprint, desc, shards, micro_batch, config, time.time(),
                            keep=self.keep)
-            delivered = delivered_calls(desc)
+            calls = kept_calls(info.keep, desc)
 
             def kept(call: CallId) -> bool:
-                return keeps_value(info.keep, call, delivered)
+                return calls is None or call in calls
 
             self._runs[run_id] = _Run(RunLayout(info), [_Shard(ShardLog(run_id, k, kept))
                                                         for k in range(shards)])

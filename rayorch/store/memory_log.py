@@ -29,6 +29,7 @@ from rayorch.core.facts import (
     GrainReused,
     OutputEmitted,
     SourceAdmitted,
+    holds_freed,
     outline_of,
 )
 from rayorch.core.ids import CallId, DomainId
@@ -43,17 +44,22 @@ BLOCK = 2048
 
 
 def freed(fact: GrainCommitted) -> GrainCommitted:
-    """The fact as a reader sees it once its values are freed: its outline as its outputs."""
-    outline = outline_of(fact.outputs or ())
+    """The fact as a reader sees it once its values are freed: its outline as its outputs
+    (the fact itself when its outline is its outputs: every value small)."""
+    if fact.outputs is None or fact.outline is not None:
+        return fact
+    outline = outline_of(fact.outputs)
+    if not holds_freed(outline):
+        return fact
     return replace(fact, outputs=outline, outline=outline)
 
 
 def _slim(fact: Fact) -> Fact:
     """What a segment holds of a fact: a commit's outline in place of its outputs."""
-    if isinstance(fact, GrainCommitted) and fact.outputs is not None \
-            and fact.payload_ref is None:
-        return replace(fact, outputs=None, outline=fact.outline if fact.outline is not None
-                       else outline_of(fact.outputs))
+    if isinstance(fact, GrainCommitted):
+        fact = freed(fact)
+        if fact.outline is not None and fact.payload_ref is None:
+            return replace(fact, outputs=None)
     return fact
 
 
