@@ -7,7 +7,9 @@ and no more (docs/topics/PAYLOADS.md, "Freeing values"; docs/topics/ARCHIVE.md):
   run's ``keep`` (:func:`~rayorch.store.layout.keeps_value`; the memory store's default is
   ``none``): the fact then reads as its ``outline``, what the fold of a delivered source
   needs, as a freed payload segment reads on Redis (:func:`~rayorch.store.payload.is_freed`).
-  Its Grains leave the Grain table, as the Redis archive's trim drops them.
+  Its Grains leave the Grain table, as the Redis archive's trim drops them; the table answers
+  for them as sealed (:class:`GrainTable`), so a late report is ``SEALED`` and a dispatch of
+  one refused, as before they left.
 * **Facts** move, ``BLOCK`` at a time once the tail holds twice that, into segments in the
   archive's format (:func:`~rayorch.store.archive.encode_segment`: msgpack facts,
   compressed), like the Redis store's archive; a fact whose values are still needed (its
@@ -34,6 +36,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import CallId, DomainId
 from rayorch.core.index_set import IndexSet
+from rayorch.core.vocabulary import GrainPhase
 from rayorch.store.archive import ArchivedFact, decode_segment, encode_segment
 from rayorch.store.base import StoredFact
 from rayorch.store.gate import GrainEntry
@@ -80,6 +83,32 @@ def source_of(fact: Fact) -> int | None:
     return None
 
 
+def _source_of_field(key: str) -> int | None:
+    """The source of a Grain field (``call|source.ordinal...``)."""
+    root = key.rpartition("|")[2].partition(".")[0]
+    return int(root) if root.isdigit() else None
+
+
+class GrainTable(dict[str, GrainEntry]):
+    """A shard's Grain table: the entries of undelivered sources, and a delivered source's
+    Grains as sealed (they left the table; nothing of theirs is accepted again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delivered = IndexSet()
+
+    def get(self, key: str, default: GrainEntry | None = None) -> GrainEntry | None:  # type: ignore[override]
+        entry = dict.get(self, key)
+        if entry is not None:
+            return entry
+        if self.delivered and _source_of_field(key) in self.delivered:
+            return _SEALED_LONG_AGO
+        return default
+
+
+_SEALED_LONG_AGO: GrainEntry = (GrainPhase.SEALED, -1)  # the generation is not kept
+
+
 @dataclass
 class _Segment:
     first: int
@@ -96,7 +125,7 @@ class ShardLog:
         self.run_id = run_id
         self.shard = shard
         self.kept = kept  # whether a value of the Call outlives its source's delivery
-        self.grains: dict[str, GrainEntry] = {}
+        self.grains = GrainTable()
         self.barriers: set[str] = set()
         self._segments: list[_Segment] = []
         self._firsts: list[int] = []
@@ -104,7 +133,7 @@ class ShardLog:
         self._live: list[StoredFact] = []
         self._by_domain: dict[DomainId, list[int]] = {}  # live seqs of each Domain
         self._holding: dict[int, list[int]] = {}  # undelivered source -> seqs of its values
-        self._delivered = IndexSet()
+        self._delivered = self.grains.delivered
         self._grain_sources: dict[int, list[str]] = {}  # undelivered source -> Grain fields
         self._decoded: tuple[int, list[StoredFact]] | None = None  # a segment, decoded
 
@@ -138,9 +167,9 @@ class ShardLog:
         grains = self.grains
         for key, entry in entries.items():
             if key not in grains:
-                root = key.rpartition("|")[2].partition(".")[0]
-                if root.isdigit() and int(root) not in self._delivered:
-                    self._grain_sources.setdefault(int(root), []).append(key)
+                source = _source_of_field(key)
+                if source is not None:
+                    self._grain_sources.setdefault(source, []).append(key)
             grains[key] = entry
 
     def _release(self, source: int) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import rayorch as ro
 from rayorch import F
+from rayorch.core.commit import CommitVerdict, GrainPhase
 from rayorch.core.facts import GrainCommitted, GrainDispatched, GrainReused, outline_of
 from rayorch.inspect.audit import audit_run
 from rayorch.store.memory_log import BLOCK
@@ -81,9 +82,13 @@ def test_a_delivered_source_leaves_no_value_and_no_grain_in_the_memory_store(
         # store holds none of the pages, words or documents of the delivered sources.
         kept = [(c.call, c.path) for c in read if c.outputs != outline_of(c.outputs or ())]
         assert not kept, f"values kept after delivery: {kept[:5]}"
-        # Their Grains left the commit gate's table, as the Redis archive's trim drops them.
-        assert store.grain_phase(run_id, 0, "render", (0,)) is None
-        assert store.grain_phase(run_id, 0, "read", (DOCS - 1, 1)) is None
+        # Their Grains left the commit gate's table (as the Redis archive's trim drops them):
+        # sealed for good, their generations no longer kept; a late report is refused.
+        gone = (GrainPhase.SEALED, -1)
+        assert store.grain_phase(run_id, 0, "render", (0,)) == gone
+        assert store.grain_phase(run_id, 0, "read", (DOCS - 1, 1)) == gone
+        late = GrainCommitted("read", (3, 0), 0, "present", ({"words": []},))
+        assert store.commit(run_id, [late]) == [CommitVerdict.SEALED]
         [places] = store.fact_places(run_id)  # a done shard moves whole
         assert places.archived > 2 * BLOCK and places.live < BLOCK
         report = audit_run(store, run_id)
