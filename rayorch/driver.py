@@ -488,12 +488,19 @@ class Executor:
 
 def _pin_memory_store(url: str, name: str) -> Any:
     """An Executor's memory store, held open so its runs outlive each other (one process:
-    a later run can reuse an earlier one); ``memory://`` becomes ``memory://<executor>``."""
+    a later run can reuse an earlier one); ``memory://`` becomes ``memory://<executor>``.
+
+    Its runs keep every value (``keep=all``), so that a later run reuses them, unless the URL
+    says otherwise (``memory://NAME?keep=none`` frees a delivered source's values)."""
     if not url.startswith("memory://"):
         return None
     from rayorch.store.registry import open_store
 
-    return open_store(url if url != "memory://" else f"memory://{name}")
+    if url == "memory://":
+        url = f"memory://{name}"
+    if "keep=" not in url:
+        url += "&keep=all" if "?" in url else "?keep=all"
+    return open_store(url)
 
 
 def _upstream_admission(
