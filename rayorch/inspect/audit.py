@@ -469,8 +469,9 @@ def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditRepor
             fact = stored.fact
             assert isinstance(fact, GrainCommitted | GrainReused)
             why = ("the run keeps every value (keep=all)" if kept is None else
-                   f"the run keeps the values of {fact.call} (keep={info.keep})"
-                   if fact.call in kept else None)
+                   None if fact.call not in kept else
+                   "its value is delivered, so it is kept" if info.keep == "outputs" else
+                   "its module keeps its values (keep_values)")
             if why is None and fact.path[0] not in delivered:
                 why = f"source {fact.path[0]} is not delivered, so it may still be needed"
             if why is not None:
