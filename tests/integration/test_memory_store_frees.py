@@ -117,3 +117,21 @@ def test_keep_all_keeps_every_value_and_a_later_run_reuses_them(ray_local: None)
         assert len([f for f in facts if isinstance(f, GrainReused)]) == DOCS * 4
     finally:
         store.close()
+
+
+def test_a_run_reusing_freed_values_runs_them_again(ray_local: None) -> None:
+    """A value freed after delivery is never reused (it reads back as an outline): a later
+    run with ``reuse=`` computes it again and delivers the same documents."""
+    url = f"memory://rerun-{uuid.uuid4().hex[:8]}"
+    store = open_store(url)
+    try:
+        first = Book().run(list(range(50)), store=url, quiet=True, progress=False)
+        assert dict(first) == {d: expected(d) for d in range(50)}
+        again = Book().run(list(range(50)), store=url, quiet=True, progress=False,
+                           reuse=first.run_id)
+        assert dict(again) == {d: expected(d) for d in range(50)}
+        facts = [s.fact for k in store.read_run(again.run_id).values() for s in k]
+        assert not [f for f in facts if isinstance(f, GrainReused)]
+        assert len([f for f in facts if isinstance(f, GrainDispatched)]) == 50 * 4
+    finally:
+        store.close()
