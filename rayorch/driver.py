@@ -309,7 +309,7 @@ def run_pipeline(
     if storage_options is not None:
         set_storage_options(storage_options)
     executor = Executor(pipeline, address=address, store=store, depth=depth,
-                        ray_init_kwargs=ray_init_kwargs)
+                        ray_init_kwargs=ray_init_kwargs, _one_shot=True)
     try:
         return executor.iterate(*inputs, ordered=ordered, progress=progress, run_id=run_id,
                                 micro_batch=micro_batch, shards=shards,
@@ -341,11 +341,13 @@ class Executor:
     """
 
     def __init__(self, pipeline: Any, *, address: str | None = None, store: str = "memory://",
-                 depth: int | None = None, ray_init_kwargs: dict[str, Any] | None = None) -> None:
+                 depth: int | None = None, ray_init_kwargs: dict[str, Any] | None = None,
+                 _one_shot: bool = False) -> None:
         self.pipeline = pipeline
         self.plan: Plan = pipeline.compile()
         self._name = f"executor-{uuid.uuid4().hex[:8]}"
-        self._pinned = _pin_memory_store(store, self._name)
+        # A one-shot Executor (Pipeline.run) has no later run to reuse its values.
+        self._pinned = _pin_memory_store(store, self._name, keep_all=not _one_shot)
         self.store_url = store if self._pinned is None else self._pinned.url
         self._address, self._depth, self._ray_init_kwargs = address, depth, ray_init_kwargs
         self._pools: dict[str, Any] | None = None
@@ -486,14 +488,22 @@ class Executor:
         self.close()
 
 
-def _pin_memory_store(url: str, name: str) -> Any:
+def _pin_memory_store(url: str, name: str, *, keep_all: bool) -> Any:
     """An Executor's memory store, held open so its runs outlive each other (one process:
-    a later run can reuse an earlier one); ``memory://`` becomes ``memory://<executor>``."""
+    a later run can reuse an earlier one); ``memory://`` becomes ``memory://<executor>``.
+
+    With ``keep_all`` its runs keep every value (``keep=all``), so that a later run reuses
+    them, unless the URL says otherwise (``memory://NAME?keep=none`` frees a delivered
+    source's values)."""
     if not url.startswith("memory://"):
         return None
     from rayorch.store.registry import open_store
 
-    return open_store(url if url != "memory://" else f"memory://{name}")
+    if url == "memory://":
+        url = f"memory://{name}"
+    if keep_all and "keep=" not in url:
+        url += "&keep=all" if "?" in url else "?keep=all"
+    return open_store(url)
 
 
 def _upstream_admission(

@@ -256,6 +256,12 @@ def outline_of(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
     its length, a filter its masks), anything else :data:`FREED`."""
 
     def leaf(value: Any) -> Any:
+        # Larger than a leaf without packing it (a page image is not copied to say so).
+        if isinstance(value, str | bytes | list | tuple | dict) and len(value) > OUTLINE_LEAF:
+            return FREED
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int) and nbytes > OUTLINE_LEAF:
+            return FREED
         try:
             small = len(pack_value(value)) <= OUTLINE_LEAF
         except (TypeError, ValueError, OverflowError):
@@ -270,6 +276,17 @@ def outline_of(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
         return leaf(value)
 
     return tuple(one(v) for v in outputs)
+
+
+def holds_freed(outputs: tuple[Any, ...]) -> bool:
+    """Whether outputs read back hold a freed value (:func:`outline_of`): they are an
+    outline, not the values a Grain computed."""
+    for value in outputs:
+        if isinstance(value, FreedValue):
+            return True
+        if isinstance(value, list | tuple) and any(isinstance(v, FreedValue) for v in value):
+            return True
+    return False
 
 
 def _ext(code: int, data: bytes) -> msgpack.ExtType:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rayorch.core.errors import RayorchError
-from rayorch.core.facts import GrainReused
+from rayorch.core.facts import GrainReused, holds_freed
 from rayorch.core.fingerprint import grain_reuse_key, plan_fingerprints
 from rayorch.core.ids import CallId, GrainKey, Path
 from rayorch.core.plan import Plan
@@ -65,6 +65,8 @@ class ReuseIndex:
                 reusable = grain.reusable
                 if reusable is not None:
                     key, fact = reusable
+                    if fact.outputs is not None and holds_freed(fact.outputs):
+                        continue  # freed once its source was delivered: it runs again
                     hits.setdefault(key, ReuseHit(grain.call, grain.path, fact.outputs,
                                                   fact.payload_ref))
         return cls(view.run_id, hits)

@@ -34,7 +34,6 @@ from rayorch.core.plan import Plan
 from rayorch.core.run_view import (
     GrainView,
     ShardView,
-    delivered_calls,
     first_before,
     fold_shard,
 )
@@ -42,6 +41,7 @@ from rayorch.core.vocabulary import EXPANSION_SUCCEEDED, GrainPhase
 from rayorch.inspect.drops import check_claims
 from rayorch.store.base import LineageStore, RunInfo, StoredFact
 from rayorch.store.errors import PayloadError
+from rayorch.store.layout import kept_calls
 from rayorch.store.payload import is_freed
 from rayorch.store.progress import declared_sources
 from rayorch.store.reuse_audit import check_reuse
@@ -457,25 +457,30 @@ def _read_shard(store: LineageStore, run_id: str, shard: int, report: AuditRepor
             else:
                 if is_freed(stored.fact):
                     freed.append(stored)
+        elif isinstance(fact, GrainCommitted) and is_freed(fact):
+            freed.append(stored)  # a memory store's value, freed in place
         facts.append(stored)
     if freed:
         delivered = {s.fact.index for s in facts if isinstance(s.fact, OutputEmitted)}
         info = store.run_info(run_id)
-        kept = delivered_calls(info.plan)
+        kept = kept_calls(info.keep, info.plan)
         report.counts.setdefault("payloads", Counter())["freed"] += len(freed)
         for stored in freed:
             fact = stored.fact
             assert isinstance(fact, GrainCommitted | GrainReused)
-            why = ("the run keeps every value (keep=all)" if info.keep != "outputs" else
-                   "its value is delivered, so it is kept" if fact.call in kept else
-                   None if fact.path[0] in delivered else
-                   f"source {fact.path[0]} is not delivered, so it may still be needed")
+            why = ("the run keeps every value (keep=all)" if kept is None else
+                   None if fact.call not in kept else
+                   "its value is delivered, so it is kept" if info.keep == "outputs" else
+                   "its module keeps its values (keep_values)")
+            if why is None and fact.path[0] not in delivered:
+                why = f"source {fact.path[0]} is not delivered, so it may still be needed"
             if why is not None:
                 unresolved += 1
+                what = (f"committed payload {fact.payload_ref!r} does not resolve" if
+                        fact.payload_ref is not None else "its committed value is gone")
                 report.violations.append(Violation(
                     shard, stored.seq, f"run {run_id} {format_grain((fact.call, fact.path))}",
-                    f"committed payload {fact.payload_ref!r} does not resolve: it was "
-                    f"freed, but {why}"))
+                    f"{what}: it was freed, but {why}"))
     return facts, unresolved
 
 

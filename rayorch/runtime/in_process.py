@@ -334,7 +334,8 @@ class Executor:
     def run(self, sources: Sequence[tuple[Any, ...]]) -> ExecutionResult:
         """Run every source (a tuple of forward arguments) to completion."""
         options = self.options
-        store = MemoryStore()
+        # With its history the executor returns the whole log, every value in it (keep=all).
+        store = MemoryStore("memory://?keep=all" if options.keep_history else "memory://")
         info = store.open_run(RUN_ID, self.plan)
         pools = LocalPools(self.plan, options, self.rng, store, self.stats)
         sink = CollectSink()

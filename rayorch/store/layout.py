@@ -31,7 +31,7 @@ from rayorch.core.facts import (
 )
 from rayorch.core.ids import ROOT, CallId, DomainId, domain_depth, format_grain
 from rayorch.core.plan import Plan
-from rayorch.core.run_view import call_domains
+from rayorch.core.run_view import call_domains, delivered_calls, kept_value_calls
 from rayorch.core.vocabulary import (
     PHASE_AFTER,
     REPORT_GROUP_FAILURE,
@@ -64,6 +64,28 @@ def shard_of(index: int, micro_batch: int, shards: int) -> int:
 
 
 
+KEEP_MODES = ("outputs", "all", "none")
+"""Which values of a source outlive its delivery, recorded with each run (``RunInfo.keep``,
+first writer wins; runs recorded before it keep ``all``); ``keep=`` on a store URL
+(docs/topics/PAYLOADS.md, "Freeing values"). Every mode keeps the values of modules declared
+``keep_values`` (a data-quality stage's verdicts: why a document is gone is lineage), and:
+
+* ``outputs``: the values of the Calls the run delivers (``delivered_calls``: a resume after
+  a store rollback may deliver them again); the Redis store's default;
+* ``all``: every value, for a run to be reused whole;
+* ``none``: nothing more: the memory store's default (its values are the driver's heap, and
+  a store in the driver's process cannot roll back, so nothing delivers them again).
+"""
+
+
+def kept_calls(keep: str, plan: Mapping[str, Any]) -> frozenset[CallId] | None:
+    """The Calls whose values outlive their source's delivery under ``keep`` in a run of
+    ``plan`` (a stored plan description); None: every Call's."""
+    if keep == "all":
+        return None
+    return delivered_calls(plan) if keep == "outputs" else kept_value_calls(plan)
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a store keeps about a run besides its facts."""
@@ -76,7 +98,7 @@ class RunInfo:
     config: dict[str, Any] = field(default_factory=dict)
     created_ts: float = 0.0
     sink: tuple[str, str] | None = None  # (directory, format) a driver recorded, if any
-    keep: str = "all"  # which payload values outlive their source ("outputs": delivered ones)
+    keep: str = "all"  # which values outlive their source's delivery (KEEP_MODES)
     payloads: str = ""  # the payload root its values go to, recorded once ("": this store's)
 
     def shard_of(self, index: int) -> int:

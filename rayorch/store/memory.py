@@ -8,6 +8,12 @@ A store opened by URL lives while someone has it open: every :meth:`MemoryStore.
 counts a user, every :meth:`close` ends one, and the last close drops the store from the
 process's registry and its lineage with it (docs/ARCHITECTURE.md, "Bounded driver
 memory"). To read a run after its driver closed, keep the store open meanwhile.
+
+It keeps what a Redis store keeps in Redis, in the driver's heap: a delivered source's
+values go (by the run's ``keep``: ``memory://NAME?keep=all`` keeps every value, for a run to
+be reused whole; the default is ``none``), its Grains leave the Grain table, and facts move
+into compressed segments (:mod:`rayorch.store.memory_log`), so the driver's memory follows
+the sources in flight, not the run.
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
+from urllib.parse import parse_qsl
 
 from rayorch.core.facts import Fact, GrainCommitted, LeaseAcquired
 from rayorch.core.ids import ROOT, CallId, DomainId, Path
 from rayorch.core.vocabulary import CommitVerdict
+from rayorch.store.archive import FactPlaces
 from rayorch.store.base import (
     DEFAULT_READ_LIMIT,
     POOL_LOG_MAX,
@@ -42,30 +49,29 @@ from rayorch.store.gate import (
 )
 from rayorch.store.keys import grain_field
 from rayorch.store.layout import (
+    KEEP_MODES,
     AppendBasis,
     RunInfo,
     RunLayout,
     check_reopen,
     check_run_id,
+    kept_calls,
     prepare_driver_facts,
     prepare_reports,
 )
+from rayorch.store.memory_log import ShardLog
+
+DEFAULT_KEEP = "none"  # the values are the driver's heap (rayorch.store.layout.KEEP_MODES)
 
 
 @dataclass
 class _Shard:
-    facts: list[StoredFact] = field(default_factory=list)
-    by_domain: dict[DomainId, list[int]] = field(default_factory=dict)  # domain -> seqs
-    grains: dict[str, GrainEntry] = field(default_factory=dict)
-    barriers: set[str] = field(default_factory=set)
+    log: ShardLog  # its facts and Grain table
     lease: ShardLease = field(default_factory=ShardLease)
     last_append_first: int = 0  # the first seq of the latest driver append
 
     def add(self, domain: DomainId, fact: Fact) -> int:
-        seq = len(self.facts) + 1
-        self.facts.append(StoredFact(seq, domain, fact))
-        self.by_domain.setdefault(domain, []).append(seq)
-        return seq
+        return self.log.add(domain, fact)
 
 
 @dataclass
@@ -88,7 +94,9 @@ class MemoryStore(MemoryClaims, LineageStore):
 
     def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.monotonic
                  ) -> None:
-        self.url = url
+        # a backend built on this class may have a scheme of its own
+        self.url, self.keep = _parse_url(url) if url.startswith("memory://") else (
+            url, DEFAULT_KEEP)
         self._clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -98,17 +106,14 @@ class MemoryStore(MemoryClaims, LineageStore):
     @classmethod
     def open(cls, url: str) -> MemoryStore:
         """``memory://NAME`` returns the process's store of that name; ``memory://`` a new one."""
-        if not url.startswith("memory://"):
-            raise StoreURLError(url, "a memory store URL starts with memory://")
-        name = url[len("memory://"):]
-        if "/" in name or "?" in name:
-            raise StoreURLError(url, "a memory store URL is memory:// or memory://NAME")
-        if not name:
-            name = uuid.uuid4().hex
+        plain, keep = _parse_url(url)
+        name = plain[len("memory://"):] or uuid.uuid4().hex
         with cls._registry_lock:
             store = cls._registry.get(name)
             if store is None:
                 store = cls._registry[name] = cls(f"memory://{name}")
+            if "keep=" in url:
+                store.keep = keep  # for the runs it opens from now on (each records its own)
             store._users += 1
             return store
 
@@ -144,8 +149,15 @@ class MemoryStore(MemoryClaims, LineageStore):
             if run is not None:
                 check_reopen(run.layout.info, fingerprint, shards, micro_batch)
                 return run.layout.info
-            info = RunInfo(run_id, fingerprint, desc, shards, micro_batch, config, time.time())
-            self._runs[run_id] = _Run(RunLayout(info), [_Shard() for _ in range(shards)])
+            info = RunInfo(run_id, fingerprint, desc, shards, micro_batch, config, time.time(),
+                           keep=self.keep)
+            calls = kept_calls(info.keep, desc)
+
+            def kept(call: CallId) -> bool:
+                return calls is None or call in calls
+
+            self._runs[run_id] = _Run(RunLayout(info), [_Shard(ShardLog(run_id, k, kept))
+                                                        for k in range(shards)])
             return info
 
     def _run(self, run_id: str) -> _Run:
@@ -218,9 +230,10 @@ class MemoryStore(MemoryClaims, LineageStore):
             run, state = self._shard(run_id, shard)
             prepared = prepare_driver_facts(run.layout, shard, facts)
             state.lease.fence(run_id, shard, epoch, driver, self._clock())
-            basis_check(run_id, shard, basis, len(state.facts), state.last_append_first,
-                        state.grains.get)
-            state.grains.update(seal_check(run_id, shard, prepared, state.grains.get))
+            grains = state.log.grains
+            basis_check(run_id, shard, basis, state.log.last_seq, state.last_append_first,
+                        grains.get)
+            state.log.note_grains(seal_check(run_id, shard, prepared, grains.get))
             seqs = [state.add(item.domain, item.fact) for item in prepared]
             if seqs:
                 state.last_append_first = seqs[0]
@@ -235,7 +248,8 @@ class MemoryStore(MemoryClaims, LineageStore):
             run = self._run(run_id)
             for shard, prepared in prepare_reports(run.layout, reports).items():
                 state = run.shards[shard]
-                judge_reports(prepared, state.grains, state.barriers, verdicts, state.add)
+                judge_reports(prepared, state.log.grains, state.log.barriers, verdicts,
+                              state.add)
             self._changed.notify_all()
         return verdicts
 
@@ -286,18 +300,18 @@ class MemoryStore(MemoryClaims, LineageStore):
             run = self._run(run_id)
             run.layout.check_shard(shard)
             run.done.add(shard)
+            log = run.shards[shard].log
+            log.compact(log.last_seq)  # a done shard is compacted whole
+
+    def fact_places(self, run_id: str) -> list[FactPlaces]:
+        """Where each shard's facts live: compressed segments, and the live tail."""
+        with self._lock:
+            run = self._run(run_id)
+            return [FactPlaces(k, *s.log.places(), self.url) for k, s in enumerate(run.shards)]
 
     def done_shards(self, run_id: str) -> frozenset[int]:
         with self._lock:
             return frozenset(self._run(run_id).done)
-
-    def _select(self, state: _Shard, after: int, limit: int, domain: DomainId | None
-                ) -> list[StoredFact]:
-        if domain is None:
-            return state.facts[after:after + limit]
-        seqs = state.by_domain.get(domain, [])
-        start = bisect_right(seqs, after)
-        return [state.facts[s - 1] for s in seqs[start:start + limit]]
 
     def read(
         self,
@@ -314,7 +328,7 @@ class MemoryStore(MemoryClaims, LineageStore):
         with self._changed:
             while True:
                 _, state = self._shard(run_id, shard)
-                found = self._select(state, after, limit, domain)
+                found = state.log.select(after, limit, domain)
                 if found or deadline is None:
                     return found
                 remaining = deadline - time.monotonic()
@@ -326,13 +340,29 @@ class MemoryStore(MemoryClaims, LineageStore):
                     ) -> GrainEntry | None:
         with self._lock:
             _, state = self._shard(run_id, shard)
-            return state.grains.get(grain_field(call, path))
+            return state.log.grains.get(grain_field(call, path))
 
     def barriers(self, run_id: str, shard: int) -> frozenset[tuple[CallId, Path]]:
         with self._lock:
             _, state = self._shard(run_id, shard)
-            members = list(state.barriers)
+            members = list(state.log.barriers)
         return frozenset(split_field(member) for member in members)
+
+
+def _parse_url(url: str) -> tuple[str, str]:
+    """``(memory://NAME, keep)`` of a memory store URL (``memory://[NAME][?keep=MODE]``)."""
+    if not url.startswith("memory://"):
+        raise StoreURLError(url, "a memory store URL starts with memory://")
+    name, _, query = url[len("memory://"):].partition("?")
+    if "/" in name or "?" in query:
+        raise StoreURLError(url, "a memory store URL is memory:// or memory://NAME")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    keep = options.pop("keep", DEFAULT_KEEP)
+    if options:
+        raise StoreURLError(url, f"a memory store takes only keep=, not {sorted(options)[0][:20]}=")
+    if keep not in KEEP_MODES:
+        raise StoreURLError(url, f"keep= takes {' or '.join(KEEP_MODES)}, not {keep[:20]!r}")
+    return f"memory://{name}", keep
 
 
 __all__ = ["MemoryStore"]

@@ -10,9 +10,11 @@ order when a script must be reloaded or a cluster call rerouted); a fenced appen
 ``OutputEmitted`` releases its sources, and a segment no source holds is deleted, after the
 append is on disk (WAITAOF).
 
-Kept, never counted: the values of the Calls a run delivers (``delivered_calls``: its
-outputs, which a resume after a store rollback may deliver again), and every value of a run
-recorded with ``keep=all`` (a run to be reused whole, docs/topics/REUSE.md "Reuse").
+Kept, never counted: what the run's ``keep`` keeps (:func:`~rayorch.store.layout.kept_calls`:
+with ``outputs``, the default, the values of the Calls a run delivers, which a resume after a
+store rollback may deliver again; with ``all`` every value, a run to be reused whole,
+docs/topics/REUSE.md "Reuse"). The memory store frees its values by the same rule
+(:mod:`rayorch.store.memory_log`).
 A fact whose segment was freed reads as its ``outline``: the fold of the lineage needs
 only the structure of the values of delivered sources.
 """
@@ -26,18 +28,13 @@ from typing import Any
 from rayorch.core.errors import StoreError
 from rayorch.core.facts import Fact, GrainCommitted, OutputEmitted, pack_value
 from rayorch.core.ids import CallId
-from rayorch.core.run_view import delivered_calls
 from rayorch.core.vocabulary import CommitVerdict
 from rayorch.store.errors import PayloadError
 from rayorch.store.keys import ShardKeys
-from rayorch.store.layout import RunLayout
+from rayorch.store.layout import KEEP_MODES as KEEP_MODES
+from rayorch.store.layout import RunLayout, kept_calls
 from rayorch.store.payload import PayloadStore, deletable_refs, object_of, run_of_ref
 from rayorch.store.scripts import RELEASE_PAYLOADS, TRACK_PAYLOADS, LuaScript
-
-KEEP_MODES = ("outputs", "all")
-"""``keep=`` in the store URL, recorded with each run it opens (``RunInfo.keep``, first
-writer wins; runs recorded before it keep ``all``): ``outputs`` frees other values once
-their source is delivered (the default); ``all`` keeps every value, to be reused whole."""
 
 Eval = Callable[[LuaScript, Sequence[str], Sequence[Any]], Any]
 
@@ -51,14 +48,13 @@ class SegmentRelease:
         self.keep = keep  # what a run this store opens records (RunInfo.keep)
         self._eval = run_eval
         self._sync = sync_to_disk
-        self._kept: dict[str, frozenset[CallId]] = {}  # run -> its delivered Calls
+        self._kept: dict[str, frozenset[CallId] | None] = {}  # run -> the Calls it keeps
 
-    def _kept_calls(self, layout: RunLayout) -> frozenset[CallId]:
+    def _kept_calls(self, layout: RunLayout) -> frozenset[CallId] | None:
         run_id = layout.info.run_id
-        kept = self._kept.get(run_id)
-        if kept is None:
-            kept = self._kept[run_id] = delivered_calls(layout.info.plan)
-        return kept
+        if run_id not in self._kept:
+            self._kept[run_id] = kept_calls(layout.info.keep, layout.info.plan)
+        return self._kept[run_id]
 
     def externalize(self, layout: RunLayout, shard: int, reports: Sequence[GrainCommitted]
                     ) -> dict[int, GrainCommitted]:
@@ -84,8 +80,8 @@ class SegmentRelease:
               ref: str) -> None:
         """Count the segment of ``ref`` as held by the sources of ``reports`` (its values),
         unless one of them is kept: a segment with a kept value is never freed."""
-        if layout.info.keep != "outputs" or any(r.call in self._kept_calls(layout)
-                                                for r in reports):
+        kept = self._kept_calls(layout)
+        if kept is None or any(r.call in kept for r in reports):
             return
         keys = ShardKeys(layout.info.run_id, shard)
         segment = object_of(ref).partition("/")[2]  # below the run's folder
@@ -105,7 +101,7 @@ class SegmentRelease:
     def release(self, layout: RunLayout, shard: int, facts: Sequence[Fact]) -> None:
         """After an accepted append: the delivered sources' segments go when none holds
         them. A failure here leaves garbage (objects facts name), never a needed value."""
-        if layout.info.keep != "outputs":
+        if layout.info.keep == "all":
             return
         run_id = layout.info.run_id
         delivered = [f.index for f in facts if isinstance(f, OutputEmitted)]

@@ -10,7 +10,7 @@ first one did instead of applying twice. Every key comes from :mod:`.keys`.
 
 URL options (removed before the URL reaches redis-py): ``payload_dir=PATH``,
 ``payload_threshold=BYTES`` (default 128: larger outputs go to payload segments),
-``keep=outputs|all`` (which values outlive their source's delivery,
+``keep=outputs|all|none`` (which values outlive their source's delivery,
 :mod:`.payload_release`), ``retries=N`` (reconnect attempts), ``archive=URL`` (finished
 lineage goes to compressed segments there and leaves Redis, :mod:`.redis_archive`) and
 ``archive_every=N`` (facts a driver appends to a shard between two archives of it).

@@ -22,6 +22,7 @@ from typing import Any
 
 from rayorch.core.facts import REPORT_PRESENT
 from rayorch.core.ids import Path
+from rayorch.store.payload import is_freed
 
 MAX_SIDE_PX = 1400  # the page image's longer side
 CELL_TEXT = 2000  # characters of a cell or block shown
@@ -237,6 +238,9 @@ def page_regions(store: Any, shard: Any, path: Path) -> tuple[list[Region], int,
         try:
             resolved = store.resolve_payload(commit)
         except Exception:  # freed after delivery, or unreachable: the content list says
+            unreadable += 1
+            continue
+        if is_freed(resolved):  # read back as its outline: freed after delivery
             unreadable += 1
             continue
         outputs = resolved.outputs or ()

@@ -34,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
     ensure_ray("local", num_cpus=4, log_to_driver=False)
     pdf = write_pdf(tmp_path_factory.mktemp("viewer") / "report.pdf")
-    url = f"memory://page-viewer-{os.getpid()}"
+    url = f"memory://page-viewer-{os.getpid()}?keep=all"  # regions drawn after delivery
     store = open_store(url)
     handle = TextLayoutPipeline().run([str(pdf)], store=url, quiet=True, progress=False)
     assert len(handle.outputs) == 1

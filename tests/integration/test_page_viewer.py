@@ -22,7 +22,7 @@ pytest.importorskip("starlette")
 def test_the_viewer_draws_each_region_on_the_page_and_links_its_lineage(
         ray_local: None, tmp_path: Path) -> None:
     pdf = write_pdf(tmp_path / "report.pdf")
-    url = f"memory://viewer-{id(pdf)}"
+    url = f"memory://viewer-{id(pdf)}?keep=all"  # regions drawn from values after delivery
     store = open_store(url)
     handle = TextLayoutPipeline().run([str(pdf)], store=url, quiet=True)
     [document] = handle.outputs

@@ -20,6 +20,7 @@ from rayorch.core.facts import (
     REPORT_RECORD_FAILURE,
     BarrierInstalled,
     ExpansionClosed,
+    Fact,
     GrainCommitted,
     GrainDispatched,
     GrainFailed,
@@ -44,6 +45,7 @@ from rayorch.store import (
     UnknownRunPartError,
     open_store,
 )
+from rayorch.store.memory_log import BLOCK
 from rayorch.store.scripted_run import scripted_plan, write_scripted_run
 
 pytestmark = pytest.mark.integration
@@ -308,6 +310,33 @@ class TestFactLog:
             cursor = batch[-1].seq
         seqs = [s.seq for page in pages for s in page]
         assert seqs == list(range(1, 32))
+
+    def test_a_long_shard_reads_back_whole_by_domain_and_from_any_cursor(
+            self, store: LineageStore, run: str, epoch: int) -> None:
+        """More facts than the memory store keeps as objects (it moves them into segments):
+        every read sees the facts as written, an undelivered source's value too."""
+        n = 3 * BLOCK + 5
+        store.append(run, 0, epoch, [GrainDispatched("render", (4,), 0)], driver="driver-a")
+        facts: list[Fact] = [GrainDispatched("ocr", (0, i), 0) if i % 3 else
+                             GrainDispatched("render", (i % 2,), i) for i in range(n)]
+        store.append(run, 0, epoch, facts[:BLOCK], driver="driver-a")
+        value = {"text": "x" * 5000, "pages": list(range(40))}
+        verdicts = store.commit(run, [committed("render", (4,), value=value)])
+        assert verdicts == [CommitVerdict.ACCEPTED]
+        store.append(run, 0, epoch, facts[BLOCK:], driver="driver-a")
+        written = [LeaseAcquired(0, "driver-a", epoch), GrainDispatched("render", (4,), 0),
+                   *facts[:BLOCK], committed("render", (4,), value=value), *facts[BLOCK:]]
+        read = [s.fact for s in store.iter_facts(run, 0)]
+        assert read[:BLOCK + 2] + read[BLOCK + 3:] == written[:BLOCK + 2] + written[BLOCK + 3:]
+        commit = read[BLOCK + 2]  # on Redis with its payload reference beside it
+        assert isinstance(commit, GrainCommitted) and commit.outputs == (value,)
+        children = [s for s in store.iter_facts(run, 0, domain="root/0")]
+        assert [s.fact for s in children] == [f for f in written
+                                              if isinstance(f, GrainDispatched) and f.call == "ocr"]
+        for after in (0, 1, BLOCK - 1, BLOCK + 2, 2 * BLOCK - 2, 2 * BLOCK + 7, n + 1):
+            got = store.read(run, 0, after, limit=5)
+            assert [s.seq for s in got] == list(range(after + 1, min(after + 5, n + 3) + 1))
+            assert [s.fact for s in got] == read[after:after + 5]
 
     def test_blocking_read_wakes_on_append(self, store: LineageStore, run: str, epoch: int
                                            ) -> None:

@@ -38,7 +38,7 @@ HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 @pytest.fixture
 def store() -> Iterator[LineageStore]:
-    lineage = open_store("memory://")
+    lineage = open_store("memory://?keep=all")  # drops and pages read values after delivery
     try:
         write_scripted_run(lineage, "done")
         write_scripted_run(lineage, "half", complete=False, pages=(2, 3))
@@ -234,7 +234,7 @@ def test_a_pool_that_sizes_itself_shows_its_range_where_a_fixed_one_shows_its_si
     names = [m["name"] for m in plan["modules"]]
     assert sizes and set(sizes.values()) <= {"auto", "2-8", None}
     assert "auto" in sizes.values() and ("2-8" in sizes.values() or len(names) == 1)
-    lineage = open_store("memory://")
+    lineage = open_store("memory://?keep=all")  # drops and pages read values after delivery
     try:
         write_scripted_run(lineage, "sizing", plan=Plan.from_description(plan))
         page = TestClient(build_app(lineage)).get("/runs/sizing").text
