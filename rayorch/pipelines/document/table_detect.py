@@ -1,0 +1,222 @@
+"""Which boxes of a page are tables: the layout model's table regions, checked against the
+page's own columns of words.
+
+The CDLA layout model misses tables a page shows plainly (an unruled table read as ``text``,
+a zebra table as ``figure``) and draws one box around two tables set one under the other. A
+table is lines of words that fall into the same columns, and that is read from word boxes
+alone (:func:`find_tables`): the text-layer words of a born-digital page, or on a scan the
+blobs its ink makes (:func:`ink_word_boxes`, letters joined into words, rules taken out).
+
+* **lines** and **phrases** as :mod:`~rayorch.pipelines.document.text_table` makes them (a
+  phrase ends at a gap wider than a word space);
+* **blocks**: lines close under each other (:data:`RUN_GAP` line heights) with two phrases or
+  more (*rows*); a line of one phrase stays in a block between two rows when it is narrow (a
+  label that wraps); a wide one (a paragraph, a note) ends it, so notes stay outside;
+* a block is a table when it has :data:`MIN_ROWS` rows and gaps between columns run down it
+  (``text_table._separators``): three columns or more, or two whose phrases are short
+  (:data:`CELL_WORDS`; two columns of running text are lines of many words);
+* the lines of one phrase just above the first row that cross no gap between columns, or lie
+  right of the first column, are its header (a label over two header rows, a group label).
+
+:func:`with_found_tables` merges them into the model's detections: a found table the model
+also found keeps the model's box, widened to the words; a model box holding two found tables
+becomes those two; a found table the model missed is added, and the model's other boxes over
+it (the ``text`` or ``figure`` it took it for) are dropped, so no word is emitted twice (the
+words they held outside the table come back as regions of their own, see
+:func:`~rayorch.pipelines.document.layout.page_regions`).
+
+>>> rows = [[[0, y, 30, y + 8, "Region"], [60, y, 80, y + 8, "12"], [110, y, 130, y + 8, "7"]]
+...         for y in (0, 12, 24, 36)]
+>>> find_tables([w for row in rows for w in row])
+[(-2.0, -2.0, 132.0, 46.0)]
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from rayorch.pipelines.document.table_structure import ink_blobs
+from rayorch.pipelines.document.text_table import _Line, _lines, _separators
+
+Box = tuple[float, float, float, float]
+"""``(x0, y0, x1, y1)``, top-left origin."""
+Detection = tuple[str, float, Box]
+"""A layout detection: kind, score, box (fractions of the page), as in ``layout``."""
+
+RUN_GAP = 2.5
+"""Lines farther apart than this many line heights are not in one table."""
+MIN_ROWS = 3
+"""A table has at least this many lines of two phrases or more."""
+NARROW = 0.5
+"""A line of one phrase inside a table is at most this share of the table's width."""
+CELL_WORDS = 4
+"""Two columns are a table when their phrases hold at most this many words (the median);
+two columns of running text hold lines of many words."""
+HEADER_LINES = 3
+"""At most this many lines of one phrase above a table's first row are its header (a label
+over two header rows, a group label over columns), when they cross no gap between columns
+or lie right of the first column."""
+PAD = 0.25
+"""A found table's box is widened by this share of a line height on each side."""
+FOUND_SCORE = 0.0
+"""The score of a table the model did not find."""
+SAME_TABLE = 0.5
+"""A model table and a found one overlapping by this share of the smaller are one table."""
+HOLDS = 0.7
+"""A found table this much inside a model table lies in it (two such: the model joined two)."""
+COVERED = 0.5
+"""A model region (not a table) with this share of its area inside a found table is the table
+read as something else: dropped."""
+
+
+def _area(box: Box) -> float:
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def _intersection(a: Box, b: Box) -> float:
+    return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+
+
+def _union(a: Box, b: Box) -> Box:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def find_tables(words: Sequence[Sequence[Any]]) -> list[Box]:
+    """The boxes of the tables that ``words`` (``[x0, y0, x1, y1, text]``, any unit, top-left
+    origin) form, top to bottom; see the module's docstring."""
+    lines = _lines(words)
+    if len(lines) < MIN_ROWS:
+        return []
+    height = statistics.median(line.y1 - line.y0 for line in lines)
+    tables: list[Box] = []
+    block: list[_Line] = []
+    start = 0
+    for i, line in enumerate([*lines, None]):
+        if line is not None and block and line.y0 - block[-1].y1 <= RUN_GAP * height and (
+                len(line.phrases) >= 2 or _narrow(line, block)):
+            block.append(line)
+            continue
+        if block:
+            found = _table(lines[max(0, start - HEADER_LINES):start], block, height)
+            if found is not None:
+                tables.append(found)
+        block = [line] if line is not None and len(line.phrases) >= 2 else []
+        start = i
+    return tables
+
+
+def _narrow(line: _Line, block: Sequence[_Line]) -> bool:
+    """Whether a line of one phrase is narrow beside the block's rows (a wrapped label)."""
+    left = min(p.x0 for row in block for p in row.phrases)
+    right = max(p.x1 for row in block for p in row.phrases)
+    return line.phrases[0].x1 - line.phrases[0].x0 <= NARROW * max(right - left, 1e-9)
+
+
+def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | None:
+    """The box of ``block`` when its lines are a table (its trailing one-phrase lines left
+    out, the header lines among the lines just ``above`` it added), else ``None``."""
+    while block and len(block[-1].phrases) < 2:
+        block = block[:-1]
+    rows = [line for line in block if len(line.phrases) >= 2]
+    if len(rows) < MIN_ROWS:
+        return None
+    cuts = _separators(block)
+    if not cuts:
+        return None
+    if len(cuts) == 1 and statistics.median(
+            len(p.words) for line in rows for p in line.phrases) > CELL_WORDS:
+        return None
+    x0 = min(p.x0 for line in block for p in line.phrases)
+    x1 = max(p.x1 for line in block for p in line.phrases)
+    top = block[0]
+    for line in reversed(above):
+        phrase = line.phrases[0]
+        if (len(line.phrases) > 1 or top.y0 - line.y1 > RUN_GAP * height
+                or phrase.x0 < x0 - height or phrase.x1 > x1 + height
+                or (phrase.x0 < cuts[0] and any(phrase.x0 < c < phrase.x1 for c in cuts))):
+            break
+        top = line
+    pad = PAD * height
+    return (x0 - pad, top.y0 - pad, x1 + pad, block[-1].y1 + pad)
+
+
+INK_WORD = "·"
+"""The text of an ink blob standing in for a word (its text is not read here)."""
+
+
+def ink_word_boxes(gray: Any) -> list[list[Any]]:
+    """The word blobs of a page image (2-D uint8, dark ink on light paper) as words
+    ``[x0, y0, x1, y1, "·"]`` in pixels: its ink with the rules taken out (horizontal ones
+    longer than 2% of the width, vertical ones taller than 3% of the height), letters joined
+    into words (:func:`~rayorch.pipelines.document.table_structure.ink_blobs`)."""
+    height, width = gray.shape
+    blobs = ink_blobs(gray, (max(20, width // 50), max(30, height // 33)))
+    return [[*blob, INK_WORD] for blob in blobs]
+
+
+def page_tables(words: Sequence[Sequence[Any]], size_pt: tuple[float, float], gray: Any
+                ) -> list[Box]:
+    """The tables of a page as boxes in fractions of it: found in its text-layer ``words``
+    (PDF points; page size ``size_pt``) when it has usable ones, else in the ink of ``gray``
+    (its image, 2-D uint8)."""
+    if words:
+        scale_x, scale_y = size_pt
+        boxes = find_tables(words)
+    else:
+        scale_y, scale_x = gray.shape
+        boxes = find_tables(ink_word_boxes(gray))
+    return [(max(0.0, x0 / scale_x), max(0.0, y0 / scale_y), min(1.0, x1 / scale_x),
+             min(1.0, y1 / scale_y)) for x0, y0, x1, y1 in boxes]
+
+
+def with_found_tables(detections: Sequence[Detection], found: Sequence[Box]) -> list[Detection]:
+    """The model's ``detections`` (merged, boxes as fractions) with the ``found`` tables
+    (fractions too) merged in; see the module's docstring."""
+    kept = list(detections)
+    claimed: set[int] = set()
+    out: list[Detection] = []
+    for kind, score, box in kept:
+        if kind != "table":
+            continue
+        inside = [i for i, table in enumerate(found)
+                  if _intersection(table, box) >= HOLDS * _area(table)]
+        if len(inside) >= 2:  # the model drew one box around two tables
+            out += [("table", score, found[i]) for i in inside]
+            claimed.update(inside)
+            continue
+        same = [i for i, table in enumerate(found) if i not in claimed and _intersection(
+            table, box) >= SAME_TABLE * min(_area(table), _area(box))]
+        for i in same:
+            box = _union(box, found[i])
+        claimed.update(same)
+        out.append(("table", score, box))
+    added = [table for i, table in enumerate(found) if i not in claimed
+             and not any(_intersection(table, b) >= SAME_TABLE * min(_area(table), _area(b))
+                         for _, _, b in out)]
+    tables = out + [("table", FOUND_SCORE, table) for table in added]
+    others: list[Detection] = []
+    for kind, score, box in kept:
+        if kind == "table":
+            continue
+        for _, _, table in tables:
+            if _intersection(box, table) >= COVERED * _area(box):
+                break
+            if _intersection(box, table) > 0.0:
+                box = _outside(box, table)
+        else:
+            others.append((kind, score, box))
+    return tables + others
+
+
+def _outside(box: Box, table: Box) -> Box:
+    """The largest part of ``box`` above, below, left or right of ``table`` (a region that
+    reaches into a table gives up the part inside, so no word is in both)."""
+    x0, y0, x1, y1 = box
+    parts = [(x0, y0, x1, min(y1, table[1])), (x0, max(y0, table[3]), x1, y1),
+             (x0, y0, min(x1, table[0]), y1), (max(x0, table[2]), y0, x1, y1)]
+    return max(parts, key=_area)
+
+
+__all__ = ["FOUND_SCORE", "find_tables", "ink_word_boxes", "page_tables", "with_found_tables"]
