@@ -149,10 +149,11 @@ INK_WORD = "·"
 def ink_word_boxes(gray: Any) -> list[list[Any]]:
     """The word blobs of a page image (2-D uint8, dark ink on light paper) as words
     ``[x0, y0, x1, y1, "·"]`` in pixels: its ink with the rules taken out (horizontal ones
-    longer than 2% of the width, vertical ones taller than 3% of the height), letters joined
-    into words (:func:`~rayorch.pipelines.document.table_structure.ink_blobs`)."""
+    longer than 4% of the width, vertical ones taller than 3% of the height: longer than a
+    letter's strokes), letters joined into words
+    (:func:`~rayorch.pipelines.document.table_structure.ink_blobs`)."""
     height, width = gray.shape
-    blobs = ink_blobs(gray, (max(20, width // 50), max(30, height // 33)))
+    blobs = ink_blobs(gray, (max(40, width // 25), max(30, height // 33)))
     return [[*blob, INK_WORD] for blob in blobs]
 
 
