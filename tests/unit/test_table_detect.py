@@ -119,3 +119,15 @@ def test_a_table_on_a_scan_is_found_in_its_ink() -> None:
     assert [r["kind"] for r in regions] == ["table"]
     x0, y0, x1, y1 = regions[0]["bbox"]  # type: ignore[misc]
     assert x0 <= 72 / 612 and y0 <= 140 / 792 and x1 >= 280 / 612 and y1 >= 228 / 792
+
+
+def test_header_lines_of_one_label_above_the_first_row_belong_to_the_table() -> None:
+    # A group label over columns 1-2, the first column's label set between the two header
+    # rows, then the second header row: only that one has two phrases.
+    words = [*_line(100, 72, PARAGRAPH), *_line(130, 190, "Group A"), *_line(137, 72, "Region"),
+             *_line(144, 160, "Area"), *_line(144, 240, "Income"),
+             *_table(160, ROWS[1:])]
+    regions = _regions(words, [("text", 0.9, _frac(70, 98, 500, 110))])
+    [table] = [r for r in regions if r["kind"] == "table"]
+    assert _texts(table)[:4] == ["Group", "A", "Region", "Area"]
+    assert "Group" not in [w for r in regions if r is not table for w in _texts(r)]
