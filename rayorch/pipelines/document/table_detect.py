@@ -33,12 +33,13 @@ words they held outside the table come back as regions of their own, see
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
 from rayorch.pipelines.document.table_structure import ink_blobs
-from rayorch.pipelines.document.text_table import _Line, _lines, _separators
+from rayorch.pipelines.document.text_table import _Line, _lines, _Phrase, _separators
 
 Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin."""
@@ -56,8 +57,11 @@ CELL_WORDS = 4
 two columns of running text hold lines of many words."""
 HEADER_LINES = 3
 """At most this many lines of one phrase above a table's first row are its header (a label
-over two header rows, a group label over columns), when they cross no gap between columns
-or lie right of the first column."""
+over two header rows, a group label over columns, headers set close together): see
+:func:`_header`."""
+HEADER_GAP = 1.5
+"""A header line sits at most this many times the table's median gap between lines above
+the line under it (a caption or a paragraph above the table sits farther)."""
 PAD = 0.25
 """A found table's box is widened by this share of a line height on each side."""
 FOUND_SCORE = 0.0
@@ -130,18 +134,39 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
         return None
     x0 = min(p.x0 for line in block for p in line.phrases)
     x1 = max(p.x1 for line in block for p in line.phrases)
+    gaps = [b.y0 - a.y1 for a, b in itertools.pairwise(block) if b.y0 > a.y1]
+    near = max(HEADER_GAP * statistics.median(gaps) if gaps else 0.0, 0.25 * height)
     top = block[0]
     for line in reversed(above):
         phrase = line.phrases[0]
-        if (len(line.phrases) > 1 or top.y0 - line.y1 > RUN_GAP * height
-                or phrase.x0 < x0 - height or phrase.x1 > x1 + height
-                or (phrase.x0 < cuts[0] and any(phrase.x0 < c < phrase.x1 for c in cuts))):
+        if (len(line.phrases) > 1 or top.y0 - line.y1 > near or phrase.x0 < x0 - height
+                or phrase.x1 > x1 + 0.5 * (x1 - x0) or not _header(phrase, cuts, rows)):
             break
         top = line
     pad = PAD * height
     return (x0 - pad, top.y0 - pad, x1 + pad, block[-1].y1 + pad)
 
 
+def _header(phrase: _Phrase, cuts: Sequence[float], rows: Sequence[_Line]) -> bool:
+    """Whether a line of one ``phrase`` above the ``rows`` reads as their header: it lies
+    right of the first column (a group label), or each gap between columns that it crosses
+    holds one of its word spaces (headers set close together); a caption's words run on
+    across the gaps."""
+    if phrase.x0 >= cuts[0]:
+        return True
+    for cut in cuts:
+        if not phrase.x0 < cut < phrase.x1:
+            continue
+        left = max((p.x1 for row in rows for p in row.phrases if p.x1 <= cut), default=cut)
+        right = min((p.x0 for row in rows for p in row.phrases if p.x0 >= cut), default=cut)
+        if not any(a < right and left < b for a, b, _ in phrase.spaces):
+            return False
+    return True
+
+
+SPECK = 0.4
+"""A blob lower than this share of the median blob is a speck (a dot, a comma, what is left
+where two rules crossed): no word."""
 INK_WORD = "·"
 """The text of an ink blob standing in for a word (its text is not read here)."""
 
@@ -154,7 +179,14 @@ def ink_word_boxes(gray: Any) -> list[list[Any]]:
     (:func:`~rayorch.pipelines.document.table_structure.ink_blobs`)."""
     height, width = gray.shape
     blobs = ink_blobs(gray, (max(40, width // 25), max(30, height // 33)))
-    return [[*blob, INK_WORD] for blob in blobs]
+    # A blob is as tall as its ink (a word without ascenders, a line's x-height); a text
+    # layer's words are as tall as their line. Given their line's height, blobs part into
+    # phrases at the same gaps as words do.
+    if not blobs:
+        return []
+    tall = statistics.median(b[3] - b[1] for b in blobs)
+    lines = _lines([[*blob, INK_WORD] for blob in blobs if blob[3] - blob[1] >= SPECK * tall])
+    return [[x0, line.y0, x1, line.y1, INK_WORD] for line in lines for x0, x1 in line.word_spans]
 
 
 def page_tables(words: Sequence[Sequence[Any]], size_pt: tuple[float, float], gray: Any
