@@ -34,12 +34,20 @@ words they held outside the table come back as regions of their own, see
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from rayorch.pipelines.document.table_structure import ink_blobs
-from rayorch.pipelines.document.text_table import _Line, _lines, _Phrase, _separators
+from rayorch.pipelines.document.text_table import (
+    _columns,
+    _Line,
+    _lines,
+    _Phrase,
+    _separators,
+)
 
 Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin."""
@@ -62,6 +70,19 @@ over two header rows, a group label over columns, headers set close together): s
 HEADER_GAP = 1.5
 """A header line sits at most this many times the table's median gap between lines above
 the line under it (a caption or a paragraph above the table sits farther)."""
+SAME_COUNT = 0.5
+"""At least this share of a table's rows hold the same number of phrases."""
+MARKER = 1.6
+"""A column whose phrases are all at most this many line heights wide may be a list's
+markers (see :func:`_filled`)."""
+LEADER = re.compile(r"(\.\s*){5}")
+"""Five dots in a row: a table of contents' leader (a table's "not available" mark is two
+or three)."""
+ALIGN = 0.5
+"""Phrases whose left (or right) edges, or centres, lie within this many line heights of one
+another line up."""
+ALIGNED_SHARE = 0.6
+"""A column lines up when this share of its phrases line up with one another."""
 PAD = 0.25
 """A found table's box is widened by this share of a line height on each side."""
 FOUND_SCORE = 0.0
@@ -129,6 +150,21 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
     cuts = _separators(block)
     if not cuts:
         return None
+    # A row holds phrases in two columns at least (two phrases in one column are a line of
+    # text with a wide space in it, as justified text has after a full stop).
+    rows = [line for line in rows
+            if len({_columns(p, cuts)[0] for p in line.phrases}) >= 2]
+    if len(rows) < MIN_ROWS or not _filled(rows, cuts, height):
+        return None
+    if sum(1 for line in rows if LEADER.search(line.text)) >= 0.3 * len(rows):
+        return None  # a table of contents: a list of sections, not a table
+    # A table's rows hold as many phrases as one another, mostly (lines of a listing set in a
+    # typewriter font, whose word spaces are as wide as a gap between phrases, do not), and
+    # those rows' phrases line up one under the other (a tree's labels do not).
+    [(count, same)] = Counter(len(line.phrases) for line in rows).most_common(1)
+    if same < SAME_COUNT * len(rows) or not _aligned(
+            [line for line in rows if len(line.phrases) == count], height):
+        return None
     if len(cuts) == 1 and statistics.median(
             len(p.words) for line in rows for p in line.phrases) > CELL_WORDS:
         return None
@@ -145,6 +181,36 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
         top = line
     pad = PAD * height
     return (x0 - pad, top.y0 - pad, x1 + pad, block[-1].y1 + pad)
+
+
+def _aligned(rows: Sequence[_Line], height: float) -> bool:
+    """Whether the phrases of ``rows`` (each of as many phrases) line up, phrase by phrase:
+    their left or right edges, or their centres, within :data:`ALIGN` line heights in
+    :data:`ALIGNED_SHARE` of the rows, as a table's cells do and a tree's labels do not."""
+    tolerance = ALIGN * height
+    for i in range(len(rows[0].phrases)):
+        spans = [(p.x0, p.x1, (p.x0 + p.x1) / 2) for p in (line.phrases[i] for line in rows)]
+        best = max(sum(1 for other in spans if abs(other[k] - span[k]) <= tolerance)
+                   for k in range(3) for span in spans)
+        if best < ALIGNED_SHARE * len(spans):
+            return False
+    return True
+
+
+def _filled(rows: Sequence[_Line], cuts: Sequence[float], height: float) -> bool:
+    """Whether two columns at least hold text in half the rows, list markers not counted:
+    leading columns of narrow phrases (``(5)``, ``a.``, a line number) before a column of wide
+    ones are a list's or a listing's, not a table's."""
+    spans: dict[int, list[float]] = {}
+    for line in rows:
+        for phrase in line.phrases:
+            first, last = _columns(phrase, cuts)
+            for column in range(first, last + 1):
+                spans.setdefault(column, []).append(phrase.x1 - phrase.x0)
+    order = sorted(spans)
+    wide = [c for c in order if max(spans[c]) > MARKER * height]
+    start = wide[0] if wide else order[0]
+    return sum(1 for c in order if c >= start and len(spans[c]) >= 0.5 * len(rows)) >= 2
 
 
 def _header(phrase: _Phrase, cuts: Sequence[float], rows: Sequence[_Line]) -> bool:
@@ -167,6 +233,9 @@ def _header(phrase: _Phrase, cuts: Sequence[float], rows: Sequence[_Line]) -> bo
 SPECK = 0.4
 """A blob lower than this share of the median blob is a speck (a dot, a comma, what is left
 where two rules crossed): no word."""
+INK_LINE = 1.3
+"""A line of ink (a digit's or a capital's height, where no letter descends) is this much
+shorter than its font's height, which a text layer's words have."""
 INK_WORD = "·"
 """The text of an ink blob standing in for a word (its text is not read here)."""
 
@@ -180,13 +249,17 @@ def ink_word_boxes(gray: Any) -> list[list[Any]]:
     height, width = gray.shape
     blobs = ink_blobs(gray, (max(40, width // 25), max(30, height // 33)))
     # A blob is as tall as its ink (a word without ascenders, a line's x-height); a text
-    # layer's words are as tall as their line. Given their line's height, blobs part into
-    # phrases at the same gaps as words do.
+    # layer's words are as tall as their font. Given their line's ink height, grown by
+    # INK_LINE, blobs part into phrases at the same gaps as words do.
     if not blobs:
         return []
     tall = statistics.median(b[3] - b[1] for b in blobs)
     lines = _lines([[*blob, INK_WORD] for blob in blobs if blob[3] - blob[1] >= SPECK * tall])
-    return [[x0, line.y0, x1, line.y1, INK_WORD] for line in lines for x0, x1 in line.word_spans]
+    out = []
+    for line in lines:
+        grow = (INK_LINE - 1) * (line.y1 - line.y0) / 2
+        out += [[x0, line.y0 - grow, x1, line.y1 + grow, INK_WORD] for x0, x1 in line.word_spans]
+    return out
 
 
 def page_tables(words: Sequence[Sequence[Any]], size_pt: tuple[float, float], gray: Any
