@@ -232,7 +232,7 @@ def _header(phrase: _Phrase, cuts: Sequence[float], rows: Sequence[_Line]) -> bo
 
 SPECK = 0.4
 """A blob lower than this share of the median blob is a speck (a dot, a comma, what is left
-where two rules crossed): no word."""
+where two rules crossed): no line of its own; a dot on the line it lies on."""
 INK_LINE = 1.3
 """A line of ink (a digit's or a capital's height, where no letter descends) is this much
 shorter than its font's height, which a text layer's words have."""
@@ -259,6 +259,10 @@ def ink_word_boxes(gray: Any) -> list[list[Any]]:
     for line in lines:
         grow = (INK_LINE - 1) * (line.y1 - line.y0) / 2
         out += [[x0, line.y0 - grow, x1, line.y1 + grow, INK_WORD] for x0, x1 in line.word_spans]
+        # The specks on the line are its dots and commas: words ".", so that a leader's dots
+        # fill the gap between a section's title and its page, as a text layer's do.
+        out += [[b[0], line.y0 - grow, b[2], line.y1 + grow, "."] for b in blobs
+                if b[3] - b[1] < SPECK * tall and line.y0 <= (b[1] + b[3]) / 2 <= line.y1]
     return out
 
 
