@@ -12,11 +12,15 @@ blobs its ink makes (:func:`ink_word_boxes`, letters joined into words, rules ta
 * **blocks**: lines close under each other (:data:`RUN_GAP` line heights) with two phrases or
   more (*rows*); a line of one phrase stays in a block between two rows when it is narrow (a
   label that wraps); a wide one (a paragraph, a note) ends it, so notes stay outside;
-* a block is a table when it has :data:`MIN_ROWS` rows and gaps between columns run down it
-  (``text_table._separators``): three columns or more, or two whose phrases are short
-  (:data:`CELL_WORDS`; two columns of running text are lines of many words);
-* the lines of one phrase just above the first row that cross no gap between columns, or lie
-  right of the first column, are its header (a label over two header rows, a group label).
+* a block is a table when it has :data:`MIN_ROWS` rows with phrases in two columns at least
+  (gaps between columns that run down it, ``text_table._separators``), most of them as many
+  phrases as one another and those lining up (a tree's or a chart's labels do not); a
+  leading column of list markers (``(5)``, ``a.``, line numbers) is no column (:func:`_filled`),
+  two columns must hold short phrases (:data:`CELL_WORDS`: running text in two columns holds
+  lines of many words) and leaders (:data:`LEADER`) mark a table of contents, no table;
+* the lines of one phrase just above the first row that sit as near as the rows do, lie within
+  its width and keep a word space in each column gap they cross are its header (a label over
+  two header rows, a group label; a caption's words run on across the gaps).
 
 :func:`with_found_tables` merges them into the model's detections: a found table the model
 also found keeps the model's box, widened to the words; a model box holding two found tables
