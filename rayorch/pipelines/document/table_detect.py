@@ -38,6 +38,7 @@ words they held outside the table come back as regions of their own, see
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import statistics
 from collections import Counter
@@ -58,6 +59,9 @@ Box = tuple[float, float, float, float]
 Detection = tuple[str, float, Box]
 """A layout detection: kind, score, box (fractions of the page), as in ``layout``."""
 
+COLUMN_GAP = 0.4
+"""A gap between columns is at least this many line heights wide in every row (a sliver
+that the phrases of a few lines of text happen to leave uncovered is none)."""
 RUN_GAP = 2.5
 """Lines farther apart than this many line heights are not in one table."""
 MIN_ROWS = 3
@@ -151,7 +155,7 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
     rows = [line for line in block if len(line.phrases) >= 2]
     if len(rows) < MIN_ROWS:
         return None
-    cuts = _separators(block)
+    cuts = [cut for cut in _separators(block) if _gap(cut, rows) >= COLUMN_GAP * height]
     if not cuts:
         return None
     # A row holds phrases in two columns at least (two phrases in one column are a line of
@@ -187,6 +191,14 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
     return (x0 - pad, top.y0 - pad, x1 + pad, block[-1].y1 + pad)
 
 
+def _gap(cut: float, rows: Sequence[_Line]) -> float:
+    """The width of the gap between columns at ``cut``: from the rightmost end of a phrase
+    left of it to the leftmost start of one right of it."""
+    left = max((p.x1 for row in rows for p in row.phrases if p.x1 <= cut), default=cut)
+    right = min((p.x0 for row in rows for p in row.phrases if p.x0 >= cut), default=cut)
+    return right - left
+
+
 def _aligned(rows: Sequence[_Line], height: float) -> bool:
     """Whether the phrases of ``rows`` (each of as many phrases) line up, phrase by phrase:
     their left or right edges, or their centres, within :data:`ALIGN` line heights in
@@ -205,16 +217,18 @@ def _filled(rows: Sequence[_Line], cuts: Sequence[float], height: float) -> bool
     """Whether two columns at least hold text in half the rows, list markers not counted:
     leading columns of narrow phrases (``(5)``, ``a.``, a line number) before a column of wide
     ones are a list's or a listing's, not a table's."""
-    spans: dict[int, list[float]] = {}
+    held: Counter[int] = Counter()  # rows holding text in each column
+    widths: dict[int, list[float]] = {}  # the widths of the phrases in that column alone
     for line in rows:
         for phrase in line.phrases:
             first, last = _columns(phrase, cuts)
-            for column in range(first, last + 1):
-                spans.setdefault(column, []).append(phrase.x1 - phrase.x0)
-    order = sorted(spans)
-    wide = [c for c in order if max(spans[c]) > MARKER * height]
+            held.update(range(first, last + 1))
+            if first == last:
+                widths.setdefault(first, []).append(phrase.x1 - phrase.x0)
+    order = sorted(held)
+    wide = [c for c in order if max(widths.get(c, [math.inf])) > MARKER * height]
     start = wide[0] if wide else order[0]
-    return sum(1 for c in order if c >= start and len(spans[c]) >= 0.5 * len(rows)) >= 2
+    return sum(1 for c in order if c >= start and held[c] >= 0.5 * len(rows)) >= 2
 
 
 def _header(phrase: _Phrase, cuts: Sequence[float], rows: Sequence[_Line]) -> bool:
