@@ -133,13 +133,12 @@ def test_header_lines_of_one_label_above_the_first_row_belong_to_the_table() -> 
     assert "Group" not in [w for r in regions if r is not table for w in _texts(r)]
 
 
-def test_a_list_a_numbered_listing_and_a_table_of_contents_are_no_table() -> None:
+def test_a_bulleted_list_and_a_table_of_contents_are_no_table() -> None:
     bullets = [w for r in range(5) for w in (*_line(100 + 14 * r, 72, "•"),
-                                             *_line(84 + 6 * r, 100 + 14 * r, "item text"),
-                                             *_line(300, 100 + 14 * r, "more words"))]
-    assert find_tables(bullets) == []  # a marker column, then text
+                                             *_line(100 + 14 * r, 84, "item of the list"))]
+    assert find_tables(bullets) == []  # a column of markers, then text: a list
     contents = [w for r in range(6) for w in (*_line(100 + 14 * r, 72, f"{r + 1}.{r}"),
-                                              *_line(110, 100 + 14 * r, "Section title"),
-                                              *_line(200 + 3 * r, 100 + 14 * r, ". . . . . ."),
-                                              *_line(300, 100 + 14 * r, str(10 + r)))]
-    assert find_tables(contents) == []  # leaders
+                                              *_line(100 + 14 * r, 110, "Section title"),
+                                              *_line(100 + 14 * r, 200, ". . . . . ."),
+                                              *_line(100 + 14 * r, 300, str(10 + r)))]
+    assert find_tables(contents) == []  # leaders: a table of contents
