@@ -13,9 +13,10 @@ blobs its ink makes (:func:`ink_word_boxes`, letters joined into words, rules ta
   more (*rows*); a line of one phrase stays in a block between two rows when it is narrow (a
   label that wraps); a wide one (a paragraph, a note) ends it, so notes stay outside;
 * a block is a table when it has :data:`MIN_ROWS` rows with phrases in two columns at least
-  (gaps between columns that run down it, ``text_table._separators``), most of them as many
-  phrases as one another and those lining up (a tree's or a chart's labels do not); a
-  leading column of list markers (``(5)``, ``a.``, line numbers) is no column (:func:`_filled`),
+  (gaps between columns that run down it, ``text_table._separators``, :data:`COLUMN_GAP`
+  wide at least), most of them as many phrases as one another and those lining up (a tree's
+  or a chart's labels do not); a leading column of list markers (``(5)``, ``a.``, bullets,
+  line numbers) is no column (:func:`_filled`),
   two columns must hold short phrases (:data:`CELL_WORDS`: running text in two columns holds
   lines of many words) and leaders (:data:`LEADER`) mark a table of contents, no table;
 * the lines of one phrase just above the first row that sit as near as the rows do, lie within
