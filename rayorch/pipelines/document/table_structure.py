@@ -256,6 +256,34 @@ WORD_JOIN = 0.3
 of a word touch or nearly; a word space is wider)."""
 
 
+def ink_blobs(gray: Any, rule: tuple[int, int]) -> list[list[float]]:
+    """The word blobs ``[x0, y0, x1, y1]`` (pixels) of an image's ink: rules taken out (runs
+    of ink at least ``rule`` = (width, height) pixels long across or down), the letters left
+    joined across gaps under :data:`WORD_JOIN` of their median height.
+
+    ``gray`` is a 2-D uint8 array, dark ink on light paper."""
+    import cv2
+    import numpy as np
+
+    ink = (gray < 160).astype(np.uint8)
+    rules = np.maximum(
+        cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(
+            cv2.MORPH_RECT, (rule[0], 1))),
+        cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(
+            cv2.MORPH_RECT, (1, rule[1]))))
+    text = ink & (1 - rules)
+    count, _, stats, _ = cv2.connectedComponentsWithStats(text, connectivity=8)
+    heights = [int(stats[i, 3]) for i in range(1, count) if stats[i, 4] > 3]
+    if not heights:
+        return []
+    reach = max(2, round(WORD_JOIN * float(np.median(heights))))
+    joined = cv2.dilate(text, cv2.getStructuringElement(cv2.MORPH_RECT, (reach, 1)))
+    count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    grown = (reach - 1 - reach // 2, reach // 2)  # what the dilation added left, right
+    return [[float(x + grown[0]), float(y), float(x + w - grown[1]), float(y + h)]
+            for x, y, w, h, area in stats[1:].tolist() if area >= 4]
+
+
 def ink_words(gray: Any, lines: Sequence[tuple[Box, str]]) -> list[tuple[Box, str]]:
     """OCR lines (``(box, text)``, in the image's pixels) cut into words at their ink's gaps:
     a line box spans whatever the detector joined, often two cells of a row, while its text
@@ -267,27 +295,8 @@ def ink_words(gray: Any, lines: Sequence[tuple[Box, str]]) -> list[tuple[Box, st
 
     ``gray`` is a 2-D uint8 array, dark ink on light paper.
     """
-    import cv2
-    import numpy as np
-
-    ink = (gray < 160).astype(np.uint8)
-    height, width = ink.shape
-    rules = np.maximum(
-        cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(
-            cv2.MORPH_RECT, (max(width // 8, 20), 1))),
-        cv2.morphologyEx(ink, cv2.MORPH_OPEN, cv2.getStructuringElement(
-            cv2.MORPH_RECT, (1, max(30, height // 6)))))
-    text = ink & (1 - rules)
-    count, _, stats, _ = cv2.connectedComponentsWithStats(text, connectivity=8)
-    heights = [int(stats[i, 3]) for i in range(1, count) if stats[i, 4] > 3]
-    blobs: list[list[float]] = []
-    if heights:
-        reach = max(2, round(WORD_JOIN * float(np.median(heights))))
-        joined = cv2.dilate(text, cv2.getStructuringElement(cv2.MORPH_RECT, (reach, 1)))
-        count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
-        grown = (reach - 1 - reach // 2, reach // 2)  # what the dilation added left, right
-        blobs = [[float(x + grown[0]), float(y), float(x + w - grown[1]), float(y + h)]
-                 for x, y, w, h, area in stats[1:].tolist() if area >= 4]
+    height, width = gray.shape
+    blobs = ink_blobs(gray, (max(width // 8, 20), max(30, height // 6)))
     words: list[tuple[Box, str]] = []
     for (x0, y0, x1, y1), line in lines:
         tokens = line.split()
@@ -334,5 +343,5 @@ class SlanetTableModel:
         return list(tokens), cell_boxes
 
 
-__all__ = ["SlanetTableModel", "TableStructureError", "assign_texts", "ink_words",
+__all__ = ["SlanetTableModel", "TableStructureError", "assign_texts", "ink_blobs", "ink_words",
            "parse_structure", "ruled_grid", "spans", "table_content"]
