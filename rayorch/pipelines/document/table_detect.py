@@ -13,7 +13,7 @@ blobs its ink makes (:func:`ink_word_boxes`, letters joined into words, rules ta
   more (*rows*); a line of one phrase stays in a block between two rows when it is narrow (a
   label that wraps); a wide one (a paragraph, a note) ends it, so notes stay outside;
 * a block is a table when it has :data:`MIN_ROWS` rows with phrases in two columns at least
-  (gaps between columns that run down it, ``text_table._separators``, :data:`COLUMN_GAP`
+  (gaps between columns that run down it, ``text_table.column_cuts``, :data:`COLUMN_GAP`
   wide at least), most of them as many phrases as one another and those lining up (a tree's
   or a chart's labels do not); a leading column of list markers (``(5)``, ``a.``, bullets,
   line numbers) is no column (:func:`_filled`),
@@ -48,11 +48,11 @@ from typing import Any
 
 from rayorch.pipelines.document.table_structure import ink_blobs
 from rayorch.pipelines.document.text_table import (
-    _columns,
-    _Line,
-    _lines,
-    _Phrase,
-    _separators,
+    Line,
+    Phrase,
+    column_cuts,
+    phrase_columns,
+    text_lines,
 )
 
 Box = tuple[float, float, float, float]
@@ -120,12 +120,12 @@ def _union(a: Box, b: Box) -> Box:
 def find_tables(words: Sequence[Sequence[Any]]) -> list[Box]:
     """The boxes of the tables that ``words`` (``[x0, y0, x1, y1, text]``, any unit, top-left
     origin) form, top to bottom; see the module's docstring."""
-    lines = _lines(words)
+    lines = text_lines(words)
     if len(lines) < MIN_ROWS:
         return []
     height = statistics.median(line.y1 - line.y0 for line in lines)
     tables: list[Box] = []
-    block: list[_Line] = []
+    block: list[Line] = []
     start = 0
     for i, line in enumerate([*lines, None]):
         if line is not None and block and line.y0 - block[-1].y1 <= RUN_GAP * height and (
@@ -141,14 +141,14 @@ def find_tables(words: Sequence[Sequence[Any]]) -> list[Box]:
     return tables
 
 
-def _narrow(line: _Line, block: Sequence[_Line]) -> bool:
+def _narrow(line: Line, block: Sequence[Line]) -> bool:
     """Whether a line of one phrase is narrow beside the block's rows (a wrapped label)."""
     left = min(p.x0 for row in block for p in row.phrases)
     right = max(p.x1 for row in block for p in row.phrases)
     return line.phrases[0].x1 - line.phrases[0].x0 <= NARROW * max(right - left, 1e-9)
 
 
-def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | None:
+def _table(above: Sequence[Line], block: list[Line], height: float) -> Box | None:
     """The box of ``block`` when its lines are a table (its trailing one-phrase lines left
     out, the header lines among the lines just ``above`` it added), else ``None``."""
     while block and len(block[-1].phrases) < 2:
@@ -156,13 +156,13 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
     rows = [line for line in block if len(line.phrases) >= 2]
     if len(rows) < MIN_ROWS:
         return None
-    cuts = [cut for cut in _separators(block) if _gap(cut, rows) >= COLUMN_GAP * height]
+    cuts = [cut for cut in column_cuts(block) if _gap(cut, rows) >= COLUMN_GAP * height]
     if not cuts:
         return None
     # A row holds phrases in two columns at least (two phrases in one column are a line of
     # text with a wide space in it, as justified text has after a full stop).
     rows = [line for line in rows
-            if len({_columns(p, cuts)[0] for p in line.phrases}) >= 2]
+            if len({phrase_columns(p, cuts)[0] for p in line.phrases}) >= 2]
     if len(rows) < MIN_ROWS or not _filled(rows, cuts, height):
         return None
     if sum(1 for line in rows if LEADER.search(line.text)) >= 0.3 * len(rows):
@@ -192,7 +192,7 @@ def _table(above: Sequence[_Line], block: list[_Line], height: float) -> Box | N
     return (x0 - pad, top.y0 - pad, x1 + pad, block[-1].y1 + pad)
 
 
-def _gap(cut: float, rows: Sequence[_Line]) -> float:
+def _gap(cut: float, rows: Sequence[Line]) -> float:
     """The width of the gap between columns at ``cut``: from the rightmost end of a phrase
     left of it to the leftmost start of one right of it."""
     left = max((p.x1 for row in rows for p in row.phrases if p.x1 <= cut), default=cut)
@@ -200,7 +200,7 @@ def _gap(cut: float, rows: Sequence[_Line]) -> float:
     return right - left
 
 
-def _aligned(rows: Sequence[_Line], height: float) -> bool:
+def _aligned(rows: Sequence[Line], height: float) -> bool:
     """Whether the phrases of ``rows`` (each of as many phrases) line up, phrase by phrase:
     their left or right edges, or their centres, within :data:`ALIGN` line heights in
     :data:`ALIGNED_SHARE` of the rows, as a table's cells do and a tree's labels do not."""
@@ -214,7 +214,7 @@ def _aligned(rows: Sequence[_Line], height: float) -> bool:
     return True
 
 
-def _filled(rows: Sequence[_Line], cuts: Sequence[float], height: float) -> bool:
+def _filled(rows: Sequence[Line], cuts: Sequence[float], height: float) -> bool:
     """Whether two columns at least hold text in half the rows, list markers not counted:
     leading columns of narrow phrases (``(5)``, ``a.``, a line number) before a column of wide
     ones are a list's or a listing's, not a table's."""
@@ -222,7 +222,7 @@ def _filled(rows: Sequence[_Line], cuts: Sequence[float], height: float) -> bool
     widths: dict[int, list[float]] = {}  # the widths of the phrases in that column alone
     for line in rows:
         for phrase in line.phrases:
-            first, last = _columns(phrase, cuts)
+            first, last = phrase_columns(phrase, cuts)
             held.update(range(first, last + 1))
             if first == last:
                 widths.setdefault(first, []).append(phrase.x1 - phrase.x0)
@@ -232,7 +232,7 @@ def _filled(rows: Sequence[_Line], cuts: Sequence[float], height: float) -> bool
     return sum(1 for c in order if c >= start and held[c] >= 0.5 * len(rows)) >= 2
 
 
-def _header(phrase: _Phrase, cuts: Sequence[float], rows: Sequence[_Line]) -> bool:
+def _header(phrase: Phrase, cuts: Sequence[float], rows: Sequence[Line]) -> bool:
     """Whether a line of one ``phrase`` above the ``rows`` reads as their header: it lies
     right of the first column (a group label), or each gap between columns that it crosses
     holds one of its word spaces (headers set close together); a caption's words run on
@@ -273,7 +273,7 @@ def ink_word_boxes(gray: Any) -> list[list[Any]]:
     if not blobs:
         return []
     tall = statistics.median(b[3] - b[1] for b in blobs)
-    lines = _lines([[*blob, INK_WORD] for blob in blobs if blob[3] - blob[1] >= SPECK * tall])
+    lines = text_lines([[*blob, INK_WORD] for blob in blobs if blob[3] - blob[1] >= SPECK * tall])
     out = []
     for line in lines:
         grow = (INK_LINE - 1) * (line.y1 - line.y0) / 2

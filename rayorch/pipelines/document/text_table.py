@@ -65,7 +65,7 @@ _NOTE_START = re.compile(r"^\s*(notes?\b|sources?\b|\*|†|‡|§|¹|²|³|\(\w\
 
 
 @dataclass
-class _Phrase:
+class Phrase:
     x0: float
     x1: float
     words: list[str]
@@ -73,18 +73,18 @@ class _Phrase:
     """Per gap between two of its words: ``(gap start, gap end, line height)``."""
 
     def split(self, cuts: Sequence[float], edges: Sequence[tuple[float, float]]
-              ) -> list[_Phrase]:
+              ) -> list[Phrase]:
         """The phrase cut where a column gap falls in a space that is wider than a word
         space, or that a column's body text starts or ends at (``edges``: per column, where
         its body text starts and ends): headers set close together."""
-        out = [_Phrase(self.x0, self.x1, [self.words[0]])]
+        out = [Phrase(self.x0, self.x1, [self.words[0]])]
         for word, (left, right, height) in zip(self.words[1:], self.spaces, strict=True):
             aligned = any(abs(right - a) <= ALIGNED or abs(left - b) <= ALIGNED
                           for a, b in edges)
             if ((aligned or right - left > CELL_SPACE * height)
                     and any(left < c < right for c in cuts)):
                 out[-1].x1 = left
-                out.append(_Phrase(right, self.x1, [word]))
+                out.append(Phrase(right, self.x1, [word]))
             else:
                 out[-1].words.append(word)
                 out[-1].spaces.append((left, right, height))
@@ -92,10 +92,10 @@ class _Phrase:
 
 
 @dataclass
-class _Line:
+class Line:
     y0: float
     y1: float
-    phrases: list[_Phrase] = field(default_factory=list)
+    phrases: list[Phrase] = field(default_factory=list)
     word_spans: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -103,7 +103,7 @@ class _Line:
         return " ".join(" ".join(p.words) for p in self.phrases)
 
 
-def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
+def text_lines(words: Sequence[Sequence[Any]]) -> list[Line]:
     """The words as lines, top to bottom, each cut into phrases."""
     order = sorted(((float(w[0]), float(w[1]), float(w[2]), float(w[3]), str(w[4]))
                     for w in words if str(w[4]).strip()), key=lambda w: (w[1] + w[3]) / 2)
@@ -119,7 +119,7 @@ def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
     lines = []
     for group in groups:
         group.sort(key=lambda w: w[0])
-        line = _Line(min(w[1] for w in group), max(w[3] for w in group),
+        line = Line(min(w[1] for w in group), max(w[3] for w in group),
                      word_spans=[(w[0], w[2]) for w in group])
         height = statistics.median(w[3] - w[1] for w in group)  # not the extent: lines overlap
         for x0, _, x1, _, text in group:
@@ -128,12 +128,12 @@ def _lines(words: Sequence[Sequence[Any]]) -> list[_Line]:
                 line.phrases[-1].x1 = max(line.phrases[-1].x1, x1)
                 line.phrases[-1].words.append(text)
             else:
-                line.phrases.append(_Phrase(x0, x1, [text]))
+                line.phrases.append(Phrase(x0, x1, [text]))
         lines.append(line)
     return lines
 
 
-def _separators(lines: Sequence[_Line]) -> list[float]:
+def column_cuts(lines: Sequence[Line]) -> list[float]:
     """The x of each gap between columns: ranges no phrase of a body line covers."""
     most = max(len(line.phrases) for line in lines)
     first = next(i for i, line in enumerate(lines) if len(line.phrases) == most)
@@ -169,23 +169,23 @@ def _free_middle(lo: float, hi: float, header: Sequence[Sequence[tuple[float, fl
     return (a + b) / 2
 
 
-def _columns(phrase: _Phrase, cuts: Sequence[float]) -> tuple[int, int]:
+def phrase_columns(phrase: Phrase, cuts: Sequence[float]) -> tuple[int, int]:
     """The first and last column (inclusive) that ``phrase`` lies in."""
     first = sum(1 for c in cuts if c < phrase.x0)
     last = sum(1 for c in cuts if c < phrase.x1)
     return first, last
 
 
-def _is_note(line: _Line, cuts: Sequence[float]) -> bool:
+def _is_note(line: Line, cuts: Sequence[float]) -> bool:
     if _NOTE_START.match(line.text):
         return True
     if len(line.phrases) != 1:
         return False
-    first, last = _columns(line.phrases[0], cuts)
+    first, last = phrase_columns(line.phrases[0], cuts)
     return last > first
 
 
-def _split_notes(lines: list[_Line], cuts: Sequence[float]) -> tuple[list[_Line], list[_Line]]:
+def _split_notes(lines: list[Line], cuts: Sequence[float]) -> tuple[list[Line], list[Line]]:
     """The table's lines and the trailing lines that are notes under it."""
     end = len(lines)
     while end > 2 and _is_note(lines[end - 1], cuts):
@@ -203,7 +203,7 @@ Slots = dict[int, tuple[int, list[str]]]
 """One row: its cells by first column, each ``(last column, words)``."""
 
 
-def _edges(lines: Sequence[_Line], cuts: Sequence[float]) -> list[tuple[float, float]]:
+def _edges(lines: Sequence[Line], cuts: Sequence[float]) -> list[tuple[float, float]]:
     """Per column, where the text of its body cells starts and ends (phrases of lines with
     two phrases or more that lie in that column alone)."""
     edges: dict[int, tuple[float, float]] = {}
@@ -211,17 +211,17 @@ def _edges(lines: Sequence[_Line], cuts: Sequence[float]) -> list[tuple[float, f
         if len(line.phrases) < 2:
             continue
         for phrase in line.phrases:
-            first, last = _columns(phrase, cuts)
+            first, last = phrase_columns(phrase, cuts)
             if first == last:
                 a, b = edges.get(first, (phrase.x0, phrase.x1))
                 edges[first] = (min(a, phrase.x0), max(b, phrase.x1))
     return list(edges.values())
 
 
-def _slots(line: _Line, cuts: Sequence[float], edges: Sequence[tuple[float, float]]) -> Slots:
+def _slots(line: Line, cuts: Sequence[float], edges: Sequence[tuple[float, float]]) -> Slots:
     slots: Slots = {}
     for phrase in (part for whole in line.phrases for part in whole.split(cuts, edges)):
-        first, last = _columns(phrase, cuts)
+        first, last = phrase_columns(phrase, cuts)
         # a phrase starting in a cell already taken joins it (a gap inside a cell's text)
         owner = next((f for f, (end, _) in slots.items() if f <= first <= end), None)
         if owner is not None:
@@ -244,10 +244,10 @@ def _continues(row: Slots, line: Slots) -> bool:
 
 def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[str], str]:
     """``(rows, texts, notes)`` of the table the words form; see the module's docstring."""
-    lines = _lines(words)
+    lines = text_lines(words)
     if len(lines) < 2:
         raise TableStructureError("the words make fewer than two lines")
-    cuts = _separators(lines)
+    cuts = column_cuts(lines)
     if not cuts:
         raise TableStructureError("no gap between columns runs down the words")
     lines, note_lines = _split_notes(lines, cuts)
@@ -301,4 +301,4 @@ def _grid(rows: list[Slots], width: int) -> tuple[list[list[Cell]], list[str]]:
     return out_rows, texts
 
 
-__all__ = ["text_table"]
+__all__ = ["Line", "Phrase", "column_cuts", "phrase_columns", "text_lines", "text_table"]
