@@ -68,8 +68,8 @@ def mark_scripts(gray: Any, line: Box, text: str, chars: Sequence[tuple[str, Box
         return text
     under = [_glyph_under(glyphs, box) for _, box in chars]
     claimed = [g for g in under if g is not None]
-    bottoms = [under[i][3] for i, c in enumerate(text) if c in _ON_BASELINE and under[i]]
-    tops = [under[i][1] for i, c in enumerate(text) if c in _CAPS and under[i]]
+    bottoms = [g[3] for c, g in zip(text, under, strict=True) if c in _ON_BASELINE and g]
+    tops = [g[1] for c, g in zip(text, under, strict=True) if c in _CAPS and g]
     if len(bottoms) < 2 or len(tops) < 2:
         return text
     baseline, cap = statistics.median(bottoms), statistics.median(tops)
