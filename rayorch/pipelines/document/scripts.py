@@ -44,6 +44,10 @@ text digit's middle: 0.5; a hyphen's: 0.35; Helvetica's ``²``: 0.7)."""
 LOWERED = 0.25
 """A subscript's middle lies at most this share of the cap height above the baseline."""
 
+CORE_INK = 100
+"""Pixels darker than this are a glyph's core: anti-aliased edges that join two glyphs are
+lighter."""
+
 _CAPS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZbdfhklt")
 """Characters whose glyph rises from the baseline to about the cap height."""
 _ON_BASELINE = _CAPS | frozenset("acemnorsuvwxz")
@@ -67,6 +71,13 @@ def mark_scripts(gray: Any, line: Box, text: str, chars: Sequence[tuple[str, Box
     if not glyphs:
         return text
     under = [_glyph_under(glyphs, box) for _, box in chars]
+    if len(set(under)) < len(under):
+        # Glyphs that touch (a bold ``²`` and the ``)`` after it) are one blob of ink: their
+        # darker cores, where the blob holds several characters, are apart.
+        cores = _glyphs(gray, line, CORE_INK)
+        under = [_glyph_under([c for c in cores if _inside(c, g)], box)
+                 if g is not None and under.count(g) > 1 else g
+                 for g, (_, box) in zip(under, chars, strict=True)]
     claimed = [g for g in under if g is not None]
     bottoms = [g[3] for c, g in zip(text, under, strict=True) if c in _ON_BASELINE and g]
     tops = [g[1] for c, g in zip(text, under, strict=True) if c in _CAPS and g]
@@ -96,9 +107,15 @@ def fold_width(text: str) -> str:
     return "".join(c if c in SCRIPTS else unicodedata.normalize("NFKC", c) for c in text)
 
 
-def _glyphs(gray: Any, line: Box) -> list[Box]:
-    """The ink blobs inside ``line`` (bottom and right edges inclusive), in ``gray``'s
-    pixels; rules crossing the whole line, and specks, left out."""
+def _inside(inner: Box, outer: Box) -> bool:
+    return (outer[0] <= inner[0] and inner[2] <= outer[2] and outer[1] <= inner[1]
+            and inner[3] <= outer[3])
+
+
+def _glyphs(gray: Any, line: Box, ink: int = 160) -> list[Box]:
+    """The blobs of pixels darker than ``ink`` inside ``line`` (bottom and right edges
+    inclusive), in ``gray``'s pixels; rules crossing the whole line, and specks, left
+    out."""
     import cv2
     import numpy as np
 
@@ -107,7 +124,7 @@ def _glyphs(gray: Any, line: Box) -> list[Box]:
     x1, y1 = min(width, int(line[2]) + 1), min(height, int(line[3]) + 1)
     if x1 - x0 < 2 or y1 - y0 < 4:
         return []
-    patch = (np.asarray(gray[y0:y1, x0:x1]) < 160).astype(np.uint8)
+    patch = (np.asarray(gray[y0:y1, x0:x1]) < ink).astype(np.uint8)
     count, _, stats, _ = cv2.connectedComponentsWithStats(patch, connectivity=8)
     glyphs: list[Box] = []
     for x, y, w, h, area in stats[1:count].tolist():
