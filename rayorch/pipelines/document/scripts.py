@@ -70,7 +70,7 @@ def mark_scripts(gray: Any, line: Box, text: str, chars: Sequence[tuple[str, Box
     glyphs = _glyphs(gray, line)
     if not glyphs:
         return text
-    under = [_glyph_under(glyphs, box) for _, box in chars]
+    under = [None if c.isspace() else _glyph_under(glyphs, box) for c, box in chars]
     if len(set(under)) < len(under):
         # Glyphs that touch (a bold ``²`` and the ``)`` after it) are one blob of ink: their
         # darker cores, where the blob holds several characters, are apart.
@@ -93,9 +93,12 @@ def mark_scripts(gray: Any, line: Box, text: str, chars: Sequence[tuple[str, Box
                 (DIGIT_LEAST if c.isdigit() else 0.0) * height
                 <= glyph[3] - glyph[1] <= SMALL * height):
             middle = baseline - (glyph[1] + glyph[3]) / 2
-            if middle >= RAISED * height:
+            # A script has blank paper between it and the line's baseline (its cap line):
+            # a piece of a text digit (a 5's bar, a 9's bowl) has the rest of it there.
+            if middle >= RAISED * height and _blank(gray, glyph, glyph[3], baseline):
                 c = SUPERSCRIPTS[c]
-            elif middle <= LOWERED * height and c not in ("-", _MINUS):
+            elif (middle <= LOWERED * height and c not in ("-", _MINUS)
+                  and _blank(gray, glyph, cap, glyph[1])):
                 c = SUBSCRIPTS[c]
         out.append(c)
     return "".join(out)
@@ -105,6 +108,15 @@ def fold_width(text: str) -> str:
     """``text`` NFKC-folded (the recogniser answers full-width commas and points), its
     superscripts and subscripts kept."""
     return "".join(c if c in SCRIPTS else unicodedata.normalize("NFKC", c) for c in text)
+
+
+def _blank(gray: Any, glyph: Box, top: float, bottom: float) -> bool:
+    """Whether no ink lies between rows ``top`` and ``bottom`` in the glyph's columns (less
+    a pixel each side, where a neighbour's anti-aliased edge may reach)."""
+    import numpy as np
+
+    band = np.asarray(gray[int(top) + 1:int(bottom), int(glyph[0]) + 1:int(glyph[2]) - 1])
+    return bool(band.size == 0 or band.min() >= 160)
 
 
 def _inside(inner: Box, outer: Box) -> bool:
@@ -135,14 +147,15 @@ def _glyphs(gray: Any, line: Box, ink: int = 160) -> list[Box]:
 
 
 def _glyph_under(glyphs: Sequence[Box], box: Box) -> Box | None:
-    """The glyph that overlaps the character's box most (its middle inside the box's
-    reach), or ``None``: a character drawn as ink of its own."""
+    """The glyph that overlaps the character's box most (its middle inside the box's reach,
+    or half the box or the glyph over it: one blob may hold two characters), or ``None``."""
     best, overlap = None, 0.0
     for glyph in glyphs:
         middle = (glyph[0] + glyph[2]) / 2
-        if not box[0] - 1 <= middle <= box[2] + 1:
-            continue
         shared = min(glyph[2], box[2]) - max(glyph[0], box[0])
+        if not (box[0] - 1 <= middle <= box[2] + 1
+                or shared >= 0.5 * min(box[2] - box[0], glyph[2] - glyph[0])):
+            continue
         if shared > overlap:
             best, overlap = glyph, shared
     return best
