@@ -45,8 +45,7 @@ LOWERED = 0.25
 """A subscript's middle lies at most this share of the cap height above the baseline."""
 
 CORE_INK = 100
-"""Pixels darker than this are a glyph's core: anti-aliased edges that join two glyphs are
-lighter."""
+"""Pixels darker than this are a glyph's core."""
 
 _CAPS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZbdfhklt")
 """Characters whose glyph rises from the baseline to about the cap height."""
@@ -71,36 +70,27 @@ def mark_scripts(gray: Any, line: Box, text: str, chars: Sequence[tuple[str, Box
     if not glyphs:
         return text
     under = [None if c.isspace() else _glyph_under(glyphs, box) for c, box in chars]
-    if len(set(under)) < len(under):
-        # Glyphs that touch (a bold ``²`` and the ``)`` after it) are one blob of ink: their
-        # darker cores, where the blob holds several characters, are apart.
-        cores = _glyphs(gray, line, CORE_INK)
-        under = [_glyph_under([c for c in cores if _inside(c, g)], box)
-                 if g is not None and under.count(g) > 1 else g
-                 for g, (_, box) in zip(under, chars, strict=True)]
-    claimed = [g for g in under if g is not None]
+    # One blob of ink may hold several characters (a ``²`` that touches the ``m`` before
+    # it): each of them gets the blob's darker core under it (the anti-aliased edges that
+    # join two glyphs are lighter). Cutting the blob at the characters' columns instead
+    # cut text digits into script-like pieces (the left of a 4).
+    shared = [g is not None and under.count(g) > 1 for g in under]
+    cores = _glyphs(gray, line, CORE_INK) if any(shared) else []
+    pieces = [_glyph_under([c for c in cores if _inside(c, g)], box)
+              if split and g is not None else g
+              for g, (_, box), split in zip(under, chars, shared, strict=True)]
+    under = [None if split else g for g, split in zip(under, shared, strict=True)]
     bottoms = [g[3] for c, g in zip(text, under, strict=True) if c in _ON_BASELINE and g]
     tops = [g[1] for c, g in zip(text, under, strict=True) if c in _CAPS and g]
     if len(bottoms) < 2 or len(tops) < 2:
         return text
     baseline, cap = statistics.median(bottoms), statistics.median(tops)
-    height = baseline - cap
-    if height < 4:
+    if baseline - cap < 4:
         return text
     out = []
-    for c, glyph in zip(text, under, strict=True):
-        if c in SUPERSCRIPTS and glyph is not None and claimed.count(glyph) == 1 and (
-                (DIGIT_LEAST if c.isdigit() else 0.0) * height
-                <= glyph[3] - glyph[1] <= SMALL * height):
-            middle = baseline - (glyph[1] + glyph[3]) / 2
-            # A script has blank paper between it and the line's baseline (its cap line):
-            # a piece of a text digit (a 5's bar, a 9's bowl) has the rest of it there.
-            if middle >= RAISED * height and _blank(gray, glyph, glyph[3], baseline):
-                c = SUPERSCRIPTS[c]
-            elif (middle <= LOWERED * height and c not in ("-", _MINUS)
-                  and _blank(gray, glyph, cap, glyph[1])):
-                c = SUBSCRIPTS[c]
-        out.append(c)
+    for c, glyph in zip(text, pieces, strict=True):
+        out.append(_script(c, glyph, gray, baseline, cap)
+                   if c in SUPERSCRIPTS and glyph is not None else c)
     return "".join(out)
 
 
@@ -108,6 +98,23 @@ def fold_width(text: str) -> str:
     """``text`` NFKC-folded (the recogniser answers full-width commas and points), its
     superscripts and subscripts kept."""
     return "".join(c if c in SCRIPTS else unicodedata.normalize("NFKC", c) for c in text)
+
+
+def _script(c: str, glyph: Box, gray: Any, baseline: float, cap: float) -> str:
+    """``c`` as a superscript or subscript when ``glyph`` (its ink) is one on its line."""
+    height = baseline - cap
+    if not (DIGIT_LEAST if c.isdigit() else 0.0) * height <= glyph[3] - glyph[1] \
+            <= SMALL * height:
+        return c
+    middle = baseline - (glyph[1] + glyph[3]) / 2
+    # A script has blank paper between it and the line's baseline (its cap line): a piece
+    # of a text digit (a 5's bar, a 9's bowl) has the rest of it there.
+    if middle >= RAISED * height and _blank(gray, glyph, glyph[3], baseline):
+        return SUPERSCRIPTS[c]
+    if (middle <= LOWERED * height and c not in ("-", _MINUS)
+            and _blank(gray, glyph, cap, glyph[1])):
+        return SUBSCRIPTS[c]
+    return c
 
 
 def _blank(gray: Any, glyph: Box, top: float, bottom: float) -> bool:
