@@ -141,14 +141,28 @@ def _separators(lines: Sequence[_Line]) -> list[float]:
     spans = sorted((p.x0, p.x1) for p in body)
     if not spans:
         return []
+    # A label that wraps sits on lines of its own, above and below its row's values (set
+    # at the row's middle): those lines' phrases show its column, where they lie in one
+    # column of the others, above the notes (a note may not run across a column gap).
+    inner = _gaps(spans)
+    notes = next((i for i in range(first, len(lines)) if _NOTE_START.match(lines[i].text)),
+                 len(lines))
+    spans = sorted(spans + [(p.x0, p.x1) for line in lines[first:notes]
+                            if len(line.phrases) == 1 for p in line.phrases
+                            if not any(p.x0 < hi and lo < p.x1 for lo, hi in inner)])
+    header = [line.word_spans for line in reversed(lines[:first])]
+    return [_free_middle(lo, hi, header) for lo, hi in _gaps(spans)]
+
+
+def _gaps(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The x-ranges between sorted ``spans`` that none of them covers."""
     gaps: list[tuple[float, float]] = []
     reach = spans[0][1]
     for x0, x1 in spans[1:]:
         if x0 - reach >= MIN_COLUMN_GAP:
             gaps.append((reach, x0))
         reach = max(reach, x1)
-    header = [line.word_spans for line in reversed(lines[:first])]
-    return [_free_middle(lo, hi, header) for lo, hi in gaps]
+    return gaps
 
 
 def _free_middle(lo: float, hi: float, header: Sequence[Sequence[tuple[float, float]]]
