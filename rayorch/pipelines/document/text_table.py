@@ -142,14 +142,15 @@ def _separators(lines: Sequence[_Line]) -> list[float]:
     if not spans:
         return []
     # A label that wraps sits on lines of its own, above and below its row's values (set
-    # at the row's middle): those lines' phrases show its column, where they lie in one
-    # column of the others, above the notes (a note may not run across a column gap).
+    # at the row's middle): those lines' phrases, above the notes, show its column where
+    # they do not run across a gap that the others leave (a label wider than its header
+    # narrows that gap; a caption or note across the columns would close it).
     inner = _gaps(spans)
     notes = next((i for i in range(first, len(lines)) if _NOTE_START.match(lines[i].text)),
                  len(lines))
     spans = sorted(spans + [(p.x0, p.x1) for line in lines[first:notes]
                             if len(line.phrases) == 1 for p in line.phrases
-                            if not any(p.x0 < hi and lo < p.x1 for lo, hi in inner)])
+                            if not any(p.x0 <= lo and hi <= p.x1 for lo, hi in inner)])
     header = [line.word_spans for line in reversed(lines[:first])]
     return [_free_middle(lo, hi, header) for lo, hi in _gaps(spans)]
 
