@@ -141,3 +141,17 @@ def test_words_that_are_no_table_are_refused() -> None:
         text_table(paragraph)  # words set a word space apart: no gap between columns
     with pytest.raises(TableStructureError):
         text_table([[72, 100, 100, 110, "alone"], [200, 100, 230, 110, "line"]])
+
+
+@pytest.mark.parametrize("style", ["booktabs", "ruled"])
+def test_a_label_over_two_lines_keeps_its_column_when_its_words_are_short(
+        tmp_path: Path, style: str) -> None:
+    """A scan's words are as tall as their ink, not their font: the values, set at the row's
+    middle, then share no line with the label's two lines, and only the labels' own lines
+    show where the first column ends (it is wider than its header, ``Region``)."""
+    described = table(style, wrap=True)
+    words = [[x0, (y0 + y1) / 2 - 0.35 * (y1 - y0), x1, (y0 + y1) / 2 + 0.35 * (y1 - y0), text]
+             for x0, y0, x1, y1, text in page_words(tmp_path, described)]
+    rows, texts, _ = text_table(words)
+    assert "Southern upland municipalities" in texts, texts
+    assert relations(cells_of(rows, texts)) == relations(table_cells(described))

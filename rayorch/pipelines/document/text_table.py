@@ -8,8 +8,10 @@ points) carry their own positions, which say more than a model's reading of the 
   height (a word space is about a quarter of it, a column gap more);
 * **columns**: the x-ranges that the phrases of the *body* lines (those with two phrases or
   more, from the first line with the most phrases down) leave uncovered are the gaps between
-  columns. Header lines above the body do not vote, so a header spanning two columns does not
-  hide the gap between them; it becomes one cell with ``colspan``. Within a gap, the cut
+  columns, narrowed by the lines of one phrase that do not run across such a gap (a label
+  that wraps onto lines of its own around its row's values, as on a scan, whose words are as
+  tall as their ink). Header lines above the body do not vote, so a header spanning two
+  columns does not hide the gap between them; it becomes one cell with ``colspan``. Within a gap, the cut
   goes through the widest part that no header word covers, line by line up from the body
   until a line covers it all (a header wider than its values; a header spanning columns);
 * **notes**: trailing lines of one phrase that crosses a column gap (or that begin as a note
@@ -142,13 +144,11 @@ def _separators(lines: Sequence[_Line]) -> list[float]:
     if not spans:
         return []
     # A label that wraps sits on lines of its own, above and below its row's values (set
-    # at the row's middle): those lines' phrases, above the notes, show its column where
-    # they do not run across a gap that the others leave (a label wider than its header
-    # narrows that gap; a caption or note across the columns would close it).
+    # at the row's middle): those lines' phrases show its column where they do not run
+    # across a gap that the others leave (a label wider than its header narrows that gap;
+    # a note across the columns would close it).
     inner = _gaps(spans)
-    notes = next((i for i in range(first, len(lines)) if _NOTE_START.match(lines[i].text)),
-                 len(lines))
-    spans = sorted(spans + [(p.x0, p.x1) for line in lines[first:notes]
+    spans = sorted(spans + [(p.x0, p.x1) for line in lines[first:]
                             if len(line.phrases) == 1 for p in line.phrases
                             if not any(p.x0 <= lo and hi <= p.x1 for lo, hi in inner)])
     header = [line.word_spans for line in reversed(lines[:first])]
