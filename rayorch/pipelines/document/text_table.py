@@ -12,8 +12,9 @@ points) carry their own positions, which say more than a model's reading of the 
   that wraps onto lines of its own around its row's values, as on a scan, whose words are as
   tall as their ink). Header lines above the body do not vote, so a header spanning two
   columns does not hide the gap between them; it becomes one cell with ``colspan``. Within
-  a gap, the cut goes through the widest part that no header word covers, line by line up from the body
-  until a line covers it all (a header wider than its values; a header spanning columns);
+  a gap, the cut goes through the widest part that no header word covers, line by line up
+  from the body until a line covers it all (a header wider than its values; a header
+  spanning columns);
 * **notes**: trailing lines of one phrase that crosses a column gap (or that begin as a note
   does: "Note", "Source", "*", a dagger) are not rows; they come back apart, as the table's
   notes;
