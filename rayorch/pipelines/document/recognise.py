@@ -10,7 +10,9 @@
   row and column) show more rows or columns; the lines under it that do not fit its columns
   are its ``notes`` (the table dict's key), not rows. On a scan the same, from RapidOCR's
   lines cut into words at their ink's gaps
-  (:func:`~rayorch.pipelines.document.table_structure.ink_words`; engine ``ocr-grid``). Else
+  (:func:`~rayorch.pipelines.document.table_structure.ink_words`; engine ``ocr-grid``), small
+  raised (lowered) digits written as superscripts (subscripts):
+  :func:`~rayorch.pipelines.document.scripts.mark_scripts`. Else
   its rules, or SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled
   with the words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML
   when a cell spans. A structure that cannot be read falls back to the region's text (text layer, or
