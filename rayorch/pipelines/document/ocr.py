@@ -121,11 +121,18 @@ class RapidOcrEngine:
         ``scripts``: digits and signs set small and raised (lowered) on their line come out
         as superscripts (subscripts), ``km²`` not ``km2``
         (:func:`rayorch.pipelines.document.scripts.mark_scripts`, from the recogniser's
-        per-character boxes; ``image`` then a 2-D grayscale array)."""
+        per-character boxes)."""
         if not scripts:
             boxes, _elapsed = self._ocr(image, use_cls=self._use_cls)
             return list(boxes or [])
+        import cv2
+        import numpy as np
+
         from rayorch.pipelines.document.scripts import mark_scripts
+
+        if isinstance(image, bytes | bytearray):
+            image = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_GRAYSCALE)
+        gray = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
 
         ocr = self._ocr
         # A call with options resets the detector's thresholds and the text score to
@@ -139,7 +146,7 @@ class RapidOcrEngine:
             if len(found) >= 2 and found[0]:
                 chars = [(str(c), corners_rect(b)) for c, b in zip(found[1], found[0],
                                                                      strict=False)]
-                text = mark_scripts(image, corners_rect(points), text, chars)
+                text = mark_scripts(gray, corners_rect(points), text, chars)
             out.append((points, text, score))
         return out
 
