@@ -155,3 +155,20 @@ def test_a_label_over_two_lines_keeps_its_column_when_its_words_are_short(
     rows, texts, _ = text_table(words)
     assert "Southern upland municipalities" in texts, texts
     assert relations(cells_of(rows, texts)) == relations(table_cells(described))
+
+
+def test_the_first_row_of_values_set_close_under_the_header_is_a_row_of_its_own(
+        tmp_path: Path) -> None:
+    """A header whose first cell spans both header rows leaves the first column empty in the
+    second; values set closer under it than rows sit to each other fill that column and add
+    to the others, yet numbers under words are a new row, not more header text."""
+    described = table("unruled", spanning=True)
+    words = page_words(tmp_path, described)
+    header = max(w[3] for w in words if w[4] in ("Mass", "(kg)"))
+    body = min(w[1] for w in words if w[1] > header)
+    lift = (body - header) * 0.8  # the gap under the header a fifth of what it was
+    words = [[x0, y0 - lift, x1, y1 - lift, t] if y0 > header else [x0, y0, x1, y1, t]
+             for x0, y0, x1, y1, t in words]
+    rows, texts, _ = text_table(words)
+    assert "North" in texts and "1,204 kg" in texts, texts
+    assert relations(cells_of(rows, texts)) == relations(table_cells(described))

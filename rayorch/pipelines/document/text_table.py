@@ -22,7 +22,8 @@ points) carry their own positions, which say more than a model's reading of the 
   each other (:data:`CONTINUATION_GAP` of the median gap between lines that do not overlap)
   and its phrases fall in columns that the row above fills with the same span, or leaves
   empty: then it is more text of the same row (a multi-line cell stays one cell, values set
-  beside a label that wraps join it);
+  beside a label that wraps join it), unless it sets numbers under the row's words (the first
+  values under a header, set close under it);
 * a header cell with empty cells under it, down to the body, spans those rows (``rowspan``).
 
 :func:`text_table` answers ``(rows, texts)`` in the shape that
@@ -64,6 +65,7 @@ ALIGNED = 0.25
 """Points: a word this near to where a column's body text starts (or ends) is aligned to it."""
 MIN_COLUMN_GAP = 1.5
 """Points: a narrower uncovered x-range is not a gap between columns."""
+_NUMBER = re.compile(r"^[-+\u2212(]?[$€£¥]?\d")
 _NOTE_START = re.compile(r"^\s*(notes?\b|sources?\b|\*|†|‡|§|¹|²|³|\(\w\)\s)", re.IGNORECASE)
 
 
@@ -258,6 +260,18 @@ def _continues(row: Slots, line: Slots) -> bool:
     return all(fits(first, last) for first, (last, _) in line.items())
 
 
+def _numeric(words: Sequence[str]) -> bool:
+    return bool(words) and _NUMBER.match(words[0]) is not None
+
+
+def _values_under_labels(row: Slots, line: Slots) -> bool:
+    """Whether ``line`` holds numbers in the columns where ``row`` holds words (a header):
+    the first row of values under it, however close, not more of the header's text."""
+    shared = [c for c in line if c in row]
+    return bool(shared) and all(_numeric(line[c][1]) and not _numeric(row[c][1])
+                                for c in shared)
+
+
 def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[str], str]:
     """``(rows, texts, notes)`` of the table the words form; see the module's docstring."""
     lines = _lines(words)
@@ -275,7 +289,8 @@ def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[s
     for i, line in enumerate(lines):
         slots = _slots(line, cuts, edges)
         close = i > 0 and gaps[i - 1] < CONTINUATION_GAP * median_gap
-        if rows and close and _continues(rows[-1], slots):
+        if rows and close and _continues(rows[-1], slots) and not _values_under_labels(
+                rows[-1], slots):
             for first, (last, more) in slots.items():
                 rows[-1].setdefault(first, (last, []))[1].extend(more)
         else:
