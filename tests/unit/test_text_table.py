@@ -141,3 +141,34 @@ def test_words_that_are_no_table_are_refused() -> None:
         text_table(paragraph)  # words set a word space apart: no gap between columns
     with pytest.raises(TableStructureError):
         text_table([[72, 100, 100, 110, "alone"], [200, 100, 230, 110, "line"]])
+
+
+@pytest.mark.parametrize("style", ["booktabs", "ruled"])
+def test_a_label_over_two_lines_keeps_its_column_when_its_words_are_short(
+        tmp_path: Path, style: str) -> None:
+    """A scan's words are as tall as their ink, not their font: the values, set at the row's
+    middle, then share no line with the label's two lines, and only the labels' own lines
+    show where the first column ends (it is wider than its header, ``Region``)."""
+    described = table(style, wrap=True)
+    words = [[x0, (y0 + y1) / 2 - 0.35 * (y1 - y0), x1, (y0 + y1) / 2 + 0.35 * (y1 - y0), text]
+             for x0, y0, x1, y1, text in page_words(tmp_path, described)]
+    rows, texts, _ = text_table(words)
+    assert "Southern upland municipalities" in texts, texts
+    assert relations(cells_of(rows, texts)) == relations(table_cells(described))
+
+
+def test_the_first_row_of_values_set_close_under_the_header_is_a_row_of_its_own(
+        tmp_path: Path) -> None:
+    """A header whose first cell spans both header rows leaves the first column empty in the
+    second; values set closer under it than rows sit to each other fill that column and add
+    to the others, yet numbers under words are a new row, not more header text."""
+    described = table("unruled", spanning=True)
+    words = page_words(tmp_path, described)
+    header = max(w[3] for w in words if w[4] in ("Mass", "(kg)"))
+    body = min(w[1] for w in words if w[1] > header)
+    lift = (body - header) * 0.8  # the gap under the header a fifth of what it was
+    words = [[x0, y0 - lift, x1, y1 - lift, t] if y0 > header else [x0, y0, x1, y1, t]
+             for x0, y0, x1, y1, t in words]
+    rows, texts, _ = text_table(words)
+    assert "North" in texts and "1,204 kg" in texts, texts
+    assert relations(cells_of(rows, texts)) == relations(table_cells(described))

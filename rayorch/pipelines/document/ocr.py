@@ -84,6 +84,12 @@ def join_in_reading_order(boxes: Sequence[OcrBox], *, line_overlap: float = 0.5)
     return "\n".join(" ".join(s[3] for s in sorted(line, key=lambda s: s[2])) for line in lines)
 
 
+def corners_rect(points: Sequence[Sequence[float]]) -> tuple[float, float, float, float]:
+    """``(x0, y0, x1, y1)`` around a box's corner points (an :data:`OcrBox`'s first item)."""
+    xs, ys = [float(p[0]) for p in points], [float(p[1]) for p in points]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
 class RapidOcrEngine:
     """Real OCR of the rendered PNG with ``rapidocr-onnxruntime`` (PP-OCRv4 on ONNX Runtime).
 
@@ -109,10 +115,40 @@ class RapidOcrEngine:
     def recognize(self, pages: list[Page]) -> list[str]:
         return [join_in_reading_order(self.boxes(page["png"])) for page in pages]
 
-    def boxes(self, image: Any) -> list[OcrBox]:
-        """The text boxes found on one image (PNG bytes or an array), in pixels of it."""
-        boxes, _elapsed = self._ocr(image, use_cls=self._use_cls)
-        return list(boxes or [])
+    def boxes(self, image: Any, *, scripts: bool = False) -> list[OcrBox]:
+        """The text boxes found on one image (PNG bytes or an array), in pixels of it.
+
+        ``scripts``: digits and signs set small and raised (lowered) on their line come out
+        as superscripts (subscripts), ``km²`` not ``km2``
+        (:func:`rayorch.pipelines.document.scripts.mark_scripts`, from the recogniser's
+        per-character boxes)."""
+        if not scripts:
+            boxes, _elapsed = self._ocr(image, use_cls=self._use_cls)
+            return list(boxes or [])
+        import cv2
+        import numpy as np
+
+        from rayorch.pipelines.document.scripts import mark_scripts
+
+        if isinstance(image, bytes | bytearray):
+            image = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_GRAYSCALE)
+        gray = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+
+        ocr = self._ocr
+        # A call with options resets the detector's thresholds and the text score to
+        # RapidOCR's defaults unless given: give the ones the engine was built with.
+        lines, _elapsed = ocr(image, use_cls=self._use_cls, return_word_box=True,
+                              text_score=ocr.text_score,
+                              box_thresh=ocr.text_det.postprocess_op.box_thresh,
+                              unclip_ratio=ocr.text_det.postprocess_op.unclip_ratio)
+        out: list[OcrBox] = []
+        for points, text, score, *found in lines or []:
+            if len(found) >= 2 and found[0]:
+                chars = [(str(c), corners_rect(b)) for c, b in zip(found[1], found[0],
+                                                                     strict=False)]
+                text = mark_scripts(gray, corners_rect(points), text, chars)
+            out.append((points, text, score))
+        return out
 
 
 # -- vllm ---------------------------------------------------------------------------------

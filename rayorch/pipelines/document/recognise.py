@@ -10,7 +10,9 @@
   row and column) show more rows or columns; the lines under it that do not fit its columns
   are its ``notes`` (the table dict's key), not rows. On a scan the same, from RapidOCR's
   lines cut into words at their ink's gaps
-  (:func:`~rayorch.pipelines.document.table_structure.ink_words`; engine ``ocr-grid``). Else
+  (:func:`~rayorch.pipelines.document.table_structure.ink_words`; engine ``ocr-grid``), small
+  raised (lowered) digits written as superscripts (subscripts):
+  :func:`~rayorch.pipelines.document.scripts.mark_scripts`. Else
   its rules, or SLANet's structure (:mod:`rayorch.pipelines.document.table_structure`) filled
   with the words, or the OCR lines, that fall into each cell: a Markdown pipe table, or HTML
   when a cell spans. A structure that cannot be read falls back to the region's text (text layer, or
@@ -33,8 +35,14 @@ from typing import Any
 
 from rayorch import RecordFailure
 from rayorch.pipelines.document.layout import DROPPED_KINDS, REGION_KINDS, open_png
-from rayorch.pipelines.document.ocr import OcrBox, RapidOcrEngine, join_in_reading_order
+from rayorch.pipelines.document.ocr import (
+    OcrBox,
+    RapidOcrEngine,
+    corners_rect,
+    join_in_reading_order,
+)
 from rayorch.pipelines.document.pdf_markdown import normalise_ligatures, text_layer_quality
+from rayorch.pipelines.document.scripts import fold_width
 from rayorch.pipelines.document.table_structure import (
     Cell,
     SlanetTableModel,
@@ -94,8 +102,7 @@ def crop_transform(region: dict[str, Any], crop_size: tuple[int, int]) -> Any:
 
 
 def _rect(box: OcrBox) -> tuple[float, float, float, float]:
-    xs, ys = [float(p[0]) for p in box[0]], [float(p[1]) for p in box[0]]
-    return min(xs), min(ys), max(xs), max(ys)
+    return corners_rect(box[0])
 
 
 def region_problem(region: Any) -> str | None:
@@ -158,13 +165,14 @@ class RecogniseRegion:
             return text, "text-layer"
         return join_in_reading_order(self._ocr_boxes(open_png(region["crop"]))), "rapidocr"
 
-    def _ocr_boxes(self, image: Any) -> list[OcrBox]:
-        """RapidOCR's boxes on a crop (PIL), in the crop's pixels."""
+    def _ocr_boxes(self, image: Any, scripts: bool = False) -> list[OcrBox]:
+        """RapidOCR's boxes on a crop (PIL), in the crop's pixels; ``scripts``: raised
+        (lowered) small digits as superscripts (subscripts)."""
         import numpy as np
         from PIL import ImageOps
 
         padded = ImageOps.expand(image.convert("L"), border=OCR_MARGIN, fill=255)
-        boxes = self.ocr.boxes(np.asarray(padded))
+        boxes = self.ocr.boxes(np.asarray(padded), scripts=scripts)
         return [([(float(x) - OCR_MARGIN, float(y) - OCR_MARGIN) for x, y in points], text,
                  score) for points, text, score in boxes]
 
@@ -215,7 +223,7 @@ class RecogniseRegion:
         words = region.get("words") or []
         if transform is not None and usable_words_text(words) is not None:
             return word_boxes(words, transform), "text-layer"
-        return self._ocr_boxes(image), "rapidocr"
+        return self._ocr_boxes(image, scripts=True), "rapidocr"
 
 
 def _scan_words(region: dict[str, Any], image: Any, boxes: list[OcrBox]
@@ -223,9 +231,8 @@ def _scan_words(region: dict[str, Any], image: Any, boxes: list[OcrBox]
     """A scan's OCR lines as words ``[x0, y0, x1, y1, text]`` in PDF points (as a text layer's
     words are; none when the region does not carry its page's size): each line cut at its
     ink's gaps (:func:`~rayorch.pipelines.document.table_structure.ink_words`), its text
-    NFKC-folded (the recogniser answers full-width commas and points)."""
-    import unicodedata
-
+    NFKC-folded (the recogniser answers full-width commas and points) but for its
+    superscripts and subscripts."""
     import numpy as np
 
     if not region.get("width_pt") or not boxes:
@@ -236,7 +243,7 @@ def _scan_words(region: dict[str, Any], image: Any, boxes: list[OcrBox]
     for box in boxes:
         x0, y0, x1, y1 = _rect(box)
         inset = LINE_INSET * (y1 - y0)
-        lines.append(((x0, y0 + inset, x1, y1 - inset), unicodedata.normalize("NFKC", box[1])))
+        lines.append(((x0, y0 + inset, x1, y1 - inset), fold_width(box[1])))
     return [[a * scale, b * scale, c * scale, d * scale, text]
             for (a, b, c, d), text in ink_words(np.asarray(image.convert("L")), lines)]
 

@@ -8,10 +8,13 @@ points) carry their own positions, which say more than a model's reading of the 
   height (a word space is about a quarter of it, a column gap more);
 * **columns**: the x-ranges that the phrases of the *body* lines (those with two phrases or
   more, from the first line with the most phrases down) leave uncovered are the gaps between
-  columns. Header lines above the body do not vote, so a header spanning two columns does not
-  hide the gap between them; it becomes one cell with ``colspan``. Within a gap, the cut
-  goes through the widest part that no header word covers, line by line up from the body
-  until a line covers it all (a header wider than its values; a header spanning columns);
+  columns, narrowed by the lines of one phrase that do not run across such a gap (a label
+  that wraps onto lines of its own around its row's values, as on a scan, whose words are as
+  tall as their ink). Header lines above the body do not vote, so a header spanning two
+  columns does not hide the gap between them; it becomes one cell with ``colspan``. Within
+  a gap, the cut goes through the widest part that no header word covers, line by line up
+  from the body until a line covers it all (a header wider than its values; a header
+  spanning columns);
 * **notes**: trailing lines of one phrase that crosses a column gap (or that begin as a note
   does: "Note", "Source", "*", a dagger) are not rows; they come back apart, as the table's
   notes;
@@ -19,7 +22,8 @@ points) carry their own positions, which say more than a model's reading of the 
   each other (:data:`CONTINUATION_GAP` of the median gap between lines that do not overlap)
   and its phrases fall in columns that the row above fills with the same span, or leaves
   empty: then it is more text of the same row (a multi-line cell stays one cell, values set
-  beside a label that wraps join it);
+  beside a label that wraps join it), unless it sets numbers under the row's words (the first
+  values under a header, set close under it);
 * a header cell with empty cells under it, down to the body, spans those rows (``rowspan``).
 
 :func:`text_table` answers ``(rows, texts)`` in the shape that
@@ -61,6 +65,7 @@ ALIGNED = 0.25
 """Points: a word this near to where a column's body text starts (or ends) is aligned to it."""
 MIN_COLUMN_GAP = 1.5
 """Points: a narrower uncovered x-range is not a gap between columns."""
+_NUMBER = re.compile(r"^[-+\u2212(]?[$€£¥]?\d")
 _NOTE_START = re.compile(r"^\s*(notes?\b|sources?\b|\*|†|‡|§|¹|²|³|\(\w\)\s)", re.IGNORECASE)
 
 
@@ -141,14 +146,27 @@ def column_cuts(lines: Sequence[Line]) -> list[float]:
     spans = sorted((p.x0, p.x1) for p in body)
     if not spans:
         return []
+    # A label that wraps sits on lines of its own, above and below its row's values (set
+    # at the row's middle): those lines' phrases show its column where they do not run
+    # across a gap that the others leave (a label wider than its header narrows that gap;
+    # a note across the columns would close it).
+    inner = _gaps(spans)
+    spans = sorted(spans + [(p.x0, p.x1) for line in lines[first:]
+                            if len(line.phrases) == 1 for p in line.phrases
+                            if not any(p.x0 <= lo and hi <= p.x1 for lo, hi in inner)])
+    header = [line.word_spans for line in reversed(lines[:first])]
+    return [_free_middle(lo, hi, header) for lo, hi in _gaps(spans)]
+
+
+def _gaps(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The x-ranges between sorted ``spans`` that none of them covers."""
     gaps: list[tuple[float, float]] = []
     reach = spans[0][1]
     for x0, x1 in spans[1:]:
         if x0 - reach >= MIN_COLUMN_GAP:
             gaps.append((reach, x0))
         reach = max(reach, x1)
-    header = [line.word_spans for line in reversed(lines[:first])]
-    return [_free_middle(lo, hi, header) for lo, hi in gaps]
+    return gaps
 
 
 def _free_middle(lo: float, hi: float, header: Sequence[Sequence[tuple[float, float]]]
@@ -242,6 +260,18 @@ def _continues(row: Slots, line: Slots) -> bool:
     return all(fits(first, last) for first, (last, _) in line.items())
 
 
+def _numeric(words: Sequence[str]) -> bool:
+    return bool(words) and _NUMBER.match(words[0]) is not None
+
+
+def _values_under_labels(row: Slots, line: Slots) -> bool:
+    """Whether ``line`` holds numbers in the columns where ``row`` holds words (a header):
+    the first row of values under it, however close, not more of the header's text."""
+    shared = [c for c in line if c in row]
+    return bool(shared) and all(_numeric(line[c][1]) and not _numeric(row[c][1])
+                                for c in shared)
+
+
 def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[str], str]:
     """``(rows, texts, notes)`` of the table the words form; see the module's docstring."""
     lines = text_lines(words)
@@ -259,7 +289,8 @@ def text_table(words: Sequence[Sequence[Any]]) -> tuple[list[list[Cell]], list[s
     for i, line in enumerate(lines):
         slots = _slots(line, cuts, edges)
         close = i > 0 and gaps[i - 1] < CONTINUATION_GAP * median_gap
-        if rows and close and _continues(rows[-1], slots):
+        if rows and close and _continues(rows[-1], slots) and not _values_under_labels(
+                rows[-1], slots):
             for first, (last, more) in slots.items():
                 rows[-1].setdefault(first, (last, []))[1].extend(more)
         else:
