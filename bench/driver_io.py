@@ -81,17 +81,24 @@ if _dir:
 '''
 
 
-def local_run(tree: Path, corpus: Path, work: Path, name: str) -> dict[str, Any]:
-    """The same job, local disk to local disk: documents/s, pools, and how busy the
-    driver's main thread was (its CPU time over its life)."""
-    hook = work / f"hook-local-{name}"
+def profiled_env(tree: Path, work: Path, name: str) -> tuple[dict[str, str], Path]:
+    """The environment of a job run from ``tree`` whose driver process is profiled
+    (:data:`PROFILE` as its ``sitecustomize``), and the folder its profile lands in."""
+    hook = work / f"hook-{name}"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(PROFILE)
-    profile = work / f"profile-local-{name}"
+    profile = work / f"profile-{name}"
     profile.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env |= {"PYTHONPATH": f"{hook}:{tree}", "RAY_AUTH_MODE": "disabled",
             "RAY_USAGE_STATS_ENABLED": "0", "RAYORCH_BENCH_PROFILE_DIR": str(profile)}
+    return env, profile
+
+
+def local_run(tree: Path, corpus: Path, work: Path, name: str) -> dict[str, Any]:
+    """The same job, local disk to local disk: documents/s, pools, and how busy the
+    driver's main thread was (its CPU time over its life)."""
+    env, profile = profiled_env(tree, work, f"local-{name}")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--ocr", "text", "--input",
          str(corpus), "--output", str(work / f"out-local-{name}"), "--json", "--no-progress"],
@@ -121,16 +128,9 @@ def io_run(tree: Path, endpoint: str, bucket: str, docs: int, input_bytes: int,
            inputs: set[str], work: Path, name: str) -> dict[str, Any]:
     from rayorch.testing_s3 import FaultyProxy
 
-    hook = work / f"hook-{name}"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(PROFILE)
-    profile = work / f"profile-{name}"
-    profile.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env, profile = profiled_env(tree, work, name)
     with FaultyProxy(endpoint) as proxy:
-        env |= {"PYTHONPATH": f"{hook}:{tree}", "RAY_AUTH_MODE": "disabled",
-                "RAY_USAGE_STATS_ENABLED": "0", "AWS_ENDPOINT_URL": proxy.endpoint,
-                "RAYORCH_BENCH_PROFILE_DIR": str(profile)}
+        env["AWS_ENDPOINT_URL"] = proxy.endpoint
         proc = subprocess.Popen(
             [sys.executable, "-m", "rayorch.cli", "run", "pdf", "--ocr", "text", "--input",
              f"s3://{bucket}/in", "--output", f"s3://{bucket}/out-{name}", "--json",

@@ -6,7 +6,7 @@ delivery). Held in dicts, a run over a million sources held ~2 GB in the driver;
 here, the driver holds SQLite's page cache (a few MB) whatever the run's size, and the
 sort is SQLite's (an integer primary key: the table is a B-tree in id order).
 
->>> with IdSpill("rows") as rows:
+>>> with IdSpill() as rows:
 ...     rows.add(7, b"seven"), rows.add(2, b"two"), rows.add(7, b"again")
 ...     [index for index, _ in rows.items()], rows.get(7)
 (True, True, False)
@@ -72,10 +72,8 @@ class _Scratch:
 class IdSpill(_Scratch):
     """``id -> bytes``, at most one body per id, on local disk; see the module doc."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self) -> None:
         super().__init__("CREATE TABLE spill (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
-        self.what = what
-        """What the spill holds, for people (``rows``, ``failed``...)."""
 
     def add(self, index: int, body: bytes) -> bool:
         """Keep ``body`` for ``index``; False (and nothing kept) when ``index`` has one."""
@@ -84,6 +82,9 @@ class IdSpill(_Scratch):
     def get(self, index: int) -> bytes | None:
         found = self._one("SELECT body FROM spill WHERE id = ?", (index,))
         return None if found is None else bytes(found[0])
+
+    def has(self, index: int) -> bool:
+        return self._one("SELECT 1 FROM spill WHERE id = ?", (index,)) is not None
 
     def items(self) -> Iterator[tuple[int, bytes]]:
         """Every ``(id, body)`` in id order, a fetch at a time."""
@@ -102,8 +103,8 @@ class SpilledRows(Mapping[int, dict[str, Any]]):
     """JSON rows by id on an :class:`IdSpill`: a read-only mapping whose rows are parsed as
     they are read (an earlier run's rows that ``--resume`` keeps: a million of them)."""
 
-    def __init__(self, what: str) -> None:
-        self._spill = IdSpill(what)
+    def __init__(self) -> None:
+        self._spill = IdSpill()
 
     def add(self, index: int, row: dict[str, Any]) -> bool:
         return self._spill.add(index, orjson.dumps(row))
@@ -115,7 +116,7 @@ class SpilledRows(Mapping[int, dict[str, Any]]):
         return orjson.loads(body)  # type: ignore[no-any-return]
 
     def __contains__(self, index: object) -> bool:
-        return isinstance(index, int) and self._spill.get(index) is not None
+        return isinstance(index, int) and self._spill.has(index)
 
     def __iter__(self) -> Iterator[int]:
         return (index for index, _ in self._spill.items())

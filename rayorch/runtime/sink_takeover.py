@@ -51,7 +51,7 @@ def prune_parts(out_dir: str | Path, keep: Callable[[SinkRecord], bool],
     storage, meta, names = sink_parts(out_dir)
     count = 0
     try:
-        with IdSpill("seen") as seen:
+        with IdSpill() as seen:
             for name in names:
                 records = [rec for rec, _ in read_part(storage, name)]
                 mine = [rec for rec in records if keep(rec) and seen.add(rec.index, b"")]

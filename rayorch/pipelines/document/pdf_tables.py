@@ -17,7 +17,8 @@ import itertools
 import re
 from typing import Any
 
-Box = tuple[float, float, float, float]
+from rayorch.pipelines.document.boxes import Box
+
 Table = tuple[Box, str]
 """A table found on a page: its box and its Markdown."""
 

@@ -24,7 +24,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-Box = tuple[float, float, float, float]
+from rayorch.pipelines.document.boxes import Box
 
 _MINUS = "\N{MINUS SIGN}"
 _PLAIN = "0123456789+-" + _MINUS + "=()"

@@ -46,6 +46,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from rayorch.pipelines.document.boxes import Box, box_area, box_intersection, box_union
 from rayorch.pipelines.document.table_structure import ink_blobs
 from rayorch.pipelines.document.text_table import (
     Line,
@@ -55,7 +56,6 @@ from rayorch.pipelines.document.text_table import (
     text_lines,
 )
 
-Box = tuple[float, float, float, float]
 """``(x0, y0, x1, y1)``, top-left origin."""
 Detection = tuple[str, float, Box]
 """A layout detection: kind, score, box (fractions of the page), as in ``layout``."""
@@ -103,18 +103,6 @@ HOLDS = 0.7
 COVERED = 0.5
 """A model region (not a table) with this share of its area inside a found table is the table
 read as something else: dropped."""
-
-
-def _area(box: Box) -> float:
-    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
-def _intersection(a: Box, b: Box) -> float:
-    return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
-
-
-def _union(a: Box, b: Box) -> Box:
-    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
 
 
 def find_tables(words: Sequence[Sequence[Any]]) -> list[Box]:
@@ -310,29 +298,29 @@ def with_found_tables(detections: Sequence[Detection], found: Sequence[Box]) -> 
         if kind != "table":
             continue
         inside = [i for i, table in enumerate(found)
-                  if _intersection(table, box) >= HOLDS * _area(table)]
+                  if box_intersection(table, box) >= HOLDS * box_area(table)]
         if len(inside) >= 2:  # the model drew one box around two tables
             out += [("table", score, found[i]) for i in inside]
             claimed.update(inside)
             continue
-        same = [i for i, table in enumerate(found) if i not in claimed and _intersection(
-            table, box) >= SAME_TABLE * min(_area(table), _area(box))]
+        same = [i for i, table in enumerate(found) if i not in claimed and box_intersection(
+            table, box) >= SAME_TABLE * min(box_area(table), box_area(box))]
         for i in same:
-            box = _union(box, found[i])
+            box = box_union(box, found[i])
         claimed.update(same)
         out.append(("table", score, box))
     added = [table for i, table in enumerate(found) if i not in claimed
-             and not any(_intersection(table, b) >= SAME_TABLE * min(_area(table), _area(b))
-                         for _, _, b in out)]
+             and not any(box_intersection(table, b)
+                         >= SAME_TABLE * min(box_area(table), box_area(b)) for _, _, b in out)]
     tables = out + [("table", FOUND_SCORE, table) for table in added]
     others: list[Detection] = []
     for kind, score, box in kept:
         if kind == "table":
             continue
         for _, _, table in tables:
-            if _intersection(box, table) >= COVERED * _area(box):
+            if box_intersection(box, table) >= COVERED * box_area(box):
                 break
-            if _intersection(box, table) > 0.0:
+            if box_intersection(box, table) > 0.0:
                 box = _outside(box, table)
         else:
             others.append((kind, score, box))
@@ -345,7 +333,7 @@ def _outside(box: Box, table: Box) -> Box:
     x0, y0, x1, y1 = box
     parts = [(x0, y0, x1, min(y1, table[1])), (x0, max(y0, table[3]), x1, y1),
              (x0, y0, min(x1, table[0]), y1), (max(x0, table[2]), y0, x1, y1)]
-    return max(parts, key=_area)
+    return max(parts, key=box_area)
 
 
 __all__ = ["FOUND_SCORE", "find_tables", "ink_word_boxes", "page_tables", "with_found_tables"]

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rayorch import RayorchError
+from rayorch.pipelines.document.boxes import Box
 from rayorch.pipelines.document.pdf_tables import pipe_table
 
-Box = tuple[float, float, float, float]
 Cell = tuple[int, int]
 """One cell of the structure: ``(colspan, rowspan)``."""
 _SPAN = re.compile(r'^\s*(colspan|rowspan)="(\d{1,3})"\s*$')

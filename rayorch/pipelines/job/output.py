@@ -139,7 +139,7 @@ class OutputDir:
         if self.stream is None:
             return
         if self._failed is None:
-            self._failed = IdSpill("failed")
+            self._failed = IdSpill()
         self._failed.add(index, orjson.dumps([self.stream.name(index),
                                               self.stream.metadata(index)]))
 
@@ -410,7 +410,7 @@ def _finished(storage: Storage, layout: JobLayout, sharded: bool = False
     """Rows of the sources the part files hold ok whose files are all still there (a shard
     format's rows slimmed: they hold their content); the part files keep only those records
     (everything else runs again)."""
-    rows = SpilledRows("kept")
+    rows = SpilledRows()
     if not _exists(storage, SINK_MANIFEST):
         return rows
 
@@ -437,6 +437,7 @@ def _finished(storage: Storage, layout: JobLayout, sharded: bool = False
     from rayorch.pipelines.job.shard_rows import job_rows
 
     schema = job_rows(layout.job) if sharded else None
+
     def kept(record: SinkRecord) -> None:
         row = orjson.loads(record.value_json or b"null")
         rows.add(record.index, slim_row(row) if sharded else row)

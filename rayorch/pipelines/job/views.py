@@ -42,7 +42,7 @@ def write_views(storage: Storage, layout: JobLayout, rows: Iterable[tuple[int, d
                 ) -> ViewCounts:
     """Write ``layout.rows`` (and ``layout.lines``) from ``rows`` (any order) in id order;
     :class:`SinkError` when an id comes twice, ``StorageError`` when a write fails."""
-    with IdSpill("rows") as spill:
+    with IdSpill() as spill:
         for index, row in rows:
             if not spill.add(index, orjson.dumps(row)):
                 raise SinkError(f"source {index} is in two part files of {storage.url}; "

@@ -42,7 +42,7 @@ def write_index(storage: Storage) -> int:
 
     storage, _, names = sink_parts(storage)
     schema = _schema()
-    with IdSpill("index") as spill:
+    with IdSpill() as spill:
         for name, records in read_parts(storage, names):
             for position, (rec, _) in enumerate(records):
                 source = None
